@@ -1,0 +1,49 @@
+//! The `annal` command-line tool.
+//!
+//! # Layout
+//!
+//! - `main.rs`: argument parsing and dispatch; maps each command's outcome to an exit code.
+//! - `inspect.rs`: `annal inspect`, the offline read-only store decoder.
+//! - `doctor.rs`: `annal doctor`, credential-store diagnostics.
+//!
+//! # Exit codes
+//!
+//! | code | meaning |
+//! | --- | --- |
+//! | 0 | success |
+//! | 1 | the command ran and found a problem (for example a corrupt chunk, or no usable key store) |
+//! | 2 | bad usage or input (unknown flag, unreadable or unsafe key file, not a store) |
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod doctor;
+mod inspect;
+
+/// annal: an encrypted, append-only local history of what computer-use agents did.
+#[derive(Debug, Parser)]
+#[command(name = "annal", version, about)]
+struct Cli {
+    /// The command to run.
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Every `annal` command.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Decode a store offline for forensics and interop (read-only; never writes).
+    Inspect(inspect::InspectArgs),
+    /// Report which credential stores are reachable, locked or missing.
+    Doctor(doctor::DoctorArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Inspect(args) => inspect::run(&args),
+        Command::Doctor(args) => doctor::run(&args),
+    }
+}

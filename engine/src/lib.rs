@@ -1,0 +1,23 @@
+//! annal-engine: the functional core of annal.
+//!
+//! Everything here is synchronous and deterministic. The clock, the filesystem root and the
+//! source of randomness are passed in, so every rule can be tested without threads or sleeps.
+//! The imperative shell (`annal-actors`) owns threads, timers and supervision.
+//!
+//! # Layout
+//!
+//! - `profile`: the storage profile v1 codec (chunk header, COSE_Encrypt0 records) and the
+//!   per-chunk / per-purpose key derivations.
+//! - `keys`: key custody. The `KeyProvider` trait, the OS credential-store providers
+//!   (Secret Service, kernel keyutils), an in-memory provider for tests, and the type that owns
+//!   the namespace root key and hands out only derived purpose keys.
+//! - `store`: the on-disk chunk store: layout, permissions, the writer lock, the chunk writer
+//!   and the classifying chunk reader.
+//!
+//! Later work adds seals, the derived index, the engine journal, state and health projections,
+//! policy evaluation and the capture queue protocol.
+#![forbid(unsafe_code)]
+
+pub mod keys;
+pub mod profile;
+pub mod store;

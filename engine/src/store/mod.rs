@@ -1,0 +1,1 @@
+//! The on-disk chunk store.

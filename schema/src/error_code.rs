@@ -1,0 +1,96 @@
+//! The fixed structured error codes of the history tools.
+
+use serde::{Deserialize, Serialize};
+
+use crate::HealthCategory;
+
+/// A structured error code returned by `history_status` / `history_query`. Clients branch on
+/// these; human-readable text may change, these may not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The input does not match the tool's closed schema.
+    InvalidHistoryQuery,
+    /// `since_sequence` exceeds `until_sequence`.
+    InvalidHistoryQueryRange,
+    /// Admission changed after tool discovery.
+    HistoryPreviewNotAdmitted,
+    /// The platform key cannot be loaded.
+    HistoryKeyUnavailable,
+    /// The credential store is locked.
+    HistoryKeyLocked,
+    /// The key reference or material is invalid.
+    HistoryKeyCorrupt,
+    /// The encrypted store cannot be read.
+    HistoryStorageUnavailable,
+    /// Framing, schema, sequence or authentication validation failed.
+    HistoryStorageCorrupt,
+    /// Capture reached its encrypted-byte quota.
+    HistoryQuotaReached,
+    /// The non-blocking writer dropped events.
+    HistoryEventsDropped,
+    /// The writer is unavailable.
+    HistoryWriterStopped,
+}
+
+impl ErrorCode {
+    /// Every code.
+    pub const ALL: [ErrorCode; 11] = [
+        Self::InvalidHistoryQuery,
+        Self::InvalidHistoryQueryRange,
+        Self::HistoryPreviewNotAdmitted,
+        Self::HistoryKeyUnavailable,
+        Self::HistoryKeyLocked,
+        Self::HistoryKeyCorrupt,
+        Self::HistoryStorageUnavailable,
+        Self::HistoryStorageCorrupt,
+        Self::HistoryQuotaReached,
+        Self::HistoryEventsDropped,
+        Self::HistoryWriterStopped,
+    ];
+
+    /// The exact wire string.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidHistoryQuery => "invalid_history_query",
+            Self::InvalidHistoryQueryRange => "invalid_history_query_range",
+            Self::HistoryPreviewNotAdmitted => "history_preview_not_admitted",
+            Self::HistoryKeyUnavailable => "history_key_unavailable",
+            Self::HistoryKeyLocked => "history_key_locked",
+            Self::HistoryKeyCorrupt => "history_key_corrupt",
+            Self::HistoryStorageUnavailable => "history_storage_unavailable",
+            Self::HistoryStorageCorrupt => "history_storage_corrupt",
+            Self::HistoryQuotaReached => "history_quota_reached",
+            Self::HistoryEventsDropped => "history_events_dropped",
+            Self::HistoryWriterStopped => "history_writer_stopped",
+        }
+    }
+
+    /// The error code a tool returns when the store is in a failing health category, or `None`
+    /// when that category does not fail a read (ready, disabled, paused, and the capture-side
+    /// categories, which leave reads working).
+    pub const fn for_failing_health(category: HealthCategory) -> Option<ErrorCode> {
+        match category {
+            HealthCategory::NotAdmitted => Some(Self::HistoryPreviewNotAdmitted),
+            HealthCategory::KeyUnavailable | HealthCategory::KeyDestroyFailed => {
+                Some(Self::HistoryKeyUnavailable)
+            }
+            HealthCategory::KeyLocked => Some(Self::HistoryKeyLocked),
+            HealthCategory::KeyCorrupt => Some(Self::HistoryKeyCorrupt),
+            HealthCategory::StorageUnavailable => Some(Self::HistoryStorageUnavailable),
+            HealthCategory::StorageCorrupt => Some(Self::HistoryStorageCorrupt),
+            HealthCategory::Ready
+            | HealthCategory::Disabled
+            | HealthCategory::Paused
+            | HealthCategory::QuotaReached
+            | HealthCategory::EventsDropped
+            | HealthCategory::WriterStopped => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
