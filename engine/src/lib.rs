@@ -11,6 +11,7 @@
 //! - `keys`: key custody. The `KeyProvider` trait, the OS credential-store providers
 //!   (Secret Service, kernel keyutils), an in-memory provider for tests, and the type that owns
 //!   the namespace root key and hands out only derived purpose keys.
+//! - `clock`, `entropy`: the injected clock and randomness.
 //! - `store`: the on-disk chunk store: layout, permissions, the writer lock, the chunk writer
 //!   and the classifying chunk reader.
 //!
@@ -18,6 +19,8 @@
 //! policy evaluation and the capture queue protocol.
 #![forbid(unsafe_code)]
 
+pub mod clock;
+pub mod entropy;
 pub mod keys;
 pub mod profile;
 pub mod store;
