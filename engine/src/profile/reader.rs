@@ -1,0 +1,404 @@
+//! The classifying chunk reader.
+//!
+//! [`read_chunk`] walks a chunk item by item and returns one [`ChunkVerdict`]. It tells a crash
+//! (an incomplete final record: [`ChunkVerdict::TornTail`]) apart from everything else
+//! ([`ChunkVerdict::Corrupt`] with a [`CorruptReason`]). A torn tail is recognised strictly: the
+//! incomplete bytes must be a prefix of the record that the writer would have written at that
+//! position (same fixed framing, same IV), so arbitrary garbage is never mistaken for a crash.
+
+use ciborium::Value;
+use coset::{AsCborValue, CoseEncrypt0};
+
+use super::header::{ChunkId, HeaderFault, ParsedHeader, parse_header};
+use super::plaintext::{PlaintextFault, ValidatedEvent, validate_plaintext};
+use super::record::{ChunkCipher, record_iv};
+use super::{IV_LEN_BYTES, MAX_RECORD_LEN_BYTES, NONCE_PREFIX_LEN_BYTES, PROTECTED_HEADER_BYTES};
+use crate::keys::RootKey;
+
+/// CBOR tag of COSE_Encrypt0.
+const COSE_ENCRYPT0_TAG: u64 = 16;
+
+/// COSE header label of the IV.
+const COSE_IV_LABEL: i64 = 5;
+
+/// COSE header label of the algorithm.
+const COSE_ALG_LABEL: i64 = 1;
+
+/// The fixed bytes that open every record before its IV: tag 16, array(3), bstr(4) `{1: 24}`,
+/// map(1), key 5, bstr(12).
+const RECORD_FRAMING_BEFORE_IV: [u8; 10] =
+    [0xd0, 0x83, 0x44, 0xa1, 0x01, 0x18, 0x18, 0xa1, 0x05, 0x4c];
+
+/// Bytes of a record that are fully determined by its chunk and position.
+const RECORD_FIXED_PREFIX_LEN_BYTES: usize = RECORD_FRAMING_BEFORE_IV.len() + IV_LEN_BYTES;
+
+/// One authenticated, validated record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Position in the chunk (0-based); equals the IV counter.
+    pub position: u64,
+    /// Byte offset of the record item in the chunk file.
+    pub offset: u64,
+    /// Length of the record item in bytes; `offset + len` is where the next item starts.
+    pub len: u64,
+    /// The decrypted plaintext, exactly as written (compact CloudEvents JSON).
+    pub plaintext: Vec<u8>,
+    /// The fields of the event the store relies on.
+    pub event: ValidatedEvent,
+}
+
+/// The verdict on one chunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChunkVerdict {
+    /// Every item is valid and the file ends on an item boundary.
+    Complete {
+        /// The records, in position order (possibly none: a header-only chunk is valid).
+        records: Vec<Record>,
+    },
+    /// Every complete item is valid and the only fault is an incomplete final record at the end
+    /// of the file, shaped exactly like the record the writer would have written there: what a
+    /// crash during an append leaves behind.
+    TornTail {
+        /// The valid records before the torn one.
+        records: Vec<Record>,
+        /// Length of the valid prefix of the file in bytes (the torn record starts here).
+        valid_len: u64,
+    },
+    /// Anything else. No records are returned: the chunk fails closed.
+    Corrupt {
+        /// Index of the record at fault; `None` when the header itself is at fault.
+        record_index: Option<u64>,
+        /// Byte offset of the faulty item in the file.
+        offset: u64,
+        /// What is wrong.
+        reason: CorruptReason,
+    },
+}
+
+impl ChunkVerdict {
+    /// The records a reader may use (none for a corrupt chunk).
+    pub fn records(&self) -> &[Record] {
+        match self {
+            Self::Complete { records } | Self::TornTail { records, .. } => records,
+            Self::Corrupt { .. } => &[],
+        }
+    }
+
+    /// `complete`, `torn_tail` or `corrupt`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Complete { .. } => "complete",
+            Self::TornTail { .. } => "torn_tail",
+            Self::Corrupt { .. } => "corrupt",
+        }
+    }
+}
+
+/// Why a chunk is corrupt. Authentication failures are never split further: a wrong key and
+/// tampered bytes look the same, so the reader is no oracle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CorruptReason {
+    /// Item 0 is missing, incomplete, or not the 7-element header of the right types.
+    MalformedHeader,
+    /// The header is well formed but not canonically encoded.
+    NonCanonicalHeader,
+    /// The header's profile version is not 1.
+    UnsupportedProfileVersion,
+    /// The header or a record's protected header names an algorithm other than 24.
+    WrongAlgorithm,
+    /// The header's chunk id differs from the file name.
+    ChunkIdMismatch,
+    /// A record's protected or unprotected header has a parameter other than alg / IV.
+    UnknownHeaderParameter,
+    /// A tagged COSE_Encrypt0 whose parts have the wrong types or whose IV is missing or not
+    /// 12 bytes.
+    MalformedRecord,
+    /// A record that decodes but is not in canonical encoding.
+    NonCanonicalRecord,
+    /// A record's IV does not start with the header's nonce prefix.
+    IvPrefixMismatch,
+    /// A record's IV counter is not its position in the chunk.
+    IvPositionMismatch,
+    /// The AEAD rejected the record: tampered bytes or a wrong key (deliberately not told apart).
+    AuthenticationFailed,
+    /// Bytes that are not a record where a record or the end of the file was expected (and not
+    /// the torn prefix of the next record).
+    TrailingGarbage,
+    /// The plaintext is not a valid v0 history event (JSON or schema failure).
+    InvalidEvent,
+    /// The plaintext names a data schema this reader does not support.
+    UnsupportedDataschema,
+    /// `data.sequence` does not strictly increase within the chunk.
+    SequenceNotIncreasing,
+}
+
+impl CorruptReason {
+    /// A stable snake_case name, used by `annal inspect` and the docs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::MalformedHeader => "malformed_header",
+            Self::NonCanonicalHeader => "non_canonical_header",
+            Self::UnsupportedProfileVersion => "unsupported_profile_version",
+            Self::WrongAlgorithm => "wrong_algorithm",
+            Self::ChunkIdMismatch => "chunk_id_mismatch",
+            Self::UnknownHeaderParameter => "unknown_header_parameter",
+            Self::MalformedRecord => "malformed_record",
+            Self::NonCanonicalRecord => "non_canonical_record",
+            Self::IvPrefixMismatch => "iv_prefix_mismatch",
+            Self::IvPositionMismatch => "iv_position_mismatch",
+            Self::AuthenticationFailed => "authentication_failed",
+            Self::TrailingGarbage => "trailing_garbage",
+            Self::InvalidEvent => "invalid_event",
+            Self::UnsupportedDataschema => "unsupported_dataschema",
+            Self::SequenceNotIncreasing => "sequence_not_increasing",
+        }
+    }
+}
+
+impl std::fmt::Display for CorruptReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What reading one chunk produced: its header (when it parsed) and its verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkReading {
+    /// The parsed header, or `None` when the header is at fault.
+    pub header: Option<ParsedHeader>,
+    /// The verdict.
+    pub verdict: ChunkVerdict,
+}
+
+/// How decoding one CBOR item ended.
+enum ItemError {
+    /// The input ended inside the item.
+    Incomplete,
+    /// Not decodable CBOR.
+    Invalid,
+}
+
+/// Decodes one CBOR item from the front of `cursor`, advancing it past exactly that item.
+fn decode_item(cursor: &mut &[u8]) -> Result<Value, ItemError> {
+    ciborium::de::from_reader::<Value, _>(&mut *cursor).map_err(|e| match e {
+        ciborium::de::Error::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            ItemError::Incomplete
+        }
+        _ => ItemError::Invalid,
+    })
+}
+
+/// Reads and classifies one whole chunk. `expected_chunk_id` is the id from the file name when
+/// the caller knows it; a header naming another chunk is then [`CorruptReason::ChunkIdMismatch`].
+pub fn read_chunk(
+    bytes: &[u8],
+    root: &RootKey,
+    expected_chunk_id: Option<ChunkId>,
+) -> ChunkReading {
+    let header_fault = |reason| ChunkReading {
+        header: None,
+        verdict: ChunkVerdict::Corrupt {
+            record_index: None,
+            offset: 0,
+            reason,
+        },
+    };
+    let mut cursor = bytes;
+    let Ok(header_value) = decode_item(&mut cursor) else {
+        return header_fault(CorruptReason::MalformedHeader);
+    };
+    let header_len = bytes.len() - cursor.len();
+    let parsed = match parse_header(header_value, &bytes[..header_len]) {
+        Ok(parsed) => parsed,
+        Err(fault) => {
+            return header_fault(match fault {
+                HeaderFault::Malformed => CorruptReason::MalformedHeader,
+                HeaderFault::UnsupportedVersion => CorruptReason::UnsupportedProfileVersion,
+                HeaderFault::WrongAlgorithm => CorruptReason::WrongAlgorithm,
+                HeaderFault::NonCanonical => CorruptReason::NonCanonicalHeader,
+            });
+        }
+    };
+    if let Some(expected) = expected_chunk_id
+        && expected != parsed.header.chunk_id()
+    {
+        return header_fault(CorruptReason::ChunkIdMismatch);
+    }
+    let cipher = ChunkCipher::for_header(root, &parsed.header);
+    let prefix = parsed.header.nonce_prefix();
+    let mut records = Vec::new();
+    let mut last_sequence: Option<u64> = None;
+    let verdict = loop {
+        let offset = bytes.len() - cursor.len();
+        let position = records.len() as u64;
+        if cursor.is_empty() {
+            break ChunkVerdict::Complete { records };
+        }
+        let before = cursor;
+        let corrupt = |reason| ChunkVerdict::Corrupt {
+            record_index: Some(position),
+            offset: offset as u64,
+            reason,
+        };
+        let value = match decode_item(&mut cursor) {
+            Ok(value) => value,
+            Err(ItemError::Incomplete) if is_torn_record_prefix(before, prefix, position) => {
+                break ChunkVerdict::TornTail {
+                    records,
+                    valid_len: offset as u64,
+                };
+            }
+            Err(_) => break corrupt(CorruptReason::TrailingGarbage),
+        };
+        let item = &before[..before.len() - cursor.len()];
+        let plaintext = match open_item(value, item, &cipher, &parsed.bytes, prefix, position) {
+            Ok(plaintext) => plaintext,
+            Err(reason) => break corrupt(reason),
+        };
+        let event = match validate_plaintext(&plaintext) {
+            Ok(event) => event,
+            Err(PlaintextFault::InvalidEvent) => break corrupt(CorruptReason::InvalidEvent),
+            Err(PlaintextFault::UnsupportedDataschema) => {
+                break corrupt(CorruptReason::UnsupportedDataschema);
+            }
+        };
+        if last_sequence.is_some_and(|last| event.sequence <= last) {
+            break corrupt(CorruptReason::SequenceNotIncreasing);
+        }
+        last_sequence = Some(event.sequence);
+        records.push(Record {
+            position,
+            offset: offset as u64,
+            len: item.len() as u64,
+            plaintext,
+            event,
+        });
+    };
+    ChunkReading {
+        header: Some(parsed),
+        verdict,
+    }
+}
+
+/// Checks one decoded item as the record at `position` and decrypts it.
+fn open_item(
+    value: Value,
+    item: &[u8],
+    cipher: &ChunkCipher,
+    aad: &[u8],
+    prefix: [u8; NONCE_PREFIX_LEN_BYTES],
+    position: u64,
+) -> Result<Vec<u8>, CorruptReason> {
+    let mut again = Vec::with_capacity(item.len());
+    ciborium::ser::into_writer(&value, &mut again).map_err(|_| CorruptReason::MalformedRecord)?;
+    let Value::Tag(COSE_ENCRYPT0_TAG, inner) = value else {
+        return Err(CorruptReason::TrailingGarbage);
+    };
+    let Value::Array(parts) = *inner else {
+        return Err(CorruptReason::TrailingGarbage);
+    };
+    let Ok::<[Value; 3], _>([protected, unprotected, ciphertext]) = parts.try_into() else {
+        return Err(CorruptReason::TrailingGarbage);
+    };
+    let Value::Bytes(protected_bytes) = &protected else {
+        return Err(CorruptReason::MalformedRecord);
+    };
+    if protected_bytes.as_slice() != PROTECTED_HEADER_BYTES {
+        return Err(classify_protected(protected_bytes));
+    }
+    let Value::Map(entries) = &unprotected else {
+        return Err(CorruptReason::MalformedRecord);
+    };
+    let mut iv: Option<[u8; IV_LEN_BYTES]> = None;
+    for (label, entry) in entries {
+        if *label != Value::Integer(COSE_IV_LABEL.into()) {
+            return Err(CorruptReason::UnknownHeaderParameter);
+        }
+        match entry {
+            Value::Bytes(b) if iv.is_none() => {
+                iv = Some(
+                    b.as_slice()
+                        .try_into()
+                        .map_err(|_| CorruptReason::MalformedRecord)?,
+                );
+            }
+            _ => return Err(CorruptReason::MalformedRecord),
+        }
+    }
+    let iv = iv.ok_or(CorruptReason::MalformedRecord)?;
+    if !matches!(ciphertext, Value::Bytes(_)) {
+        return Err(CorruptReason::MalformedRecord);
+    }
+    if again != item {
+        return Err(CorruptReason::NonCanonicalRecord);
+    }
+    if iv[..NONCE_PREFIX_LEN_BYTES] != prefix {
+        return Err(CorruptReason::IvPrefixMismatch);
+    }
+    if iv != record_iv(prefix, position) {
+        return Err(CorruptReason::IvPositionMismatch);
+    }
+    let cose =
+        CoseEncrypt0::from_cbor_value(Value::Array(vec![protected, unprotected, ciphertext]))
+            .map_err(|_| CorruptReason::MalformedRecord)?;
+    cipher
+        .open(&cose, aad, &iv)
+        .map_err(|()| CorruptReason::AuthenticationFailed)
+}
+
+/// Says what is wrong with a protected header that is not exactly `{1: 24}`.
+fn classify_protected(bytes: &[u8]) -> CorruptReason {
+    let mut cursor = bytes;
+    let Ok(Value::Map(entries)) = decode_item(&mut cursor) else {
+        return CorruptReason::MalformedRecord;
+    };
+    if !cursor.is_empty() {
+        return CorruptReason::MalformedRecord;
+    }
+    let alg_label = Value::Integer(COSE_ALG_LABEL.into());
+    match entries.iter().find(|(label, _)| *label == alg_label) {
+        None => return CorruptReason::MalformedRecord,
+        Some((_, alg)) if *alg != Value::Integer(24.into()) => {
+            return CorruptReason::WrongAlgorithm;
+        }
+        Some(_) => {}
+    }
+    if entries.len() > 1 {
+        return CorruptReason::UnknownHeaderParameter;
+    }
+    // Exactly {1: 24}, spelled with more bytes than necessary.
+    CorruptReason::NonCanonicalRecord
+}
+
+/// Whether `tail` (non-empty, ending inside an item) is a prefix of the record the writer would
+/// have put at `position`: the fixed framing, the exact IV, then the head of a byte string no
+/// longer than a record may be.
+fn is_torn_record_prefix(tail: &[u8], prefix: [u8; NONCE_PREFIX_LEN_BYTES], position: u64) -> bool {
+    let mut fixed = [0u8; RECORD_FIXED_PREFIX_LEN_BYTES];
+    fixed[..RECORD_FRAMING_BEFORE_IV.len()].copy_from_slice(&RECORD_FRAMING_BEFORE_IV);
+    fixed[RECORD_FRAMING_BEFORE_IV.len()..].copy_from_slice(&record_iv(prefix, position));
+    let shared = tail.len().min(RECORD_FIXED_PREFIX_LEN_BYTES);
+    if tail.is_empty() || tail[..shared] != fixed[..shared] {
+        return false;
+    }
+    let Some((&initial, rest)) = tail[shared..].split_first() else {
+        return true;
+    };
+    // Major type 2 (byte string), definite length.
+    let extra_len_bytes = match initial {
+        0x40..=0x57 => return usize::from(initial - 0x40) <= MAX_RECORD_LEN_BYTES,
+        0x58 => 1,
+        0x59 => 2,
+        0x5a => 4,
+        0x5b => 8,
+        _ => return false,
+    };
+    if rest.len() < extra_len_bytes {
+        return true;
+    }
+    let declared = rest[..extra_len_bytes]
+        .iter()
+        .fold(0u64, |acc, b| (acc << 8) | u64::from(*b));
+    declared <= MAX_RECORD_LEN_BYTES as u64
+}

@@ -1,0 +1,135 @@
+//! Shared helpers for the engine's integration tests: the reference fixture.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+
+use annal_engine::keys::RootKey;
+use annal_engine::profile::{ChunkHeader, ChunkId};
+
+/// The fixture directory; panics (never skips) when `../shared` is missing.
+pub fn fixture_dir() -> PathBuf {
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/fixtures/cua-reference"
+    ));
+    assert!(
+        dir.join("records.json").is_file(),
+        "the reference fixture is missing: `../shared` must sit beside the repository ({})",
+        dir.display()
+    );
+    dir
+}
+
+/// The fixture's namespace root key (00 01 .. 1f).
+pub fn fixture_key() -> RootKey {
+    let mut bytes = [0u8; 32];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = i as u8;
+    }
+    RootKey::from_bytes(bytes)
+}
+
+/// One record as `records.json` describes it.
+#[derive(Debug, Clone)]
+pub struct FixtureRecord {
+    pub offset: usize,
+    pub len: usize,
+    pub iv_hex: String,
+    pub plaintext: String,
+}
+
+/// `records.json`, the parts the tests use.
+#[derive(Debug, Clone)]
+pub struct Fixture {
+    pub file_name: String,
+    pub chunk_id: ChunkId,
+    pub header_hex: String,
+    pub stream_id: String,
+    pub key_reference: String,
+    pub epoch: u64,
+    pub nonce_prefix: [u8; 4],
+    pub records: Vec<FixtureRecord>,
+    pub chunk_bytes: Vec<u8>,
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+pub fn fixture() -> Fixture {
+    let dir = fixture_dir();
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("records.json")).unwrap()).unwrap();
+    let header = &json["header"];
+    let file_name = json["file"].as_str().unwrap().to_owned();
+    let records = json["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| FixtureRecord {
+            offset: r["offset"].as_u64().unwrap() as usize,
+            len: r["len"].as_u64().unwrap() as usize,
+            iv_hex: r["iv_hex"].as_str().unwrap().to_owned(),
+            plaintext: r["plaintext"].as_str().unwrap().to_owned(),
+        })
+        .collect();
+    let chunk_bytes = std::fs::read(dir.join("store/chunks").join(&file_name)).unwrap();
+    Fixture {
+        chunk_id: ChunkId::from_hex(header["chunk_id"].as_str().unwrap()).unwrap(),
+        header_hex: header["hex"].as_str().unwrap().to_owned(),
+        stream_id: header["stream_id"].as_str().unwrap().to_owned(),
+        key_reference: header["key_reference"].as_str().unwrap().to_owned(),
+        epoch: header["epoch"].as_u64().unwrap(),
+        nonce_prefix: unhex(header["nonce_prefix_hex"].as_str().unwrap())
+            .try_into()
+            .unwrap(),
+        file_name,
+        records,
+        chunk_bytes,
+    }
+}
+
+impl Fixture {
+    /// The fixture's header as annal's type.
+    pub fn header(&self) -> ChunkHeader {
+        ChunkHeader::new(
+            self.epoch,
+            &self.key_reference,
+            &self.stream_id,
+            self.chunk_id,
+            self.nonce_prefix,
+        )
+        .unwrap()
+    }
+
+    /// The bytes of record `i`.
+    pub fn record_bytes(&self, i: usize) -> &[u8] {
+        let r = &self.records[i];
+        &self.chunk_bytes[r.offset..r.offset + r.len]
+    }
+}
+
+/// Copies a directory tree (files and directories only) into `to`, making everything writable
+/// by the owner so a test may modify the copy.
+pub fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(to).unwrap();
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+    }
+}
