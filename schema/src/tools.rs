@@ -109,10 +109,10 @@ impl QueryRequest {
                 _ => return Err(INVALID),
             }
         }
-        if let (Some(since), Some(until)) = (request.since_sequence, request.until_sequence) {
-            if since > until {
-                return Err(ErrorCode::InvalidHistoryQueryRange);
-            }
+        if let (Some(since), Some(until)) = (request.since_sequence, request.until_sequence)
+            && since > until
+        {
+            return Err(ErrorCode::InvalidHistoryQueryRange);
         }
         Ok(request)
     }
