@@ -1,0 +1,833 @@
+//! The v0 history event: a CloudEvents 1.0 envelope around closed `data`.
+//!
+//! Deserialization rejects anything off-contract: unknown fields at every level, `null` where a
+//! value is optional, out-of-range numbers, unknown enum strings, ids of the wrong form, and an
+//! event `type` that disagrees with the payload `kind`. The event type is not stored: it is a
+//! function of the payload, so a mismatched pair cannot even be built.
+//!
+//! Serialization is compact JSON in the reference implementation's field order, so an event read
+//! from a reference chunk re-serializes to the identical bytes.
+
+use std::fmt;
+
+use serde::ser::{SerializeMap, SerializeStruct};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::HealthCategory;
+use crate::ids::{BundleId, Capability, DisplayName, OpaqueId, Sequence, SourceUrn, Subject};
+use crate::time::EventTime;
+
+/// The `dataschema` of every v0 event.
+pub const DATASCHEMA_V0: &str = "urn:cua-driver:schema:history-event:v0";
+/// The CloudEvents `specversion`.
+pub const SPEC_VERSION: &str = "1.0";
+/// The `datacontenttype` of every v0 event.
+pub const DATA_CONTENT_TYPE: &str = "application/json";
+/// Most entries in `evidence_kinds`.
+pub const EVIDENCE_KINDS_MAX_ITEMS: usize = 16;
+/// Largest `returned_events` in an access payload (the query limit's maximum).
+pub const RETURNED_EVENTS_MAX: u8 = 200;
+
+/// One history event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// Unique id of this event within its source.
+    pub id: OpaqueId,
+    /// The history stream that produced it.
+    pub source: SourceUrn,
+    /// CloudEvents subject (`control`, `session`, `action/<id>`, `access`, `writer`).
+    pub subject: Subject,
+    /// When it happened.
+    pub time: EventTime,
+    /// The closed metadata payload.
+    pub data: EventData,
+}
+
+impl Event {
+    /// The CloudEvents `type`, implied by the payload.
+    pub fn event_type(&self) -> EventType {
+        self.data.payload.event_type()
+    }
+
+    /// Parses compact or pretty JSON bytes, rejecting anything off-contract.
+    pub fn from_json_slice(bytes: &[u8]) -> Result<Self, EventError> {
+        serde_json::from_slice(bytes).map_err(EventError::from_json)
+    }
+
+    /// Parses a JSON value, rejecting anything off-contract.
+    pub fn from_json_value(value: serde_json::Value) -> Result<Self, EventError> {
+        serde_json::from_value(value).map_err(EventError::from_json)
+    }
+
+    /// Compact JSON in the reference's field order.
+    pub fn to_json_vec(&self) -> Vec<u8> {
+        // Serializing these types into memory cannot fail: every map key is a string and no
+        // Serialize impl here returns an error.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// Why bytes are not a v0 event. It says where parsing stopped and what kind of failure it was,
+/// never the offending value (it may be content that must not reach a log).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventError {
+    /// What kind of failure.
+    pub kind: EventErrorKind,
+    /// 1-based line where parsing stopped (0 if unknown).
+    pub line: usize,
+    /// 1-based column where parsing stopped (0 if unknown).
+    pub column: usize,
+}
+
+/// The kinds of [`EventError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EventErrorKind {
+    /// Not well-formed JSON.
+    Syntax,
+    /// The input ended early.
+    Eof,
+    /// Well-formed JSON that breaks the v0 contract.
+    Contract,
+}
+
+impl EventError {
+    fn from_json(error: serde_json::Error) -> Self {
+        use serde_json::error::Category;
+        let kind = match error.classify() {
+            Category::Syntax | Category::Io => EventErrorKind::Syntax,
+            Category::Eof => EventErrorKind::Eof,
+            Category::Data => EventErrorKind::Contract,
+        };
+        Self {
+            kind,
+            line: error.line(),
+            column: error.column(),
+        }
+    }
+}
+
+impl fmt::Display for EventError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.kind {
+            EventErrorKind::Syntax => "malformed JSON",
+            EventErrorKind::Eof => "truncated JSON",
+            EventErrorKind::Contract => "JSON that breaks the v0 event contract",
+        };
+        write!(f, "{what} at line {} column {}", self.line, self.column)
+    }
+}
+
+impl std::error::Error for EventError {}
+
+/// The seven event types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EventType {
+    /// A user lifecycle operation.
+    #[serde(rename = "cua-driver.history.control.v0")]
+    Control,
+    /// A Cua-mediated action began.
+    #[serde(rename = "cua-driver.history.action_started.v0")]
+    ActionStarted,
+    /// A Cua-mediated action's validated outcome.
+    #[serde(rename = "cua-driver.history.action_completed.v0")]
+    ActionCompleted,
+    /// A driver session began.
+    #[serde(rename = "cua-driver.history.session_started.v0")]
+    SessionStarted,
+    /// A driver session ended.
+    #[serde(rename = "cua-driver.history.session_ended.v0")]
+    SessionEnded,
+    /// A local CLI or agent query returned events.
+    #[serde(rename = "cua-driver.history.access.v0")]
+    Access,
+    /// A fixed writer-health or dropped-event marker.
+    #[serde(rename = "cua-driver.history.health.v0")]
+    Health,
+}
+
+impl EventType {
+    /// Every type.
+    pub const ALL: [EventType; 7] = [
+        Self::Control,
+        Self::ActionStarted,
+        Self::ActionCompleted,
+        Self::SessionStarted,
+        Self::SessionEnded,
+        Self::Access,
+        Self::Health,
+    ];
+
+    /// The exact wire string.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Control => "cua-driver.history.control.v0",
+            Self::ActionStarted => "cua-driver.history.action_started.v0",
+            Self::ActionCompleted => "cua-driver.history.action_completed.v0",
+            Self::SessionStarted => "cua-driver.history.session_started.v0",
+            Self::SessionEnded => "cua-driver.history.session_ended.v0",
+            Self::Access => "cua-driver.history.access.v0",
+            Self::Health => "cua-driver.history.health.v0",
+        }
+    }
+}
+
+/// The closed `data` object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventData {
+    /// Keyed (opaque) session id; never the raw label.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub session_id: Option<OpaqueId>,
+    /// Opaque id pairing an action's started and completed events.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub action_id: Option<OpaqueId>,
+    /// Position in the stream, assigned by the writer.
+    pub sequence: Sequence,
+    /// The desktop platform.
+    pub platform: Platform,
+    /// Where the driver runs (always `in_daemon` in v0).
+    pub process_model: ProcessModel,
+    /// The Cua capability an action used.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub capability: Option<Capability>,
+    /// Who called the driver (always `cua_runtime` in v0).
+    pub caller_category: CallerCategory,
+    /// Fixed application identity fields, when known.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub application: Option<Application>,
+    /// What happened.
+    pub payload: Payload,
+}
+
+/// Deserializes an optional field that, when present, must hold a value (`null` is refused:
+/// the JSON Schema has no `null` in any enum or type).
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
+/// The desktop platform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Platform {
+    /// macOS.
+    Macos,
+    /// Windows.
+    Windows,
+    /// Linux.
+    Linux,
+}
+
+/// The driver's process model; v0 has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessModel {
+    /// The driver runs inside the desktop daemon.
+    InDaemon,
+}
+
+/// The caller category; v0 has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallerCategory {
+    /// A Cua agent runtime.
+    CuaRuntime,
+}
+
+/// Application identity: at least one of the two fixed fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "WireApplication")]
+pub struct Application {
+    /// Platform application identifier.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bundle_id: Option<BundleId>,
+    /// Human-facing application name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    display_name: Option<DisplayName>,
+}
+
+impl Application {
+    /// An identity with at least one field; `None` when both are absent.
+    pub fn new(bundle_id: Option<BundleId>, display_name: Option<DisplayName>) -> Option<Self> {
+        (bundle_id.is_some() || display_name.is_some()).then_some(Self {
+            bundle_id,
+            display_name,
+        })
+    }
+
+    /// The bundle id, if known.
+    pub fn bundle_id(&self) -> Option<&BundleId> {
+        self.bundle_id.as_ref()
+    }
+
+    /// The display name, if known.
+    pub fn display_name(&self) -> Option<&DisplayName> {
+        self.display_name.as_ref()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireApplication {
+    #[serde(default, deserialize_with = "present")]
+    bundle_id: Option<BundleId>,
+    #[serde(default, deserialize_with = "present")]
+    display_name: Option<DisplayName>,
+}
+
+impl TryFrom<WireApplication> for Application {
+    type Error = &'static str;
+    fn try_from(w: WireApplication) -> Result<Self, Self::Error> {
+        Application::new(w.bundle_id, w.display_name).ok_or("application needs at least one field")
+    }
+}
+
+/// What an event records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// A user lifecycle operation.
+    Control {
+        /// Which operation.
+        operation: ControlOperation,
+    },
+    /// An action began.
+    ActionStarted,
+    /// An action's validated outcome.
+    ActionCompleted(ActionOutcome),
+    /// A driver session began or ended.
+    Session {
+        /// Which end of the session.
+        phase: SessionPhase,
+    },
+    /// A query returned events.
+    Access {
+        /// Who read.
+        operation: AccessOperation,
+        /// How many events the read returned.
+        returned_events: ReturnedEvents,
+    },
+    /// A health marker.
+    Health {
+        /// The fixed category.
+        category: HealthCategory,
+        /// How many occurrences (for `events_dropped`, how many events were dropped).
+        count: u64,
+    },
+}
+
+impl Payload {
+    /// The event type this payload implies.
+    pub fn event_type(&self) -> EventType {
+        match self {
+            Self::Control { .. } => EventType::Control,
+            Self::ActionStarted => EventType::ActionStarted,
+            Self::ActionCompleted(_) => EventType::ActionCompleted,
+            Self::Session {
+                phase: SessionPhase::Started,
+            } => EventType::SessionStarted,
+            Self::Session {
+                phase: SessionPhase::Ended,
+            } => EventType::SessionEnded,
+            Self::Access { .. } => EventType::Access,
+            Self::Health { .. } => EventType::Health,
+        }
+    }
+
+    /// The wire `kind`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Control { .. } => "control",
+            Self::ActionStarted => "action_started",
+            Self::ActionCompleted(_) => "action_completed",
+            Self::Session { .. } => "session",
+            Self::Access { .. } => "access",
+            Self::Health { .. } => "health",
+        }
+    }
+}
+
+/// The validated outcome of an action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionOutcome {
+    /// What the action achieved.
+    pub effect: Effect,
+    /// How input reached the target.
+    pub route: Route,
+    /// Whether delivery was background or foreground, when known.
+    pub delivery: Option<Delivery>,
+    /// How many units (clicks, key presses) were delivered, when counted.
+    pub delivered_count: Option<u32>,
+    /// Which read-backs confirmed the effect.
+    pub evidence_kinds: EvidenceKinds,
+    /// What a caller could do next, when the action did not fully succeed.
+    pub escalation_kind: Option<EscalationKind>,
+}
+
+/// At most [`EVIDENCE_KINDS_MAX_ITEMS`] evidence kinds.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EvidenceKinds(Vec<EvidenceKind>);
+
+impl EvidenceKinds {
+    /// `None` when more than [`EVIDENCE_KINDS_MAX_ITEMS`] are given.
+    pub fn new(kinds: Vec<EvidenceKind>) -> Option<Self> {
+        (kinds.len() <= EVIDENCE_KINDS_MAX_ITEMS).then_some(Self(kinds))
+    }
+
+    /// The kinds, in recorded order.
+    pub fn as_slice(&self) -> &[EvidenceKind] {
+        &self.0
+    }
+}
+
+/// `returned_events` of an access payload: 0..=200.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReturnedEvents(u8);
+
+impl ReturnedEvents {
+    /// `None` above [`RETURNED_EVENTS_MAX`].
+    pub fn new(count: usize) -> Option<Self> {
+        u8::try_from(count)
+            .ok()
+            .filter(|c| *c <= RETURNED_EVENTS_MAX)
+            .map(Self)
+    }
+
+    /// The count.
+    pub fn get(self) -> u8 {
+        self.0
+    }
+}
+
+macro_rules! wire_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $wire:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name {
+            $($(#[$vmeta])* #[serde(rename = $wire)] $variant,)+
+        }
+
+        impl $name {
+            /// Every value.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The exact wire string.
+            pub const fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $wire,)+ }
+            }
+        }
+    };
+}
+
+wire_enum!(
+    /// A user lifecycle operation.
+    ControlOperation {
+        /// Capture was enabled.
+        Enable => "enable",
+        /// Capture was disabled.
+        Disable => "disable",
+        /// Capture was paused.
+        Pause => "pause",
+        /// Capture was resumed.
+        Resume => "resume",
+        /// Buffered events were flushed.
+        Flush => "flush",
+        /// History was deleted.
+        Delete => "delete",
+    }
+);
+
+wire_enum!(
+    /// What an action achieved.
+    Effect {
+        /// Read-back confirmed the effect.
+        Confirmed => "confirmed",
+        /// Part of the effect was confirmed.
+        Partial => "partial",
+        /// No read-back was possible.
+        Unverifiable => "unverifiable",
+        /// Read-back suggests nothing changed.
+        SuspectedNoop => "suspected_noop",
+        /// The driver refused the action.
+        Refused => "refused",
+        /// The action failed.
+        Failed => "failed",
+    }
+);
+
+wire_enum!(
+    /// How input reached the target.
+    Route {
+        /// Accessibility API.
+        Accessibility => "accessibility",
+        /// Synthetic events posted to the target.
+        SyntheticEvents => "synthetic_events",
+        /// Global input injection.
+        GlobalInput => "global_input",
+        /// A system API.
+        SystemApi => "system_api",
+        /// The browser DOM.
+        Dom => "dom",
+        /// Trusted browser input.
+        TrustedInput => "trusted_input",
+        /// Not known.
+        Unknown => "unknown",
+    }
+);
+
+wire_enum!(
+    /// Whether delivery was background or foreground.
+    Delivery {
+        /// Without activating the target.
+        Background => "background",
+        /// With the target in front.
+        Foreground => "foreground",
+        /// Delivery does not apply.
+        NotApplicable => "not_applicable",
+        /// Not known.
+        Unknown => "unknown",
+    }
+);
+
+wire_enum!(
+    /// A read-back that confirmed an effect.
+    EvidenceKind {
+        /// Accessibility read-back.
+        AccessibilityReadback => "accessibility_readback",
+        /// Browser read-back.
+        BrowserReadback => "browser_readback",
+        /// Value read-back.
+        ValueReadback => "value_readback",
+        /// A window changed.
+        WindowChange => "window_change",
+    }
+);
+
+wire_enum!(
+    /// What a caller could do next.
+    EscalationKind {
+        /// Activate the target first.
+        ActivateTarget => "activate_target",
+        /// Retry with a pixel target.
+        RetryWithPixelTarget => "retry_with_pixel_target",
+        /// Retry with a page action.
+        RetryWithPageAction => "retry_with_page_action",
+        /// Refresh page state.
+        RefreshPageState => "refresh_page_state",
+        /// Ask the user for a permission.
+        RequestPermission => "request_permission",
+        /// Elevate access.
+        ElevateAccess => "elevate_access",
+        /// Capture a wider scope.
+        ExpandCaptureScope => "expand_capture_scope",
+        /// Prepare the session.
+        PrepareSession => "prepare_session",
+        /// Retry with foreground delivery.
+        RetryWithForegroundDelivery => "retry_with_foreground_delivery",
+    }
+);
+
+wire_enum!(
+    /// Which end of a session.
+    SessionPhase {
+        /// The session began.
+        Started => "started",
+        /// The session ended.
+        Ended => "ended",
+    }
+);
+
+wire_enum!(
+    /// Who read history.
+    AccessOperation {
+        /// An agent through `history_query`.
+        AgentQuery => "agent_query",
+        /// The local CLI.
+        LocalCli => "local_cli",
+    }
+);
+
+/// The payload as it appears on the wire: every field any kind may carry, each refused as `null`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WirePayload {
+    kind: WireKind,
+    #[serde(default, deserialize_with = "present")]
+    operation: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    effect: Option<Effect>,
+    #[serde(default, deserialize_with = "present")]
+    route: Option<Route>,
+    #[serde(default, deserialize_with = "present")]
+    delivery: Option<Delivery>,
+    #[serde(default, deserialize_with = "present")]
+    delivered_count: Option<u32>,
+    #[serde(default, deserialize_with = "present")]
+    evidence_kinds: Option<Vec<EvidenceKind>>,
+    #[serde(default, deserialize_with = "present")]
+    escalation_kind: Option<EscalationKind>,
+    #[serde(default, deserialize_with = "present")]
+    phase: Option<SessionPhase>,
+    #[serde(default, deserialize_with = "present")]
+    returned_events: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
+    category: Option<HealthCategory>,
+    #[serde(default, deserialize_with = "present")]
+    count: Option<u64>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+enum WireKind {
+    Control,
+    ActionStarted,
+    ActionCompleted,
+    Session,
+    Access,
+    Health,
+}
+
+impl WirePayload {
+    /// True when only the fields named in `allowed` are present.
+    fn only(&self, allowed: &[&str]) -> bool {
+        let present = [
+            ("operation", self.operation.is_some()),
+            ("effect", self.effect.is_some()),
+            ("route", self.route.is_some()),
+            ("delivery", self.delivery.is_some()),
+            ("delivered_count", self.delivered_count.is_some()),
+            ("evidence_kinds", self.evidence_kinds.is_some()),
+            ("escalation_kind", self.escalation_kind.is_some()),
+            ("phase", self.phase.is_some()),
+            ("returned_events", self.returned_events.is_some()),
+            ("category", self.category.is_some()),
+            ("count", self.count.is_some()),
+        ];
+        present
+            .iter()
+            .all(|(name, is_present)| !is_present || allowed.contains(name))
+    }
+
+    fn into_payload(self) -> Result<Payload, &'static str> {
+        const FIELD_NOT_ALLOWED: &str = "payload has a field its kind does not allow";
+        const MISSING: &str = "payload lacks a field its kind requires";
+        match self.kind {
+            WireKind::Control => {
+                if !self.only(&["operation"]) {
+                    return Err(FIELD_NOT_ALLOWED);
+                }
+                let operation = match self.operation.as_deref().ok_or(MISSING)? {
+                    "enable" => ControlOperation::Enable,
+                    "disable" => ControlOperation::Disable,
+                    "pause" => ControlOperation::Pause,
+                    "resume" => ControlOperation::Resume,
+                    "flush" => ControlOperation::Flush,
+                    "delete" => ControlOperation::Delete,
+                    _ => return Err("unknown control operation"),
+                };
+                Ok(Payload::Control { operation })
+            }
+            WireKind::ActionStarted => {
+                if !self.only(&[]) {
+                    return Err(FIELD_NOT_ALLOWED);
+                }
+                Ok(Payload::ActionStarted)
+            }
+            WireKind::ActionCompleted => {
+                let allowed = [
+                    "effect",
+                    "route",
+                    "delivery",
+                    "delivered_count",
+                    "evidence_kinds",
+                    "escalation_kind",
+                ];
+                if !self.only(&allowed) {
+                    return Err(FIELD_NOT_ALLOWED);
+                }
+                let evidence_kinds = EvidenceKinds::new(self.evidence_kinds.ok_or(MISSING)?)
+                    .ok_or("too many evidence kinds")?;
+                Ok(Payload::ActionCompleted(ActionOutcome {
+                    effect: self.effect.ok_or(MISSING)?,
+                    route: self.route.ok_or(MISSING)?,
+                    delivery: self.delivery,
+                    delivered_count: self.delivered_count,
+                    evidence_kinds,
+                    escalation_kind: self.escalation_kind,
+                }))
+            }
+            WireKind::Session => {
+                if !self.only(&["phase"]) {
+                    return Err(FIELD_NOT_ALLOWED);
+                }
+                Ok(Payload::Session {
+                    phase: self.phase.ok_or(MISSING)?,
+                })
+            }
+            WireKind::Access => {
+                if !self.only(&["operation", "returned_events"]) {
+                    return Err(FIELD_NOT_ALLOWED);
+                }
+                let operation = match self.operation.as_deref().ok_or(MISSING)? {
+                    "agent_query" => AccessOperation::AgentQuery,
+                    "local_cli" => AccessOperation::LocalCli,
+                    _ => return Err("unknown access operation"),
+                };
+                let returned = self.returned_events.ok_or(MISSING)?;
+                let returned_events = usize::try_from(returned)
+                    .ok()
+                    .and_then(ReturnedEvents::new)
+                    .ok_or("returned_events out of range")?;
+                Ok(Payload::Access {
+                    operation,
+                    returned_events,
+                })
+            }
+            WireKind::Health => {
+                if !self.only(&["category", "count"]) {
+                    return Err(FIELD_NOT_ALLOWED);
+                }
+                Ok(Payload::Health {
+                    category: self.category.ok_or(MISSING)?,
+                    count: self.count.ok_or(MISSING)?,
+                })
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Payload {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        WirePayload::deserialize(d)?
+            .into_payload()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for Payload {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("kind", self.kind())?;
+        match self {
+            Self::Control { operation } => map.serialize_entry("operation", operation)?,
+            Self::ActionStarted => {}
+            Self::ActionCompleted(outcome) => {
+                map.serialize_entry("effect", &outcome.effect)?;
+                map.serialize_entry("route", &outcome.route)?;
+                if let Some(delivery) = &outcome.delivery {
+                    map.serialize_entry("delivery", delivery)?;
+                }
+                if let Some(count) = &outcome.delivered_count {
+                    map.serialize_entry("delivered_count", count)?;
+                }
+                map.serialize_entry("evidence_kinds", outcome.evidence_kinds.as_slice())?;
+                if let Some(escalation) = &outcome.escalation_kind {
+                    map.serialize_entry("escalation_kind", escalation)?;
+                }
+            }
+            Self::Session { phase } => map.serialize_entry("phase", phase)?,
+            Self::Access {
+                operation,
+                returned_events,
+            } => {
+                map.serialize_entry("operation", operation)?;
+                map.serialize_entry("returned_events", &returned_events.get())?;
+            }
+            Self::Health { category, count } => {
+                map.serialize_entry("category", category)?;
+                map.serialize_entry("count", count)?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// Single-value wire constants: anything else fails to deserialize.
+#[derive(Deserialize)]
+enum WireSpecVersion {
+    #[serde(rename = "1.0")]
+    V1,
+}
+
+#[derive(Deserialize)]
+enum WireContentType {
+    #[serde(rename = "application/json")]
+    Json,
+}
+
+#[derive(Deserialize)]
+enum WireDataSchema {
+    #[serde(rename = "urn:cua-driver:schema:history-event:v0")]
+    V0,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireEvent {
+    #[allow(dead_code)]
+    specversion: WireSpecVersion,
+    id: OpaqueId,
+    source: SourceUrn,
+    #[serde(rename = "type")]
+    event_type: EventType,
+    subject: Subject,
+    time: EventTime,
+    #[allow(dead_code)]
+    datacontenttype: WireContentType,
+    #[allow(dead_code)]
+    dataschema: WireDataSchema,
+    data: EventData,
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let wire = WireEvent::deserialize(d)?;
+        if wire.event_type != wire.data.payload.event_type() {
+            return Err(serde::de::Error::custom(
+                "event type and payload kind disagree",
+            ));
+        }
+        Ok(Event {
+            id: wire.id,
+            source: wire.source,
+            subject: wire.subject,
+            time: wire.time,
+            data: wire.data,
+        })
+    }
+}
+
+impl Serialize for Event {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("Event", 9)?;
+        st.serialize_field("specversion", SPEC_VERSION)?;
+        st.serialize_field("id", &self.id)?;
+        st.serialize_field("source", &self.source)?;
+        st.serialize_field("type", self.event_type().as_str())?;
+        st.serialize_field("subject", &self.subject)?;
+        st.serialize_field("time", &self.time)?;
+        st.serialize_field("datacontenttype", DATA_CONTENT_TYPE)?;
+        st.serialize_field("dataschema", DATASCHEMA_V0)?;
+        st.serialize_field("data", &self.data)?;
+        st.end()
+    }
+}

@@ -1,0 +1,357 @@
+//! Bounded identifier and name newtypes.
+//!
+//! Each type checks its value once, at construction or deserialization, so holding one proves the
+//! value is within the contract. The character sets are deliberately narrow: a field that can
+//! only hold hex, or a short name without control characters, cannot carry typed text, paths or
+//! other prohibited content (ARCHITECTURE.md section 9).
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Length of an opaque id in hex characters (128 bits).
+pub const OPAQUE_ID_LEN_CHARS: usize = 32;
+/// Longest capability name, in characters.
+pub const CAPABILITY_MAX_LEN_CHARS: usize = 128;
+/// Longest bundle id, in characters.
+pub const BUNDLE_ID_MAX_LEN_CHARS: usize = 160;
+/// Longest display name, in characters.
+pub const DISPLAY_NAME_MAX_LEN_CHARS: usize = 120;
+/// Longest CloudEvents subject, in characters.
+pub const SUBJECT_MAX_LEN_CHARS: usize = 160;
+/// The fixed prefix of an event's `source`.
+pub const SOURCE_URN_PREFIX: &str = "urn:cua-driver:history:";
+
+/// Why a bounded string was refused. Carries no part of the refused value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InvalidId {
+    /// The value is empty or longer than its limit.
+    Length,
+    /// The value holds a character outside its allowed set.
+    Charset,
+}
+
+impl std::error::Error for InvalidId {}
+
+impl fmt::Display for InvalidId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Length => "value is empty or too long",
+            Self::Charset => "value holds a character outside its allowed set",
+        })
+    }
+}
+
+fn is_lower_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+fn check_len(s: &str, max_chars: usize) -> Result<(), InvalidId> {
+    let n = s.chars().count();
+    if n == 0 || n > max_chars {
+        Err(InvalidId::Length)
+    } else {
+        Ok(())
+    }
+}
+
+/// Implements the shared plumbing of a validated string newtype: `as_str`, `Display`,
+/// `TryFrom<String>`, `FromStr`, and serde that validates on the way in.
+macro_rules! bounded_string {
+    ($name:ident, $check:path) => {
+        impl $name {
+            /// Validates `value`.
+            pub fn new(value: impl Into<String>) -> Result<Self, InvalidId> {
+                let value = value.into();
+                $check(&value)?;
+                Ok(Self(value))
+            }
+
+            /// The validated value.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = InvalidId;
+            fn try_from(value: String) -> Result<Self, InvalidId> {
+                Self::new(value)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = InvalidId;
+            fn from_str(value: &str) -> Result<Self, InvalidId> {
+                Self::new(value)
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let value = String::deserialize(d)?;
+                Self::new(value).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+/// A 128-bit opaque identifier: exactly 32 lower-case hex characters. Event, session, action,
+/// stream and chunk ids all have this form.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpaqueId(String);
+
+fn check_opaque_id(s: &str) -> Result<(), InvalidId> {
+    if s.len() != OPAQUE_ID_LEN_CHARS {
+        return Err(InvalidId::Length);
+    }
+    if !is_lower_hex(s, OPAQUE_ID_LEN_CHARS) {
+        return Err(InvalidId::Charset);
+    }
+    Ok(())
+}
+bounded_string!(OpaqueId, check_opaque_id);
+
+impl OpaqueId {
+    /// The id of 16 raw bytes, as lower-case hex.
+    pub fn from_bytes(bytes: [u8; 16]) -> Self {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut s = String::with_capacity(OPAQUE_ID_LEN_CHARS);
+        for b in bytes {
+            s.push(char::from(HEX[usize::from(b >> 4)]));
+            s.push(char::from(HEX[usize::from(b & 0x0f)]));
+        }
+        Self(s)
+    }
+
+    /// The 16 raw bytes of the id.
+    pub fn to_bytes(&self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        let digits = self.0.as_bytes();
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = (hex_value(digits[2 * i]) << 4) | hex_value(digits[2 * i + 1]);
+        }
+        out
+    }
+}
+
+/// The value of one validated lower-case hex digit.
+fn hex_value(digit: u8) -> u8 {
+    match digit {
+        b'0'..=b'9' => digit - b'0',
+        b'a'..=b'f' => digit - b'a' + 10,
+        _ => 0,
+    }
+}
+
+/// A Cua capability name such as `input.pointer.click`: 1..=128 characters of `[a-z0-9._-]`,
+/// starting with a letter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Capability(String);
+
+fn check_capability(s: &str) -> Result<(), InvalidId> {
+    check_len(s, CAPABILITY_MAX_LEN_CHARS)?;
+    let mut bytes = s.bytes();
+    let first_is_letter = bytes.next().is_some_and(|b| b.is_ascii_lowercase());
+    if !first_is_letter
+        || !s
+            .bytes()
+            .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'-'))
+    {
+        return Err(InvalidId::Charset);
+    }
+    Ok(())
+}
+bounded_string!(Capability, check_capability);
+
+/// A platform application identifier (bundle id, AUMID, desktop id): 1..=160 characters, no
+/// whitespace or control characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BundleId(String);
+
+fn check_bundle_id(s: &str) -> Result<(), InvalidId> {
+    check_len(s, BUNDLE_ID_MAX_LEN_CHARS)?;
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(InvalidId::Charset);
+    }
+    Ok(())
+}
+bounded_string!(BundleId, check_bundle_id);
+
+/// An application's display name: 1..=120 characters, no control characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DisplayName(String);
+
+fn check_display_name(s: &str) -> Result<(), InvalidId> {
+    check_len(s, DISPLAY_NAME_MAX_LEN_CHARS)?;
+    if s.chars().any(char::is_control) {
+        return Err(InvalidId::Charset);
+    }
+    Ok(())
+}
+bounded_string!(DisplayName, check_display_name);
+
+/// The CloudEvents `subject`: 1..=160 characters, no control characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Subject(String);
+
+fn check_subject(s: &str) -> Result<(), InvalidId> {
+    check_len(s, SUBJECT_MAX_LEN_CHARS)?;
+    if s.chars().any(char::is_control) {
+        return Err(InvalidId::Charset);
+    }
+    Ok(())
+}
+bounded_string!(Subject, check_subject);
+
+impl Subject {
+    /// The subject the reference writes for an action's events: `action/<action id>`.
+    pub fn for_action(action_id: &OpaqueId) -> Self {
+        Self(format!("action/{}", action_id.as_str()))
+    }
+}
+
+/// The CloudEvents `source` of a history stream: `urn:cua-driver:history:` + 32 lower hex.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceUrn(String);
+
+fn check_source(s: &str) -> Result<(), InvalidId> {
+    let Some(stream) = s.strip_prefix(SOURCE_URN_PREFIX) else {
+        return Err(InvalidId::Charset);
+    };
+    check_opaque_id(stream)
+}
+bounded_string!(SourceUrn, check_source);
+
+impl SourceUrn {
+    /// The source of the stream with this id.
+    pub fn for_stream(stream_id: &OpaqueId) -> Self {
+        Self(format!("{SOURCE_URN_PREFIX}{}", stream_id.as_str()))
+    }
+
+    /// The stream id part.
+    pub fn stream_id(&self) -> &str {
+        &self.0[SOURCE_URN_PREFIX.len()..]
+    }
+}
+
+/// An event's position in its history stream: an integer >= 1, assigned by the writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sequence(std::num::NonZeroU64);
+
+impl Sequence {
+    /// The first sequence of a stream.
+    pub const FIRST: Sequence = Sequence(std::num::NonZeroU64::MIN);
+
+    /// `Some` for any value >= 1.
+    pub const fn new(value: u64) -> Option<Self> {
+        match std::num::NonZeroU64::new(value) {
+            Some(v) => Some(Self(v)),
+            None => None,
+        }
+    }
+
+    /// The numeric value.
+    pub const fn get(self) -> u64 {
+        self.0.get()
+    }
+
+    /// The next sequence, or `None` at `u64::MAX`.
+    pub const fn next(self) -> Option<Self> {
+        match self.0.checked_add(1) {
+            Some(v) => Some(Self(v)),
+            None => None,
+        }
+    }
+}
+
+impl fmt::Display for Sequence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl Serialize for Sequence {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.get())
+    }
+}
+
+impl<'de> Deserialize<'de> for Sequence {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = u64::deserialize(d)?;
+        Self::new(value).ok_or_else(|| serde::de::Error::custom("sequence must be >= 1"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opaque_id_bounds() {
+        assert!(OpaqueId::new("0123456789abcdef0123456789abcdef").is_ok());
+        assert_eq!(
+            OpaqueId::new("0123456789ABCDEF0123456789abcdef"),
+            Err(InvalidId::Charset)
+        );
+        assert_eq!(
+            OpaqueId::new("0123456789abcdef0123456789abcde"),
+            Err(InvalidId::Length)
+        );
+        assert_eq!(OpaqueId::new(""), Err(InvalidId::Length));
+        let id = OpaqueId::from_bytes([0xab; 16]);
+        assert_eq!(id.as_str(), "abababababababababababababababab");
+        assert_eq!(id.to_bytes(), [0xab; 16]);
+    }
+
+    #[test]
+    fn capability_bounds() {
+        assert!(Capability::new("input.pointer.click").is_ok());
+        assert!(Capability::new("a").is_ok());
+        assert!(Capability::new("a".repeat(128)).is_ok());
+        assert_eq!(Capability::new("a".repeat(129)), Err(InvalidId::Length));
+        assert_eq!(Capability::new("1abc"), Err(InvalidId::Charset));
+        assert_eq!(Capability::new("Input.click"), Err(InvalidId::Charset));
+        assert_eq!(Capability::new("input click"), Err(InvalidId::Charset));
+        assert_eq!(Capability::new("input/click"), Err(InvalidId::Charset));
+    }
+
+    #[test]
+    fn names_refuse_control_and_whitespace() {
+        assert!(BundleId::new("com.example.App").is_ok());
+        assert_eq!(BundleId::new("com example"), Err(InvalidId::Charset));
+        assert_eq!(BundleId::new("x".repeat(161)), Err(InvalidId::Length));
+        assert!(DisplayName::new("Text Editor").is_ok());
+        assert!(DisplayName::new("é".repeat(120)).is_ok());
+        assert_eq!(DisplayName::new("é".repeat(121)), Err(InvalidId::Length));
+        assert_eq!(DisplayName::new("a\u{7}"), Err(InvalidId::Charset));
+        assert_eq!(Subject::new("a\nb"), Err(InvalidId::Charset));
+        assert_eq!(Subject::new("s".repeat(161)), Err(InvalidId::Length));
+    }
+
+    #[test]
+    fn source_and_sequence() {
+        let stream = OpaqueId::from_bytes([1; 16]);
+        let source = SourceUrn::for_stream(&stream);
+        assert_eq!(source.stream_id(), stream.as_str());
+        assert!(SourceUrn::new("urn:cua-driver:history:ABCDEF").is_err());
+        assert!(SourceUrn::new("urn:other:0123456789abcdef0123456789abcdef").is_err());
+        assert_eq!(Sequence::new(0), None);
+        assert_eq!(Sequence::FIRST.get(), 1);
+        assert_eq!(Sequence::new(u64::MAX).and_then(Sequence::next), None);
+    }
+}

@@ -1,0 +1,193 @@
+//! The two history tools: names, capabilities, request parsing, responses and input schemas.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::event::Event;
+use crate::{ErrorCode, HealthCategory};
+
+/// Name of the status tool.
+pub const HISTORY_STATUS_TOOL: &str = "history_status";
+/// Name of the query tool.
+pub const HISTORY_QUERY_TOOL: &str = "history_query";
+/// Capability that authorizes `history_status`.
+pub const HISTORY_STATUS_CAPABILITY: &str = "history.status";
+/// Capability that authorizes `history_query`.
+pub const HISTORY_QUERY_CAPABILITY: &str = "history.query";
+/// The storage profile identifier reported by `history_status`.
+pub const STORAGE_PROFILE_ID: &str =
+    "cua-history-profile-v1/cbor-sequence+cose-encrypt0+cloudevents-json";
+
+/// Default query-visible retention, in days.
+pub const DEFAULT_RETENTION_DAYS: u32 = 7;
+/// Default encrypted store quota, in bytes (100 MiB).
+pub const DEFAULT_QUOTA_BYTES: u64 = 104_857_600;
+
+/// Smallest `limit`.
+pub const QUERY_LIMIT_MIN_EVENTS: u8 = 1;
+/// Largest `limit`.
+pub const QUERY_LIMIT_MAX_EVENTS: u8 = 200;
+/// `limit` when the request gives none.
+pub const QUERY_LIMIT_DEFAULT_EVENTS: u8 = 50;
+/// Longest `session_id` in a request, in characters.
+pub const QUERY_SESSION_ID_MAX_LEN_CHARS: usize = 128;
+
+/// The structured result of `history_status`. Always the same eleven fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusResponse {
+    /// The platform adapter supports history.
+    pub supported: bool,
+    /// The daemon admits the feature.
+    pub admitted: bool,
+    /// The owner enabled capture.
+    pub enabled: bool,
+    /// New capture is paused.
+    pub paused: bool,
+    /// Payloads use the encrypted profile (always true).
+    pub encrypted: bool,
+    /// The storage profile identifier.
+    pub profile: String,
+    /// Query-visible retention, in days.
+    pub retention_days: u32,
+    /// Encrypted store quota, in bytes.
+    pub quota_bytes: u64,
+    /// Encrypted bytes under the store root.
+    pub bytes_used: u64,
+    /// Events dropped by the non-blocking capture path.
+    pub dropped_events: u64,
+    /// The fixed health category.
+    pub health: HealthCategory,
+}
+
+/// A validated `history_query` request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryRequest {
+    /// How many of the newest matching events to return (1..=200).
+    pub limit: u8,
+    /// Opaque session id or raw session label to filter by (1..=128 characters).
+    pub session_id: Option<String>,
+    /// Inclusive lower bound on `data.sequence` (>= 1).
+    pub since_sequence: Option<u64>,
+    /// Inclusive upper bound on `data.sequence` (>= 1).
+    pub until_sequence: Option<u64>,
+}
+
+impl QueryRequest {
+    /// Parses tool arguments. Unknown fields, wrong types, `null` and out-of-range values are
+    /// refused with [`ErrorCode::InvalidHistoryQuery`]; `since_sequence > until_sequence` with
+    /// [`ErrorCode::InvalidHistoryQueryRange`]. Nothing is clamped.
+    pub fn parse(args: &Value) -> Result<Self, ErrorCode> {
+        const INVALID: ErrorCode = ErrorCode::InvalidHistoryQuery;
+        let object: &Map<String, Value> = args.as_object().ok_or(INVALID)?;
+        let mut request = QueryRequest {
+            limit: QUERY_LIMIT_DEFAULT_EVENTS,
+            session_id: None,
+            since_sequence: None,
+            until_sequence: None,
+        };
+        for (key, value) in object {
+            match key.as_str() {
+                "limit" => {
+                    let limit = value.as_u64().ok_or(INVALID)?;
+                    let limit = u8::try_from(limit).map_err(|_| INVALID)?;
+                    if !(QUERY_LIMIT_MIN_EVENTS..=QUERY_LIMIT_MAX_EVENTS).contains(&limit) {
+                        return Err(INVALID);
+                    }
+                    request.limit = limit;
+                }
+                "session_id" => {
+                    let session = value.as_str().ok_or(INVALID)?;
+                    let len = session.chars().count();
+                    if len == 0 || len > QUERY_SESSION_ID_MAX_LEN_CHARS {
+                        return Err(INVALID);
+                    }
+                    request.session_id = Some(session.to_owned());
+                }
+                "since_sequence" => request.since_sequence = Some(sequence_bound(value)?),
+                "until_sequence" => request.until_sequence = Some(sequence_bound(value)?),
+                _ => return Err(INVALID),
+            }
+        }
+        if let (Some(since), Some(until)) = (request.since_sequence, request.until_sequence)
+            && since > until
+        {
+            return Err(ErrorCode::InvalidHistoryQueryRange);
+        }
+        Ok(request)
+    }
+}
+
+/// A sequence bound: a JSON integer >= 1 (not a float, string or bool).
+fn sequence_bound(value: &Value) -> Result<u64, ErrorCode> {
+    value
+        .as_u64()
+        .filter(|v| *v >= 1)
+        .ok_or(ErrorCode::InvalidHistoryQuery)
+}
+
+/// Validates `history_status` arguments: exactly an empty object.
+pub fn parse_status_request(args: &Value) -> Result<(), ErrorCode> {
+    match args.as_object() {
+        Some(object) if object.is_empty() => Ok(()),
+        _ => Err(ErrorCode::InvalidHistoryQuery),
+    }
+}
+
+/// The structured result of `history_query`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryResponse {
+    /// The newest matching events, ascending by `data.sequence`.
+    pub events: Vec<Event>,
+}
+
+impl Serialize for QueryResponse {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("QueryResponse", 3)?;
+        st.serialize_field("events", &self.events)?;
+        st.serialize_field("metadata_only", &true)?;
+        st.serialize_field("model_context_disclosure", &true)?;
+        st.end()
+    }
+}
+
+/// A structured tool error: `{"code": "..."}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolError {
+    /// The fixed code.
+    pub code: ErrorCode,
+}
+
+/// The closed input schema of `history_status`: an empty object.
+pub fn history_status_input_schema() -> Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {},
+        "additionalProperties": false
+    })
+}
+
+/// The closed input schema of `history_query`.
+pub fn history_query_input_schema() -> Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {
+            "limit": {
+                "type": "integer",
+                "minimum": QUERY_LIMIT_MIN_EVENTS,
+                "maximum": QUERY_LIMIT_MAX_EVENTS,
+                "default": QUERY_LIMIT_DEFAULT_EVENTS
+            },
+            "session_id": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": QUERY_SESSION_ID_MAX_LEN_CHARS
+            },
+            "since_sequence": { "type": "integer", "minimum": 1 },
+            "until_sequence": { "type": "integer", "minimum": 1 }
+        },
+        "additionalProperties": false
+    })
+}

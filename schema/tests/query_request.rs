@@ -1,0 +1,155 @@
+//! The `history_query` request parser's accept/reject table, boundary values included.
+//! Nothing is ever clamped: every out-of-range value is refused.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use annal_schema::ErrorCode;
+use annal_schema::tools::{QueryRequest, parse_status_request};
+use serde_json::{Value, json};
+
+const INVALID: ErrorCode = ErrorCode::InvalidHistoryQuery;
+const RANGE: ErrorCode = ErrorCode::InvalidHistoryQueryRange;
+
+fn parse(v: Value) -> Result<QueryRequest, ErrorCode> {
+    QueryRequest::parse(&v)
+}
+
+#[test]
+fn defaults() {
+    let r = parse(json!({})).unwrap();
+    assert_eq!(r.limit, 50);
+    assert_eq!(
+        (r.session_id, r.since_sequence, r.until_sequence),
+        (None, None, None)
+    );
+}
+
+#[test]
+fn accepted_values() {
+    let table = [
+        (json!({"limit": 1}), 1, None, None, None),
+        (json!({"limit": 200}), 200, None, None, None),
+        (json!({"limit": 50}), 50, None, None, None),
+        (
+            json!({"session_id": "x"}),
+            50,
+            Some("x".to_owned()),
+            None,
+            None,
+        ),
+        (
+            json!({"session_id": "s".repeat(128)}),
+            50,
+            Some("s".repeat(128)),
+            None,
+            None,
+        ),
+        (
+            json!({"session_id": "é".repeat(128)}),
+            50,
+            Some("é".repeat(128)),
+            None,
+            None,
+        ),
+        (json!({"since_sequence": 1}), 50, None, Some(1), None),
+        (json!({"until_sequence": 1}), 50, None, None, Some(1)),
+        (
+            json!({"since_sequence": 5, "until_sequence": 5}),
+            50,
+            None,
+            Some(5),
+            Some(5),
+        ),
+        (
+            json!({"since_sequence": 4, "until_sequence": 9}),
+            50,
+            None,
+            Some(4),
+            Some(9),
+        ),
+        (
+            json!({"until_sequence": u64::MAX}),
+            50,
+            None,
+            None,
+            Some(u64::MAX),
+        ),
+        (
+            json!({"limit": 20, "session_id": "33333333333333333333333333333333", "since_sequence": 40}),
+            20,
+            Some("33333333333333333333333333333333".to_owned()),
+            Some(40),
+            None,
+        ),
+    ];
+    for (input, limit, session, since, until) in table {
+        let r = parse(input.clone()).unwrap_or_else(|e| panic!("{input} refused: {e}"));
+        assert_eq!(r.limit, limit, "{input}");
+        assert_eq!(r.session_id, session, "{input}");
+        assert_eq!(r.since_sequence, since, "{input}");
+        assert_eq!(r.until_sequence, until, "{input}");
+    }
+}
+
+#[test]
+fn refused_values() {
+    let table = [
+        (json!({"limit": 0}), INVALID),
+        (json!({"limit": 201}), INVALID),
+        (json!({"limit": 256}), INVALID),
+        (json!({"limit": -1}), INVALID),
+        (json!({"limit": 1.5}), INVALID),
+        (json!({"limit": 10.0}), INVALID),
+        (json!({"limit": "10"}), INVALID),
+        (json!({"limit": true}), INVALID),
+        (json!({"limit": null}), INVALID),
+        (json!({"limit": [10]}), INVALID),
+        (json!({"session_id": ""}), INVALID),
+        (json!({"session_id": "s".repeat(129)}), INVALID),
+        (json!({"session_id": 7}), INVALID),
+        (json!({"session_id": null}), INVALID),
+        (json!({"since_sequence": 0}), INVALID),
+        (json!({"since_sequence": -5}), INVALID),
+        (json!({"since_sequence": "3"}), INVALID),
+        (json!({"since_sequence": null}), INVALID),
+        (json!({"until_sequence": 0}), INVALID),
+        (json!({"until_sequence": 2.0}), INVALID),
+        (json!({"since_sequence": 9, "until_sequence": 2}), RANGE),
+        (json!({"since_sequence": 2, "until_sequence": 1}), RANGE),
+        // A bad value wins over a reversed range: the input is invalid before it is reversed.
+        (json!({"since_sequence": 9, "until_sequence": 0}), INVALID),
+        (json!({"url": "https://bad"}), INVALID),
+        (json!({"limit": 1, "url": "https://bad"}), INVALID),
+        (json!({"Limit": 10}), INVALID),
+        (json!({"cursor": "abc"}), INVALID),
+        (json!({"all": true}), INVALID),
+        (json!([]), INVALID),
+        (json!(null), INVALID),
+        (json!("limit=10"), INVALID),
+        (json!(10), INVALID),
+    ];
+    for (input, code) in table {
+        assert_eq!(parse(input.clone()), Err(code), "{input}");
+    }
+}
+
+#[test]
+fn status_takes_only_an_empty_object() {
+    assert_eq!(parse_status_request(&json!({})), Ok(()));
+    for bad in [json!({"verbose": true}), json!(null), json!([]), json!("")] {
+        assert_eq!(parse_status_request(&bad), Err(INVALID), "{bad}");
+    }
+}
+
+#[test]
+fn input_schemas_are_closed() {
+    for schema in [
+        annal_schema::tools::history_status_input_schema(),
+        annal_schema::tools::history_query_input_schema(),
+    ] {
+        assert_eq!(schema["additionalProperties"], json!(false));
+        assert_eq!(schema["type"], json!("object"));
+    }
+    let q = annal_schema::tools::history_query_input_schema();
+    assert_eq!(q["properties"]["limit"]["maximum"], json!(200));
+    assert_eq!(q["properties"]["limit"]["minimum"], json!(1));
+}
