@@ -22,7 +22,7 @@ fn reference_chunk_reads_complete_with_byte_identical_events() {
         assert_eq!(ours.offset as usize, theirs.offset, "record {i}");
         assert_eq!(ours.len as usize, theirs.len, "record {i}");
         assert_eq!(ours.position, i as u64);
-        assert_eq!(ours.event.sequence, i as u64 + 1);
+        assert_eq!(ours.sequence(), i as u64 + 1);
     }
     let header = reading.header.unwrap();
     assert_eq!(hex(&header.bytes), fx.header_hex);

@@ -228,7 +228,7 @@ fn each_generation_writes_a_new_chunk_and_order_is_by_sequence() {
         names, by_sequence,
         "test seeds must make name order differ from sequence order"
     );
-    let sequences: Vec<_> = report.records().map(|r| r.event.sequence).collect();
+    let sequences: Vec<_> = report.records().map(|r| r.sequence()).collect();
     assert_eq!(sequences, (1..=16).collect::<Vec<_>>());
 }
 

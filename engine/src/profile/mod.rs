@@ -21,7 +21,7 @@ pub mod reader;
 pub mod record;
 
 pub use header::{ChunkHeader, ChunkId, HeaderFieldError, NoncePrefixForm, ParsedHeader};
-pub use plaintext::{PlaintextFault, ValidatedEvent, validate_plaintext};
+pub use plaintext::{PlaintextFault, validate_plaintext};
 pub use reader::{ChunkReading, ChunkVerdict, CorruptReason, Record, read_chunk};
 pub use record::{RecordSealer, SealError};
 
@@ -37,7 +37,7 @@ pub const PROFILE_NAME: &str =
     "cua-history-profile-v1/cbor-sequence+cose-encrypt0+cloudevents-json";
 
 /// The data schema of every v0 history event.
-pub const DATASCHEMA_V0: &str = "urn:cua-driver:schema:history-event:v0";
+pub use annal_schema::DATASCHEMA_V0;
 
 /// Length of the random nonce prefix in a chunk header, in bytes.
 pub const NONCE_PREFIX_LEN_BYTES: usize = 4;

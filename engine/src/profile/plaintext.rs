@@ -1,80 +1,39 @@
 //! Validation of a decrypted record plaintext as a v0 history event.
 //!
-//! This is the one place the reader and the writer decide whether bytes are a history event.
-//! It checks `dataschema` first, so a future schema is reported as unsupported rather than as
-//! broken, then the fields the store relies on (ordering and duplicate detection).
-//! The full closed-schema check moves here when `annal_schema::Event` lands.
+//! This is the one place the reader and the writer decide whether bytes are a history event
+//! (assert before writing, check after reading). The closed contract is `annal_schema::Event`;
+//! when parsing fails, `dataschema` is inspected so a future schema is reported as unsupported
+//! rather than as broken. The plaintext itself stays as bytes so what a reader returns is
+//! byte-identical to what was written.
 
+use annal_schema::{DATASCHEMA_V0, Event};
 use serde_json::Value;
-
-use super::DATASCHEMA_V0;
-
-/// The fields of a validated event that the store needs. The plaintext itself stays as bytes,
-/// so what is returned is byte-identical to what was written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ValidatedEvent {
-    /// `data.sequence`: the store-wide order (>= 1).
-    pub sequence: u64,
-    /// CloudEvents `id`: with `source`, the identity used to spot duplicates.
-    pub id: String,
-    /// CloudEvents `source`.
-    pub source: String,
-    /// CloudEvents `time` (RFC 3339).
-    pub time: String,
-    /// `data.session_id`, the keyed opaque session id, when present.
-    pub session_id: Option<String>,
-}
 
 /// Why a plaintext is not a v0 history event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlaintextFault {
-    /// Not JSON, not an object, or a required field is missing or of the wrong type.
+    /// Not JSON, or JSON that breaks the closed v0 contract.
     InvalidEvent,
-    /// `dataschema` is present but not the v0 schema.
+    /// `dataschema` names a schema other than v0.
     UnsupportedDataschema,
 }
 
-/// Validates one plaintext.
-pub fn validate_plaintext(bytes: &[u8]) -> Result<ValidatedEvent, PlaintextFault> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|_| PlaintextFault::InvalidEvent)?;
-    let Value::Object(map) = value else {
-        return Err(PlaintextFault::InvalidEvent);
-    };
-    match map.get("dataschema") {
-        Some(Value::String(schema)) if schema == DATASCHEMA_V0 => {}
-        Some(Value::String(_)) => return Err(PlaintextFault::UnsupportedDataschema),
-        _ => return Err(PlaintextFault::InvalidEvent),
+/// Validates one plaintext against the closed v0 event contract.
+pub fn validate_plaintext(bytes: &[u8]) -> Result<Event, PlaintextFault> {
+    match Event::from_json_slice(bytes) {
+        Ok(event) => Ok(event),
+        Err(_) => {
+            // Only on the failure path: tell an unknown schema apart from a broken event.
+            let value: Value =
+                serde_json::from_slice(bytes).map_err(|_| PlaintextFault::InvalidEvent)?;
+            match value.get("dataschema") {
+                Some(Value::String(schema)) if schema != DATASCHEMA_V0 => {
+                    Err(PlaintextFault::UnsupportedDataschema)
+                }
+                _ => Err(PlaintextFault::InvalidEvent),
+            }
+        }
     }
-    if map.get("specversion").and_then(Value::as_str) != Some("1.0") {
-        return Err(PlaintextFault::InvalidEvent);
-    }
-    let text = |name: &str| -> Result<String, PlaintextFault> {
-        map.get(name)
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .ok_or(PlaintextFault::InvalidEvent)
-    };
-    let data = map
-        .get("data")
-        .and_then(Value::as_object)
-        .ok_or(PlaintextFault::InvalidEvent)?;
-    let sequence = data
-        .get("sequence")
-        .and_then(Value::as_u64)
-        .filter(|s| *s >= 1)
-        .ok_or(PlaintextFault::InvalidEvent)?;
-    let session_id = match data.get("session_id") {
-        None => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(PlaintextFault::InvalidEvent),
-    };
-    Ok(ValidatedEvent {
-        sequence,
-        id: text("id")?,
-        source: text("source")?,
-        time: text("time")?,
-        session_id,
-    })
 }
 
 #[cfg(test)]
@@ -82,7 +41,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dataschema_is_checked_before_the_rest() {
+    fn dataschema_is_told_apart_from_a_broken_event() {
         let future = br#"{"dataschema":"urn:cua-driver:schema:history-event:v1"}"#;
         assert_eq!(
             validate_plaintext(future),
@@ -100,12 +59,12 @@ mod tests {
     }
 
     #[test]
-    fn minimal_event_validates() {
-        let ok = br#"{"specversion":"1.0","id":"a","source":"s","time":"t","dataschema":"urn:cua-driver:schema:history-event:v0","data":{"sequence":3}}"#;
-        let event = validate_plaintext(ok).unwrap();
-        assert_eq!(event.sequence, 3);
-        assert_eq!(event.session_id, None);
-        let zero = br#"{"specversion":"1.0","id":"a","source":"s","time":"t","dataschema":"urn:cua-driver:schema:history-event:v0","data":{"sequence":0}}"#;
-        assert_eq!(validate_plaintext(zero), Err(PlaintextFault::InvalidEvent));
+    fn unknown_field_is_refused() {
+        let extra = br#"{"specversion":"1.0","id":"2645d7d2275f3eca5f668ff450660365","source":"urn:cua-driver:history:6dd3aa1eef99854a9a3d39ba1e2315f1","type":"cua-driver.history.control.v0","subject":"control","time":"2026-11-30T22:14:03.753613635Z","datacontenttype":"application/json","dataschema":"urn:cua-driver:schema:history-event:v0","data":{"sequence":1,"platform":"linux","process_model":"in_daemon","caller_category":"cua_runtime","payload":{"kind":"control","operation":"enable"}},"extra":1}"#;
+        assert_eq!(validate_plaintext(extra), Err(PlaintextFault::InvalidEvent));
+        let ok = &extra[..extra.len() - 11];
+        let mut ok = ok.to_vec();
+        ok.push(b'}');
+        assert_eq!(validate_plaintext(&ok).unwrap().data.sequence.get(), 1);
     }
 }

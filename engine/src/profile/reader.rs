@@ -10,7 +10,7 @@ use ciborium::Value;
 use coset::{AsCborValue, CoseEncrypt0};
 
 use super::header::{ChunkId, HeaderFault, ParsedHeader, parse_header};
-use super::plaintext::{PlaintextFault, ValidatedEvent, validate_plaintext};
+use super::plaintext::{PlaintextFault, validate_plaintext};
 use super::record::{ChunkCipher, record_iv};
 use super::{IV_LEN_BYTES, MAX_RECORD_LEN_BYTES, NONCE_PREFIX_LEN_BYTES, PROTECTED_HEADER_BYTES};
 use crate::keys::RootKey;
@@ -43,8 +43,15 @@ pub struct Record {
     pub len: u64,
     /// The decrypted plaintext, exactly as written (compact CloudEvents JSON).
     pub plaintext: Vec<u8>,
-    /// The fields of the event the store relies on.
-    pub event: ValidatedEvent,
+    /// The parsed event (closed v0 contract).
+    pub event: annal_schema::Event,
+}
+
+impl Record {
+    /// `data.sequence` of the event.
+    pub fn sequence(&self) -> u64 {
+        self.event.data.sequence.get()
+    }
 }
 
 /// The verdict on one chunk.
@@ -263,10 +270,11 @@ pub fn read_chunk(
                 break corrupt(CorruptReason::UnsupportedDataschema);
             }
         };
-        if last_sequence.is_some_and(|last| event.sequence <= last) {
+        let sequence = event.data.sequence.get();
+        if last_sequence.is_some_and(|last| sequence <= last) {
             break corrupt(CorruptReason::SequenceNotIncreasing);
         }
-        last_sequence = Some(event.sequence);
+        last_sequence = Some(sequence);
         records.push(Record {
             position,
             offset: offset as u64,

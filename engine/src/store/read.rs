@@ -65,12 +65,12 @@ pub struct ChunkReport {
 impl ChunkReport {
     /// `data.sequence` of the first valid record.
     pub fn first_sequence(&self) -> Option<u64> {
-        self.verdict.records().first().map(|r| r.event.sequence)
+        self.verdict.records().first().map(|r| r.sequence())
     }
 
     /// `data.sequence` of the last valid record.
     pub fn last_sequence(&self) -> Option<u64> {
-        self.verdict.records().last().map(|r| r.event.sequence)
+        self.verdict.records().last().map(|r| r.sequence())
     }
 }
 
@@ -132,7 +132,7 @@ impl StoreReport {
 
     /// The highest accepted sequence number.
     pub fn last_sequence(&self) -> Option<u64> {
-        self.records().last().map(|r| r.event.sequence)
+        self.records().last().map(|r| r.sequence())
     }
 }
 
@@ -266,7 +266,7 @@ fn merge(mut chunks: Vec<ChunkReport>) -> StoreReport {
                 chunk: chunk_index,
                 record: record_index,
             };
-            let sequence = record.event.sequence;
+            let sequence = record.sequence();
             let identity = (record.event.source.as_str(), record.event.id.as_str());
             let earlier = by_sequence
                 .get(&sequence)

@@ -401,16 +401,16 @@ impl StoreWriter {
             let event = validate_plaintext(plaintext)
                 .map_err(|fault| AppendError::InvalidEvent { index, fault })?;
             if let Some(last) = after
-                && event.sequence <= last
+                && event.data.sequence.get() <= last
             {
                 return Err(AppendError::SequenceNotIncreasing {
                     index,
-                    sequence: event.sequence,
+                    sequence: event.data.sequence.get(),
                     after: last,
                 });
             }
-            after = Some(event.sequence);
-            sequences.push(event.sequence);
+            after = Some(event.data.sequence.get());
+            sequences.push(event.data.sequence.get());
         }
         match self.write_batch(plaintexts, entropy) {
             Ok((written, chunks_created)) => {
