@@ -1,7 +1,32 @@
-//! `annal inspect STORE --key-hex-file FILE [--json]`.
+//! `annal inspect STORE --key-hex-file FILE [--json]`: the offline, read-only store decoder.
+//!
+//! For forensics, support and interop. It opens nothing for writing (not the store, not the
+//! writer lock, not the key file), appends no access record, and refuses a key file that group
+//! or others can read. It prints every chunk's verdict and every accepted event in sequence
+//! order; with `--json`, one object
+//! `{"chunks":[{"file","verdict","records","first_sequence","last_sequence","detail"}],"events":[..]}`
+//! whose events are the decrypted plaintexts embedded byte for byte.
+//!
+//! Exit codes: 0 when every chunk is complete or torn (a torn tail is a crash, not a fault);
+//! 1 when a chunk is corrupt, chunks conflict, or the key is probably wrong; 2 for bad usage or
+//! input (unsafe or malformed key file, not a store, unreadable store).
 
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use annal_engine::keys::RootKey;
+use annal_engine::keys::material::KEY_LEN_BYTES;
+use annal_engine::profile::ChunkVerdict;
+use annal_engine::store::{StoreReader, StoreReport};
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+use zeroize::Zeroizing;
+
+/// Largest key file read, in bytes: 64 hex characters plus generous whitespace.
+const MAX_KEY_FILE_BYTES: u64 = 256;
 
 /// Arguments of `annal inspect`.
 #[derive(Debug, clap::Args)]
@@ -17,8 +42,205 @@ pub struct InspectArgs {
     pub json: bool,
 }
 
+/// One chunk in the JSON output.
+#[derive(Serialize)]
+struct JsonChunk<'a> {
+    /// File name inside `chunks/`.
+    file: &'a str,
+    /// `complete`, `torn_tail` or `corrupt`.
+    verdict: &'static str,
+    /// Valid records in the chunk.
+    records: usize,
+    /// Sequence of the first valid record.
+    first_sequence: Option<u64>,
+    /// Sequence of the last valid record.
+    last_sequence: Option<u64>,
+    /// The corrupt reason, for a corrupt chunk.
+    detail: Option<&'static str>,
+}
+
+/// The whole JSON output.
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    /// Every chunk, ordered by first sequence.
+    chunks: Vec<JsonChunk<'a>>,
+    /// Every accepted event, in sequence order, byte-identical to its plaintext.
+    events: Vec<Box<RawValue>>,
+}
+
 /// Runs `annal inspect`.
-pub fn run(_args: &InspectArgs) -> ExitCode {
-    eprintln!("annal inspect: not implemented yet");
-    ExitCode::from(2)
+pub fn run(args: &InspectArgs) -> ExitCode {
+    let key = match load_key(&args.key_hex_file) {
+        Ok(key) => key,
+        Err(message) => {
+            eprintln!("annal inspect: {}: {message}", args.key_hex_file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let reader = match StoreReader::open(&args.store) {
+        Ok(reader) => reader,
+        Err(e) => {
+            eprintln!("annal inspect: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = match reader.read(&key) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("annal inspect: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    drop(key);
+    let printed = if args.json {
+        print_json(&report)
+    } else {
+        print_text(&report)
+    };
+    if let Err(message) = printed {
+        eprintln!("annal inspect: {message}");
+        return ExitCode::from(2);
+    }
+    for conflict in &report.conflicts {
+        eprintln!(
+            "annal inspect: sequence {} in {} conflicts with {}",
+            conflict.sequence, conflict.conflicting_file, conflict.kept_file
+        );
+    }
+    if report.probable_wrong_key {
+        eprintln!(
+            "annal inspect: every chunk fails authentication at record 0: probably the wrong key"
+        );
+    }
+    if report.has_corruption() || report.probable_wrong_key {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Reads the key file read-only, refusing symlinks, non-regular files and any mode that lets
+/// group or others read or write it.
+fn load_key(path: &Path) -> Result<RootKey, String> {
+    // Read-only and O_NOFOLLOW: a symlink planted in place of the key file is refused.
+    let file = annal_engine::store::fsutil::open_read(path)
+        .map_err(|e| format!("cannot open key file: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot stat key file: {e}"))?;
+    if !meta.is_file() {
+        return Err("key file is not a regular file".into());
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "key file mode is {mode:04o}; it must not be accessible by group or others (chmod 600)"
+        ));
+    }
+    let mut text = Zeroizing::new(Vec::with_capacity(80));
+    file.take(MAX_KEY_FILE_BYTES + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| format!("cannot read key file: {e}"))?;
+    if text.len() as u64 > MAX_KEY_FILE_BYTES {
+        return Err("key file is too long".into());
+    }
+    let digits: Zeroizing<Vec<u8>> = Zeroizing::new(
+        text.iter()
+            .copied()
+            .filter(|b| !b.is_ascii_whitespace())
+            .collect(),
+    );
+    if digits.len() != KEY_LEN_BYTES * 2 {
+        return Err("key file must hold exactly 64 hex characters".into());
+    }
+    let mut bytes = Zeroizing::new([0u8; KEY_LEN_BYTES]);
+    for (slot, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+        let (Some(hi), Some(lo)) = (hex_value(pair[0]), hex_value(pair[1])) else {
+            return Err("key file must hold exactly 64 hex characters".into());
+        };
+        *slot = (hi << 4) | lo;
+    }
+    Ok(RootKey::from_bytes(*bytes))
+}
+
+fn hex_value(digit: u8) -> Option<u8> {
+    match digit {
+        b'0'..=b'9' => Some(digit - b'0'),
+        b'a'..=b'f' => Some(digit - b'a' + 10),
+        b'A'..=b'F' => Some(digit - b'A' + 10),
+        _ => None,
+    }
+}
+
+fn detail(verdict: &ChunkVerdict) -> Option<&'static str> {
+    match verdict {
+        ChunkVerdict::Corrupt { reason, .. } => Some(reason.as_str()),
+        _ => None,
+    }
+}
+
+fn print_json(report: &StoreReport) -> Result<(), String> {
+    let chunks = report
+        .chunks
+        .iter()
+        .map(|c| JsonChunk {
+            file: &c.file_name,
+            verdict: c.verdict.name(),
+            records: c.verdict.records().len(),
+            first_sequence: c.first_sequence(),
+            last_sequence: c.last_sequence(),
+            detail: detail(&c.verdict),
+        })
+        .collect();
+    let mut events = Vec::with_capacity(report.events.len());
+    for record in report.records() {
+        // The reader validated the plaintext as a v0 event, so it is UTF-8 JSON; RawValue keeps
+        // its exact bytes.
+        let text = String::from_utf8(record.plaintext.clone())
+            .map_err(|_| "an event plaintext is not UTF-8".to_owned())?;
+        events.push(RawValue::from_string(text).map_err(|e| e.to_string())?);
+    }
+    let out = JsonReport { chunks, events };
+    let mut stdout = std::io::stdout().lock();
+    serde_json::to_writer(&mut stdout, &out).map_err(|e| e.to_string())?;
+    writeln!(stdout).map_err(|e| e.to_string())
+}
+
+fn print_text(report: &StoreReport) -> Result<(), String> {
+    let mut stdout = std::io::stdout().lock();
+    let mut out = |line: String| writeln!(stdout, "{line}").map_err(|e| e.to_string());
+    for chunk in &report.chunks {
+        let range = match (chunk.first_sequence(), chunk.last_sequence()) {
+            (Some(first), Some(last)) => format!(" sequences {first}..={last}"),
+            _ => String::new(),
+        };
+        let extra = match &chunk.verdict {
+            ChunkVerdict::Complete { .. } => String::new(),
+            ChunkVerdict::TornTail { valid_len, .. } => {
+                format!(" (incomplete final record after byte {valid_len})")
+            }
+            ChunkVerdict::Corrupt {
+                record_index,
+                offset,
+                reason,
+            } => match record_index {
+                Some(index) => format!(" ({reason} at record {index}, byte {offset})"),
+                None => format!(" ({reason} in the header)"),
+            },
+        };
+        out(format!(
+            "chunk {} {} records {}{range}{extra}",
+            chunk.file_name,
+            chunk.verdict.name(),
+            chunk.verdict.records().len()
+        ))?;
+    }
+    for record in report.records() {
+        out(format!(
+            "event {} {}",
+            record.sequence(),
+            String::from_utf8_lossy(&record.plaintext)
+        ))?;
+    }
+    Ok(())
 }
