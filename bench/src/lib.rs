@@ -9,3 +9,18 @@
 //! Later benches cover capture, append throughput, queries and store open (ARCHITECTURE.md
 //! section 11).
 #![forbid(unsafe_code)]
+
+/// Prints one `FIGURE <name> <value> <unit>` line on stdout, after criterion's own output, so a
+/// script can collect the figures without parsing criterion's report.
+pub fn print_figure(name: &str, value: impl std::fmt::Display, unit: &str) {
+    println!("FIGURE {name} {value} {unit}");
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn figure_line_shape() {
+        // Only the format is testable here; the line goes to stdout.
+        super::print_figure("test.figure", 12, "ns");
+    }
+}

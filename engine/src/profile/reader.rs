@@ -232,8 +232,7 @@ pub fn read_chunk(
     {
         return header_fault(CorruptReason::ChunkIdMismatch);
     }
-    let cipher = ChunkCipher::for_header(root, &parsed.header);
-    let prefix = parsed.header.nonce_prefix();
+    let opener = RecordOpener::new(root, parsed.clone());
     let mut records = Vec::new();
     let mut last_sequence: Option<u64> = None;
     let verdict = loop {
@@ -250,7 +249,9 @@ pub fn read_chunk(
         };
         let value = match decode_item(&mut cursor) {
             Ok(value) => value,
-            Err(ItemError::Incomplete) if is_torn_record_prefix(before, prefix, position) => {
+            Err(ItemError::Incomplete)
+                if is_torn_record_prefix(before, opener.nonce_prefix, position) =>
+            {
                 break ChunkVerdict::TornTail {
                     records,
                     valid_len: offset as u64,
@@ -259,33 +260,89 @@ pub fn read_chunk(
             Err(_) => break corrupt(CorruptReason::TrailingGarbage),
         };
         let item = &before[..before.len() - cursor.len()];
-        let plaintext = match open_item(value, item, &cipher, &parsed.bytes, prefix, position) {
-            Ok(plaintext) => plaintext,
+        let record = match opener.open_value(value, item, position, offset as u64) {
+            Ok(record) => record,
             Err(reason) => break corrupt(reason),
         };
-        let event = match validate_plaintext(&plaintext) {
-            Ok(event) => event,
-            Err(PlaintextFault::InvalidEvent) => break corrupt(CorruptReason::InvalidEvent),
-            Err(PlaintextFault::UnsupportedDataschema) => {
-                break corrupt(CorruptReason::UnsupportedDataschema);
-            }
-        };
-        let sequence = event.data.sequence.get();
+        let sequence = record.sequence();
         if last_sequence.is_some_and(|last| sequence <= last) {
             break corrupt(CorruptReason::SequenceNotIncreasing);
         }
         last_sequence = Some(sequence);
-        records.push(Record {
-            position,
-            offset: offset as u64,
-            len: item.len() as u64,
-            plaintext,
-            event,
-        });
+        records.push(record);
     };
     ChunkReading {
         header: Some(parsed),
         verdict,
+    }
+}
+
+/// Opens single records of one chunk whose header is already parsed: the chunk key is derived
+/// once. Used by [`read_chunk`] and by anything that reads a record at a known offset.
+pub struct RecordOpener {
+    /// The chunk's AEAD.
+    cipher: ChunkCipher,
+    /// The parsed header; its exact bytes are the AAD.
+    header: ParsedHeader,
+    /// The header's nonce prefix.
+    nonce_prefix: [u8; NONCE_PREFIX_LEN_BYTES],
+}
+
+impl std::fmt::Debug for RecordOpener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordOpener")
+            .field("header", &self.header)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RecordOpener {
+    /// Derives the chunk key for `header`.
+    pub fn new(root: &RootKey, header: ParsedHeader) -> Self {
+        Self {
+            cipher: ChunkCipher::for_header(root, &header.header),
+            nonce_prefix: header.header.nonce_prefix(),
+            header,
+        }
+    }
+
+    /// Opens the record item `item` (exactly one CBOR item) found at `offset` as the record at
+    /// `position`: structure, IV, authentication and the v0 event contract.
+    pub fn open(&self, item: &[u8], position: u64, offset: u64) -> Result<Record, CorruptReason> {
+        let mut cursor = item;
+        let value = match decode_item(&mut cursor) {
+            Ok(value) if cursor.is_empty() => value,
+            _ => return Err(CorruptReason::TrailingGarbage),
+        };
+        self.open_value(value, item, position, offset)
+    }
+
+    fn open_value(
+        &self,
+        value: Value,
+        item: &[u8],
+        position: u64,
+        offset: u64,
+    ) -> Result<Record, CorruptReason> {
+        let plaintext = open_item(
+            value,
+            item,
+            &self.cipher,
+            &self.header.bytes,
+            self.nonce_prefix,
+            position,
+        )?;
+        let event = validate_plaintext(&plaintext).map_err(|fault| match fault {
+            PlaintextFault::InvalidEvent => CorruptReason::InvalidEvent,
+            PlaintextFault::UnsupportedDataschema => CorruptReason::UnsupportedDataschema,
+        })?;
+        Ok(Record {
+            position,
+            offset,
+            len: item.len() as u64,
+            plaintext,
+            event,
+        })
     }
 }
 
