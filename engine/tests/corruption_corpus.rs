@@ -76,6 +76,28 @@ fn truncated_last_record_after_one_byte() {
 }
 
 #[test]
+fn zero_filled_tail() {
+    // A filesystem that extended the file before the data reached the disk.
+    let fx = fixture();
+    let mut bytes = fx.chunk_bytes[..off(&fx, 15)].to_vec();
+    bytes.extend([0u8; 300]);
+    assert_torn(&verdict(&fx, &bytes), 15, off(&fx, 15));
+}
+
+#[test]
+fn torn_record_followed_by_zeros_is_not_a_torn_tail() {
+    // Part of a record, then zeros: the zeros complete the byte string, so the item decodes
+    // and fails authentication. Only an all-zero tail counts as a crash.
+    let fx = fixture();
+    let mut bytes = fx.chunk_bytes[..off(&fx, 15) + 100].to_vec();
+    bytes.extend(vec![0u8; fx.records[15].len - 100]);
+    assert_eq!(
+        verdict(&fx, &bytes),
+        corrupt(Some(15), off(&fx, 15), CorruptReason::AuthenticationFailed)
+    );
+}
+
+#[test]
 fn truncated_inside_the_header() {
     let fx = fixture();
     assert_eq!(

@@ -63,8 +63,8 @@ pub enum ChunkVerdict {
         records: Vec<Record>,
     },
     /// Every complete item is valid and the only fault is an incomplete final record at the end
-    /// of the file, shaped exactly like the record the writer would have written there: what a
-    /// crash during an append leaves behind.
+    /// of the file, shaped exactly like the record the writer would have written there, or a
+    /// tail of zero bytes only: what a crash during an append leaves behind.
     TornTail {
         /// The valid records before the torn one.
         records: Vec<Record>,
@@ -247,6 +247,14 @@ pub fn read_chunk(
             offset: offset as u64,
             reason,
         };
+        // A tail of zeros only is what a filesystem that extends a file before its data
+        // reaches the disk can leave after a crash: no record, nothing authenticated, a crash.
+        if before.iter().all(|b| *b == 0) {
+            break ChunkVerdict::TornTail {
+                records,
+                valid_len: offset as u64,
+            };
+        }
         let value = match decode_item(&mut cursor) {
             Ok(value) => value,
             Err(ItemError::Incomplete)
