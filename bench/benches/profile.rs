@@ -42,8 +42,11 @@ fn header() -> ChunkHeader {
 
 /// Encode (the event to compact JSON) + encrypt (one COSE_Encrypt0 record).
 struct Sealing {
+    /// Root key, to start a fresh chunk when the position counter nears its limit.
     root: RootKey,
+    /// Sealer of the current bench chunk.
     sealer: RecordSealer,
+    /// The parsed event, serialized on every iteration.
     event: Event,
 }
 
@@ -71,7 +74,9 @@ impl Sealing {
 
 /// Decode + decrypt + validate one record with the chunk key already derived.
 struct Opening {
+    /// Opener with the chunk key already derived.
     opener: RecordOpener,
+    /// One sealed record item at position 0.
     item: Vec<u8>,
 }
 

@@ -6,14 +6,16 @@
 //!
 //! # Layout
 //!
-//! - `profile`: the storage profile v1 codec (chunk header, COSE_Encrypt0 records) and the
-//!   per-chunk / per-purpose key derivations.
+//! - `profile`: the storage profile v1 codec (chunk header, COSE_Encrypt0 records), the
+//!   plaintext check against the closed v0 event, and the classifying chunk reader (verdicts:
+//!   complete, torn tail, corrupt with a reason). Pure: bytes in, bytes or verdicts out.
 //! - `keys`: key custody. The `KeyProvider` trait, the OS credential-store providers
 //!   (Secret Service, kernel keyutils), an in-memory provider for tests, and the type that owns
 //!   the namespace root key and hands out only derived purpose keys.
 //! - `clock`, `entropy`: the injected clock and randomness.
-//! - `store`: the on-disk chunk store: layout, permissions, the writer lock, the chunk writer
-//!   and the classifying chunk reader.
+//! - `store`: the on-disk chunk store: layout and ownership marker, permissions and no-follow
+//!   opens, the writer lock, the chunk writer with rotation, and the store-wide reader that
+//!   orders chunks by sequence and merges their events.
 //!
 //! Later work adds seals, the derived index, the engine journal, state and health projections,
 //! policy evaluation and the capture queue protocol.
