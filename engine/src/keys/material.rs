@@ -244,7 +244,9 @@ mod tests {
     fn wrong_length_is_refused_and_debug_redacts() {
         assert_eq!(
             RootKey::from_slice(&[0u8; 31]).err(),
-            Some(WrongKeyLength { actual_len_bytes: 31 })
+            Some(WrongKeyLength {
+                actual_len_bytes: 31
+            })
         );
         let root = RootKey::from_bytes(FIXTURE_ROOT);
         assert_eq!(format!("{root:?}"), "RootKey(<redacted>)");
