@@ -240,6 +240,10 @@ fn real_secret_service_locked_collection_is_key_locked_quickly() {
     let started = Instant::now();
     let report = probe_secret_service();
     assert_eq!(report.state, StoreState::Locked, "{report:?}");
+    eprintln!(
+        "locked case: probe found {:?}",
+        report.error.as_ref().and_then(|e| e.detail_for_local_log())
+    );
     assert_eq!(report.category, Some(HealthCategory::KeyLocked));
 
     // The store calls run on a helper thread so a hang fails the test instead of stalling CI.
