@@ -153,6 +153,10 @@ pub(crate) struct KeyringProvider {
     source: ErrorSource,
     /// Where new keys come from. A mutex because providers are shared across threads.
     entropy: Mutex<Box<dyn Entropy + Send>>,
+    /// Serializes `create_or_load` within this process. Without it two threads could both find
+    /// no key, both write one, and one of them would go on using a key the store no longer
+    /// holds. (Across processes the store's writer lock must be held; see docs/key-custody.md.)
+    create_lock: Mutex<()>,
     /// Test hook (set only by the in-memory provider): replace the next newly written key
     /// with other bytes before it is read back, to exercise the read-back check.
     tamper_next_write: AtomicBool,
@@ -184,6 +188,7 @@ impl KeyringProvider {
             lister,
             source,
             entropy: Mutex::new(entropy),
+            create_lock: Mutex::new(()),
             tamper_next_write: AtomicBool::new(false),
         }
     }
@@ -325,6 +330,11 @@ impl KeyProvider for KeyringProvider {
     }
 
     fn create_or_load(&self, namespace: &Namespace) -> Result<LoadedKey, KeyError> {
+        // A poisoned lock only means another creator panicked; the store is still the truth.
+        let _serialized = self
+            .create_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let reference = namespace.primary_reference();
         let name = self
             .naming

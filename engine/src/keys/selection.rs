@@ -18,8 +18,9 @@ use super::secret_service::{
 };
 use crate::entropy::Entropy;
 
-/// The store a person asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// The store a person asked for (`--key-store`, or `key_store` in config, same names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum KeyStoreChoice {
     /// The Secret Service, and nothing else.
     SecretService,
@@ -252,6 +253,10 @@ mod tests {
         }
         assert_eq!("file".parse::<KeyStoreChoice>(), Err(UnknownKeyStore));
         assert_eq!(KeyStoreChoice::default(), KeyStoreChoice::Auto);
+        for choice in KeyStoreChoice::ALL {
+            let json = serde_json::to_string(&choice).unwrap();
+            assert_eq!(json, format!("\"{}\"", choice.as_str()));
+        }
     }
 
     #[test]

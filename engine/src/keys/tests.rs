@@ -329,3 +329,31 @@ fn custody_hands_out_the_material_derivations() {
     assert!(shown.contains("redacted"), "{shown}");
     assert!(!shown.contains("[0, 1, 2"), "{shown}");
 }
+
+/// Entropy that takes its time, so racing first uses overlap.
+struct SlowEntropy(SeededEntropy);
+
+impl crate::entropy::Entropy for SlowEntropy {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), crate::entropy::EntropyError> {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        self.0.fill(buf)
+    }
+}
+
+#[test]
+fn concurrent_first_use_yields_one_key() {
+    let p = std::sync::Arc::new(
+        InMemoryProvider::new(Box::new(SlowEntropy(SeededEntropy::new(5)))).unwrap(),
+    );
+    let a = ns("work");
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let p = p.clone();
+            let a = a.clone();
+            std::thread::spawn(move || fingerprint(&KeyCustody::open(p.as_ref(), &a).unwrap()))
+        })
+        .collect();
+    let prints: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(prints.windows(2).all(|w| w[0] == w[1]), "{prints:?}");
+    assert_eq!(p.stored_credentials(), 1);
+}
