@@ -274,3 +274,38 @@ fn real_secret_service_locked_collection_is_key_locked_quickly() {
     }
     assert!(started.elapsed() < Duration::from_millis(LOCKED_CASE_MAX_MS));
 }
+
+/// `auto` picks an unlocked Secret Service, otherwise the kernel keyring; in `.ci/test`'s main
+/// run that is the Secret Service, and `keyutils` still opens the kernel keyring on request.
+#[test]
+fn real_auto_selection_matches_the_probes() {
+    use annal_engine::keys::{KeyStoreChoice, KeyStoreKind, chosen_store, open_provider};
+    let reports = vec![probe_secret_service(), probe_keyutils()];
+    let Some(expected) = chosen_store(KeyStoreChoice::Auto, &reports) else {
+        assert!(
+            !env_is_one(REQUIRE_ENV),
+            "no usable store, but {REQUIRE_ENV}=1"
+        );
+        eprintln!("real_auto_selection_matches_the_probes: NOT RUN: no usable store");
+        return;
+    };
+    if env_is_one(REQUIRE_ENV) && !env_is_one(EXPECT_LOCKED_ENV) {
+        assert_eq!(expected, KeyStoreKind::SecretService);
+    }
+    let provider = open_provider(
+        KeyStoreChoice::Auto,
+        CredentialNaming::Annal,
+        Box::new(OsEntropy),
+    )
+    .unwrap();
+    assert_eq!(provider.kind(), expected);
+    if chosen_store(KeyStoreChoice::Keyutils, &reports).is_some() {
+        let provider = open_provider(
+            KeyStoreChoice::Keyutils,
+            CredentialNaming::Annal,
+            Box::new(OsEntropy),
+        )
+        .unwrap();
+        assert_eq!(provider.kind(), KeyStoreKind::Keyutils);
+    }
+}

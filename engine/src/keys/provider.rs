@@ -102,6 +102,9 @@ impl DestroyedKey {
 /// Every call names its namespace. Read paths ([`load`](Self::load),
 /// [`references`](Self::references)) never create a key. All methods block: call them from a
 /// blocking thread, never from an async worker.
+///
+/// Implemented by this crate's providers only in practice: a [`DestroyedKey`] (the proof
+/// `destroy` returns) can be made only here.
 pub trait KeyProvider: Send + Sync + std::fmt::Debug {
     /// The store this provider talks to.
     fn kind(&self) -> KeyStoreKind;
