@@ -10,7 +10,8 @@
 //!   per-chunk / per-purpose key derivations.
 //! - `keys`: key custody. The `KeyProvider` trait, the OS credential-store providers
 //!   (Secret Service, kernel keyutils), an in-memory provider for tests, and the type that owns
-//!   the namespace root key and hands out only derived purpose keys.
+//!   the namespace root key and hands out only derived purpose keys. Design and failure table:
+//!   `docs/key-custody.md`.
 //! - `clock`, `entropy`: the injected clock and randomness.
 //! - `store`: the on-disk chunk store: layout, permissions, the writer lock, the chunk writer
 //!   and the classifying chunk reader.
