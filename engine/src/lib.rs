@@ -11,7 +11,8 @@
 //!   complete, torn tail, corrupt with a reason). Pure: bytes in, bytes or verdicts out.
 //! - `keys`: key custody. The `KeyProvider` trait, the OS credential-store providers
 //!   (Secret Service, kernel keyutils), an in-memory provider for tests, and the type that owns
-//!   the namespace root key and hands out only derived purpose keys.
+//!   the namespace root key and hands out only derived purpose keys. Design and failure table:
+//!   `docs/key-custody.md`.
 //! - `clock`, `entropy`: the injected clock and randomness.
 //! - `store`: the on-disk chunk store: layout and ownership marker, permissions and no-follow
 //!   opens, the writer lock, the chunk writer with rotation, and the store-wide reader that

@@ -1,6 +1,85 @@
-//! Key custody: key material, derivations and (to come) the providers that keep the root key in
-//! an OS credential store.
+//! Key custody: key material and derivations, the providers that keep each namespace's root key
+//! in an OS credential store, store selection, and cryptographic delete.
+//!
+//! # Layout
+//!
+//! - `material`: [`RootKey`] and the purpose keys derived from it (HKDF, one info string each).
+//! - `names`: validated [`Namespace`] and [`KeyReference`], and [`CredentialNaming`] (how they
+//!   map to credential service/account names).
+//! - `error`: [`KeyError`], each failure with its fixed health category.
+//! - `provider`: the [`KeyProvider`] trait and the protocol every store shares.
+//! - `secret_service`, `keyutils`, `memory`: the three providers.
+//! - `selection`: `--key-store secret-service|keyutils|auto` and the probes `annal doctor` uses.
+//! - `custody`: [`KeyCustody`], the only owner of a root key, and [`destroy_namespace`].
+//!
+//! Every provider call blocks. Never make one on an async worker thread.
+//!
+//! The design (naming, probe order, failure categories, delete protocol, threats) is written up
+//! in `docs/key-custody.md`.
 
+/// Implements [`KeyProvider`] for a wrapper whose `inner` field is a `KeyringProvider`.
+macro_rules! provider_delegate {
+    ($ty:ty) => {
+        impl $crate::keys::provider::KeyProvider for $ty {
+            fn kind(&self) -> $crate::keys::provider::KeyStoreKind {
+                self.inner.kind()
+            }
+            fn naming(&self) -> $crate::keys::names::CredentialNaming {
+                self.inner.naming()
+            }
+            fn create_or_load(
+                &self,
+                namespace: &$crate::keys::names::Namespace,
+            ) -> Result<$crate::keys::provider::LoadedKey, $crate::keys::error::KeyError> {
+                self.inner.create_or_load(namespace)
+            }
+            fn load(
+                &self,
+                namespace: &$crate::keys::names::Namespace,
+                reference: &$crate::keys::names::KeyReference,
+            ) -> Result<$crate::keys::provider::LoadedKey, $crate::keys::error::KeyError> {
+                self.inner.load(namespace, reference)
+            }
+            fn references(
+                &self,
+                namespace: &$crate::keys::names::Namespace,
+            ) -> Result<Vec<$crate::keys::names::KeyReference>, $crate::keys::error::KeyError> {
+                self.inner.references(namespace)
+            }
+            fn destroy(
+                &self,
+                namespace: &$crate::keys::names::Namespace,
+                reference: &$crate::keys::names::KeyReference,
+            ) -> Result<$crate::keys::provider::DestroyedKey, $crate::keys::error::KeyError> {
+                self.inner.destroy(namespace, reference)
+            }
+        }
+    };
+}
+pub(crate) use provider_delegate;
+
+pub mod custody;
+pub mod error;
+pub mod keyutils;
 pub mod material;
+pub mod memory;
+pub mod names;
+pub mod provider;
+pub mod secret_service;
+pub mod selection;
 
+pub use custody::{KeyCustody, NamespaceKeysDestroyed, destroy_namespace};
+pub use error::KeyError;
+pub use keyutils::{KeyutilsProvider, establish_session_keyring};
 pub use material::{ChunkKey, PurposeKey, RootKey, SessionIdKey, WrongKeyLength};
+pub use memory::InMemoryProvider;
+pub use names::{CredentialNaming, KeyReference, NameError, Namespace};
+pub use provider::{DestroyedKey, KeyProvider, KeyStoreKind, LoadedKey};
+pub use secret_service::{SECRET_SERVICE_PROBE_TIMEOUT_MS, SecretServiceProvider};
+pub use selection::{
+    KeyStoreChoice, StoreReport, StoreState, UnknownKeyStore, chosen_store, open_provider,
+    probe_all, probe_keyutils, probe_secret_service,
+};
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,16 @@
-//! `annal doctor [--json]`.
+//! `annal doctor [--json] [--key-store CHOICE]`: which credential stores are reachable, locked or
+//! missing, each with its fixed category and a one-line hint for a person, and which store the
+//! given `--key-store` choice selects.
+//!
+//! Never prints a secret, a store path, a service/account name or a raw D-Bus/OS error. The
+//! probes never write to the Secret Service; the kernel-keyring probe writes and removes one
+//! throw-away key in annal's own session keyring.
+//!
+//! Exit codes: 0 when at least one store is usable, 1 when none is.
 
 use std::process::ExitCode;
+
+use annal_engine::keys::{KeyStoreChoice, StoreReport, chosen_store, probe_all};
 
 /// Arguments of `annal doctor`.
 #[derive(Debug, clap::Args)]
@@ -8,10 +18,78 @@ pub struct DoctorArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// The store choice to report on: secret-service, keyutils or auto (an unlocked Secret
+    /// Service if one answers, otherwise the kernel keyring).
+    #[arg(long, default_value_t = KeyStoreChoice::Auto, value_parser = parse_choice)]
+    pub key_store: KeyStoreChoice,
+}
+
+fn parse_choice(text: &str) -> Result<KeyStoreChoice, String> {
+    text.parse().map_err(|e| format!("{e}"))
 }
 
 /// Runs `annal doctor`.
-pub fn run(_args: &DoctorArgs) -> ExitCode {
-    eprintln!("annal doctor: not implemented yet");
-    ExitCode::from(2)
+pub fn run(args: &DoctorArgs) -> ExitCode {
+    let reports = probe_all();
+    let selected = chosen_store(args.key_store, &reports);
+    if args.json {
+        println!("{}", to_json(args.key_store, selected, &reports));
+    } else {
+        print!("{}", to_text(args.key_store, selected, &reports));
+    }
+    if reports
+        .iter()
+        .any(|r| r.state == annal_engine::keys::StoreState::Usable)
+    {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn to_json(
+    choice: KeyStoreChoice,
+    selected: Option<annal_engine::keys::KeyStoreKind>,
+    reports: &[StoreReport],
+) -> serde_json::Value {
+    let stores: Vec<serde_json::Value> = reports
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "store": r.kind.as_str(),
+                "state": r.state.as_str(),
+                "category": r.category.map(|c| c.as_str()),
+                "hint": r.hint,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "key_store": choice.as_str(),
+        "selected": selected.map(|k| k.as_str()),
+        "stores": stores,
+    })
+}
+
+fn to_text(
+    choice: KeyStoreChoice,
+    selected: Option<annal_engine::keys::KeyStoreKind>,
+    reports: &[StoreReport],
+) -> String {
+    let mut out = String::from("credential stores:\n");
+    for r in reports {
+        out.push_str(&format!(
+            "  {:<15} {:<8} {:<19} {}\n",
+            r.kind.as_str(),
+            r.state.as_str(),
+            r.category.map(|c| c.as_str()).unwrap_or("-"),
+            r.hint
+        ));
+    }
+    match selected {
+        Some(kind) => out.push_str(&format!("--key-store {choice} selects: {kind}\n")),
+        None => out.push_str(&format!(
+            "--key-store {choice} selects: nothing usable (see the hints above)\n"
+        )),
+    }
+    out
 }

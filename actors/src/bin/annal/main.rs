@@ -41,6 +41,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before any thread exists: give the process its own kernel session keyring, so the
+    // keyutils key store works in every thread spawned later (see annal_engine::keys::keyutils).
+    // A failure here only makes that store unusable; `doctor` reports it.
+    let _ = annal_engine::keys::establish_session_keyring();
     let cli = Cli::parse();
     match cli.command {
         Command::Inspect(args) => inspect::run(&args),

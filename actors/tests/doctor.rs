@@ -1,0 +1,111 @@
+//! `annal doctor`: output shape, exit codes, and the real stores when `.ci/test` provides them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+/// Set to `1` by `.ci/test`: both real stores must be usable.
+const REQUIRE_ENV: &str = "ANNAL_REQUIRE_REAL_KEY_STORES";
+
+/// Set to `1` by `.ci/test` in the never-unlocked D-Bus session.
+const EXPECT_LOCKED_ENV: &str = "ANNAL_EXPECT_LOCKED_SECRET_SERVICE";
+
+fn env_is_one(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "1")
+}
+
+fn doctor(args: &[&str]) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_annal"))
+        .arg("doctor")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap(),
+        String::from_utf8(output.stdout).unwrap(),
+    )
+}
+
+fn store<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["stores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["store"] == name)
+        .unwrap()
+}
+
+#[test]
+fn doctor_json_has_one_shape_and_a_consistent_exit_code() {
+    let (code, stdout) = doctor(&["--json"]);
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["key_store"], "auto");
+    let stores = report["stores"].as_array().unwrap();
+    assert_eq!(stores.len(), 2);
+    let mut usable = false;
+    for s in stores {
+        let state = s["state"].as_str().unwrap();
+        assert!(["usable", "locked", "missing"].contains(&state), "{s}");
+        assert!(!s["hint"].as_str().unwrap().is_empty());
+        if state == "usable" {
+            usable = true;
+            assert!(s["category"].is_null());
+        } else {
+            let category = s["category"].as_str().unwrap();
+            assert!(category.starts_with("key_"), "{category}");
+        }
+        assert_eq!(s.as_object().unwrap().len(), 4, "no extra fields: {s}");
+    }
+    assert_eq!(code, if usable { 0 } else { 1 });
+    assert_eq!(report["selected"].is_null(), !usable);
+    // No raw D-Bus or OS error text.
+    for needle in ["org.freedesktop", "/run/", "Error", "errno"] {
+        assert!(!stdout.contains(needle), "{needle} in {stdout}");
+    }
+
+    if env_is_one(REQUIRE_ENV) && !env_is_one(EXPECT_LOCKED_ENV) {
+        assert_eq!(code, 0);
+        assert_eq!(store(&report, "secret-service")["state"], "usable");
+        assert_eq!(store(&report, "keyutils")["state"], "usable");
+        assert_eq!(report["selected"], "secret-service");
+        let (code, stdout) = doctor(&["--json", "--key-store", "keyutils"]);
+        assert_eq!(code, 0);
+        let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(report["selected"], "keyutils");
+    }
+}
+
+#[test]
+fn doctor_text_names_each_store() {
+    let (code, stdout) = doctor(&[]);
+    assert!(code == 0 || code == 1);
+    assert!(stdout.contains("secret-service"), "{stdout}");
+    assert!(stdout.contains("keyutils"), "{stdout}");
+    assert!(stdout.contains("--key-store auto selects:"), "{stdout}");
+}
+
+#[test]
+fn doctor_rejects_an_unknown_key_store() {
+    let output = Command::new(env!("CARGO_BIN_EXE_annal"))
+        .args(["doctor", "--key-store", "file"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}
+
+/// Runs in `.ci/test`'s never-unlocked D-Bus session.
+#[test]
+fn doctor_reports_a_locked_secret_service() {
+    if !env_is_one(EXPECT_LOCKED_ENV) {
+        eprintln!(
+            "doctor_reports_a_locked_secret_service: NOT RUN: needs {EXPECT_LOCKED_ENV}=1 \
+             (.ci/test runs it)"
+        );
+        return;
+    }
+    let (_, stdout) = doctor(&["--json", "--key-store", "secret-service"]);
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let ss = store(&report, "secret-service");
+    assert_eq!(ss["state"], "locked", "{report}");
+    assert_eq!(ss["category"], "key_locked");
+    assert!(report["selected"].is_null());
+}

@@ -1,0 +1,157 @@
+//! The key custody boundary: one type owns a namespace's root key and hands out only derived
+//! purpose keys; and the cryptographic delete of a namespace.
+
+use super::error::KeyError;
+use super::material::{CHUNK_ID_LEN_BYTES, ChunkKey, PurposeKey, RootKey, SessionIdKey};
+use super::names::{KeyReference, Namespace};
+use super::provider::{KeyProvider, LoadedKey};
+
+/// Owns one namespace's root key (zeroized on drop) and derives every purpose key from it. The
+/// root key itself never leaves this type: there is no accessor, no `Clone`, and `Debug` redacts.
+pub struct KeyCustody {
+    /// The namespace the key belongs to.
+    namespace: Namespace,
+    /// The reference the key is stored under (written into chunk headers).
+    reference: KeyReference,
+    /// The root key.
+    root: RootKey,
+}
+
+impl std::fmt::Debug for KeyCustody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyCustody")
+            .field("namespace", &self.namespace)
+            .field("reference", &self.reference)
+            .field("root", &"<redacted>")
+            .finish()
+    }
+}
+
+impl KeyCustody {
+    /// Loads the namespace's primary key, creating it on first use (the write path: enabling
+    /// capture).
+    pub fn open(provider: &dyn KeyProvider, namespace: &Namespace) -> Result<Self, KeyError> {
+        let loaded = provider.create_or_load(namespace)?;
+        Ok(Self::from_loaded(namespace.clone(), loaded))
+    }
+
+    /// Loads exactly `reference` (the read path: a chunk header names it). Never creates a key.
+    pub fn load(
+        provider: &dyn KeyProvider,
+        namespace: &Namespace,
+        reference: &KeyReference,
+    ) -> Result<Self, KeyError> {
+        let loaded = provider.load(namespace, reference)?;
+        Ok(Self::from_loaded(namespace.clone(), loaded))
+    }
+
+    /// Takes custody of a key a provider returned.
+    pub fn from_loaded(namespace: Namespace, loaded: LoadedKey) -> Self {
+        Self {
+            namespace,
+            reference: loaded.reference,
+            root: loaded.root,
+        }
+    }
+
+    /// The namespace this key belongs to.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// The key reference to write into chunk headers.
+    pub fn reference(&self) -> &KeyReference {
+        &self.reference
+    }
+
+    /// The key of one history chunk (profile v1 contract).
+    pub fn chunk_key(
+        &self,
+        chunk_id: &[u8; CHUNK_ID_LEN_BYTES],
+        stream_id: &str,
+        key_epoch: u64,
+    ) -> ChunkKey {
+        self.root.chunk_key(chunk_id, stream_id, key_epoch)
+    }
+
+    /// The HMAC key that turns raw session labels into opaque session ids (profile v1 contract).
+    pub fn session_id_key(&self) -> SessionIdKey {
+        self.root.session_id_key()
+    }
+
+    /// The key that authenticates chunk seals.
+    pub fn seal_key(&self) -> PurposeKey {
+        self.root.seal_key()
+    }
+
+    /// The key that encrypts the derived index.
+    pub fn index_key(&self) -> PurposeKey {
+        self.root.index_key()
+    }
+
+    /// The key of one engine-journal chunk: derived like a history chunk key, but from the
+    /// journal root (itself derived from the namespace root), so journal and history keys never
+    /// coincide.
+    pub fn journal_chunk_key(
+        &self,
+        chunk_id: &[u8; CHUNK_ID_LEN_BYTES],
+        stream_id: &str,
+        key_epoch: u64,
+    ) -> ChunkKey {
+        self.root
+            .journal_root_key()
+            .chunk_key(chunk_id, stream_id, key_epoch)
+    }
+}
+
+/// Proof that every key of a namespace was destroyed and verified absent. Only
+/// [`destroy_namespace`] makes one; the delete path requires it before removing any file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceKeysDestroyed {
+    /// The namespace whose keys are gone.
+    namespace: Namespace,
+    /// The references that were destroyed (sorted).
+    destroyed: Vec<KeyReference>,
+}
+
+impl NamespaceKeysDestroyed {
+    /// The namespace whose keys are gone.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// The references that were destroyed.
+    pub fn destroyed(&self) -> &[KeyReference] {
+        &self.destroyed
+    }
+}
+
+/// Cryptographic delete, step one: destroys exactly `namespace`'s key references, verifies each
+/// is gone, then lists the namespace again and requires it empty. Only then does it return the
+/// proof that lets the caller remove the namespace's files. Any failure is
+/// `key_destroy_failed`: the caller must keep every file. Other namespaces are not touched.
+pub fn destroy_namespace(
+    provider: &dyn KeyProvider,
+    namespace: &Namespace,
+) -> Result<NamespaceKeysDestroyed, KeyError> {
+    let references = provider
+        .references(namespace)
+        .map_err(KeyError::into_destroy_failure)?;
+    let mut destroyed = Vec::with_capacity(references.len());
+    for reference in &references {
+        let proof = provider.destroy(namespace, reference)?;
+        destroyed.push(proof.reference().clone());
+    }
+    let left = provider
+        .references(namespace)
+        .map_err(KeyError::into_destroy_failure)?;
+    if !left.is_empty() {
+        return Err(KeyError::DestroyNotVerified {
+            detail: format!("{} references remain after destroy", left.len()),
+        });
+    }
+    Ok(NamespaceKeysDestroyed {
+        namespace: namespace.clone(),
+        destroyed,
+    })
+}
