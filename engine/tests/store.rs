@@ -177,6 +177,23 @@ fn symlinked_chunk_or_chunks_dir_is_refused() {
 }
 
 #[test]
+fn symlinked_writer_lock_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    create_store(&root).unwrap();
+    let elsewhere = dir.path().join("elsewhere.lock");
+    std::os::unix::fs::symlink(&elsewhere, root.join("writer.lock")).unwrap();
+    assert!(matches!(
+        StoreWriter::open(&root, key(), config()),
+        Err(OpenWriterError::Store(OpenStoreError::Symlink { .. }))
+    ));
+    assert!(
+        !elsewhere.exists(),
+        "the symlink target must not be created"
+    );
+}
+
+#[test]
 fn second_writer_fails_fast_while_the_first_lives() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("store");

@@ -354,7 +354,13 @@ impl StoreWriter {
             }
         }
         let lock_path = root.join(WRITER_LOCK_FILE_NAME);
-        let lock = fsutil::open_or_create(&lock_path).map_err(io("open", &lock_path))?;
+        let lock = match fsutil::open_or_create(&lock_path) {
+            Ok(lock) => lock,
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+                return Err(OpenStoreError::Symlink { path: lock_path }.into());
+            }
+            Err(e) => return Err(io("open", &lock_path)(e)),
+        };
         match rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(rustix::io::Errno::WOULDBLOCK) => return Err(OpenWriterError::Locked),
