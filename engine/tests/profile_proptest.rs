@@ -137,3 +137,19 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_bytes_never_panic_and_never_authenticate(
+        tail in prop::collection::vec(any::<u8>(), 0..512),
+        with_header in any::<bool>(),
+    ) {
+        let fx = fixture();
+        let mut bytes = if with_header { fx.chunk_bytes[..97].to_vec() } else { Vec::new() };
+        bytes.extend(&tail);
+        let reading = read_chunk(&bytes, &fixture_key(), Some(fx.chunk_id));
+        prop_assert!(reading.verdict.records().is_empty());
+    }
+}
