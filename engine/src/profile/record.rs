@@ -26,7 +26,8 @@ pub fn record_iv(prefix: [u8; NONCE_PREFIX_LEN_BYTES], position: u64) -> [u8; IV
 
 /// The AEAD of one chunk, keyed with that chunk's derived key.
 pub(crate) struct ChunkCipher {
-    /// ChaCha20-Poly1305 keyed with the chunk key; the key schedule zeroizes on drop.
+    /// ChaCha20-Poly1305 keyed with the chunk key; its key is zeroized on drop (crate feature
+    /// `zeroize`, enabled in engine/Cargo.toml).
     aead: ChaCha20Poly1305,
 }
 
