@@ -2,7 +2,7 @@
 //! purpose keys; and the cryptographic delete of a namespace.
 
 use super::error::KeyError;
-use super::material::{CHUNK_ID_LEN_BYTES, ChunkKey, PurposeKey, RootKey, SessionIdKey};
+use super::material::{CHUNK_ID_LEN_BYTES, ChunkKey, ChunkKeys, PurposeKey, RootKey, SessionIdKey};
 use super::names::{KeyReference, Namespace};
 use super::provider::{KeyProvider, LoadedKey};
 
@@ -101,6 +101,17 @@ impl KeyCustody {
         self.root
             .journal_root_key()
             .chunk_key(chunk_id, stream_id, key_epoch)
+    }
+}
+
+impl ChunkKeys for KeyCustody {
+    fn chunk_key(
+        &self,
+        chunk_id: &[u8; CHUNK_ID_LEN_BYTES],
+        stream_id: &str,
+        key_epoch: u64,
+    ) -> ChunkKey {
+        self.root.chunk_key(chunk_id, stream_id, key_epoch)
     }
 }
 

@@ -34,6 +34,32 @@ pub const INDEX_KEY_INFO: &[u8] = b"annal/v1/index-key";
 /// HKDF info for the root of annal's engine journal stream (annal-only).
 pub const JOURNAL_KEY_INFO: &[u8] = b"annal/v1/journal-root-key";
 
+/// Derives per-chunk keys without exposing the root they come from.
+///
+/// The codec and the store take this rather than a [`RootKey`], so the engine can hand them its
+/// [`KeyCustody`](crate::keys::KeyCustody) (which never gives up the root key), while offline
+/// tools and tests hand them a bare [`RootKey`].
+pub trait ChunkKeys {
+    /// The key of one chunk (see [`RootKey::chunk_key`]).
+    fn chunk_key(
+        &self,
+        chunk_id: &[u8; CHUNK_ID_LEN_BYTES],
+        stream_id: &str,
+        key_epoch: u64,
+    ) -> ChunkKey;
+}
+
+impl ChunkKeys for RootKey {
+    fn chunk_key(
+        &self,
+        chunk_id: &[u8; CHUNK_ID_LEN_BYTES],
+        stream_id: &str,
+        key_epoch: u64,
+    ) -> ChunkKey {
+        RootKey::chunk_key(self, chunk_id, stream_id, key_epoch)
+    }
+}
+
 /// The 32-byte namespace root key. Zeroized on drop; never cloned, printed or serialized.
 #[derive(Zeroize, ZeroizeOnDrop)]
 pub struct RootKey([u8; KEY_LEN_BYTES]);

@@ -22,7 +22,9 @@ pub mod record;
 
 pub use header::{ChunkHeader, ChunkId, HeaderFieldError, NoncePrefixForm, ParsedHeader};
 pub use plaintext::{PlaintextFault, validate_plaintext};
-pub use reader::{ChunkReading, ChunkVerdict, CorruptReason, Record, RecordOpener, read_chunk};
+pub use reader::{
+    ChunkReading, ChunkVerdict, CorruptReason, Record, RecordOpener, read_chunk, read_header,
+};
 pub use record::{RecordSealer, SealError};
 
 /// Profile version written in header item 0.

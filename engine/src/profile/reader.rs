@@ -13,7 +13,7 @@ use super::header::{ChunkId, HeaderFault, ParsedHeader, parse_header};
 use super::plaintext::{PlaintextFault, validate_plaintext};
 use super::record::{ChunkCipher, record_iv};
 use super::{IV_LEN_BYTES, MAX_RECORD_LEN_BYTES, NONCE_PREFIX_LEN_BYTES, PROTECTED_HEADER_BYTES};
-use crate::keys::RootKey;
+use crate::keys::ChunkKeys;
 
 /// CBOR tag of COSE_Encrypt0.
 const COSE_ENCRYPT0_TAG: u64 = 16;
@@ -196,11 +196,29 @@ fn decode_item(cursor: &mut &[u8]) -> Result<Value, ItemError> {
     })
 }
 
+/// Parses only item 0 of a chunk (the plaintext header), without any key. Returns the header
+/// and its length in bytes. Used by the reader, and by the delete path to learn which key
+/// reference a chunk belongs to.
+pub fn read_header(bytes: &[u8]) -> Result<(ParsedHeader, usize), CorruptReason> {
+    let mut cursor = bytes;
+    let Ok(header_value) = decode_item(&mut cursor) else {
+        return Err(CorruptReason::MalformedHeader);
+    };
+    let header_len = bytes.len() - cursor.len();
+    let parsed = parse_header(header_value, &bytes[..header_len]).map_err(|fault| match fault {
+        HeaderFault::Malformed => CorruptReason::MalformedHeader,
+        HeaderFault::UnsupportedVersion => CorruptReason::UnsupportedProfileVersion,
+        HeaderFault::WrongAlgorithm => CorruptReason::WrongAlgorithm,
+        HeaderFault::NonCanonical => CorruptReason::NonCanonicalHeader,
+    })?;
+    Ok((parsed, header_len))
+}
+
 /// Reads and classifies one whole chunk. `expected_chunk_id` is the id from the file name when
 /// the caller knows it; a header naming another chunk is then [`CorruptReason::ChunkIdMismatch`].
 pub fn read_chunk(
     bytes: &[u8],
-    root: &RootKey,
+    root: &dyn ChunkKeys,
     expected_chunk_id: Option<ChunkId>,
 ) -> ChunkReading {
     let header_fault = |reason| ChunkReading {
@@ -211,22 +229,11 @@ pub fn read_chunk(
             reason,
         },
     };
-    let mut cursor = bytes;
-    let Ok(header_value) = decode_item(&mut cursor) else {
-        return header_fault(CorruptReason::MalformedHeader);
+    let (parsed, header_len) = match read_header(bytes) {
+        Ok(found) => found,
+        Err(reason) => return header_fault(reason),
     };
-    let header_len = bytes.len() - cursor.len();
-    let parsed = match parse_header(header_value, &bytes[..header_len]) {
-        Ok(parsed) => parsed,
-        Err(fault) => {
-            return header_fault(match fault {
-                HeaderFault::Malformed => CorruptReason::MalformedHeader,
-                HeaderFault::UnsupportedVersion => CorruptReason::UnsupportedProfileVersion,
-                HeaderFault::WrongAlgorithm => CorruptReason::WrongAlgorithm,
-                HeaderFault::NonCanonical => CorruptReason::NonCanonicalHeader,
-            });
-        }
-    };
+    let mut cursor = &bytes[header_len..];
     if let Some(expected) = expected_chunk_id
         && expected != parsed.header.chunk_id()
     {
@@ -306,7 +313,7 @@ impl std::fmt::Debug for RecordOpener {
 
 impl RecordOpener {
     /// Derives the chunk key for `header`.
-    pub fn new(root: &RootKey, header: ParsedHeader) -> Self {
+    pub fn new(root: &dyn ChunkKeys, header: ParsedHeader) -> Self {
         Self {
             cipher: ChunkCipher::for_header(root, &header.header),
             nonce_prefix: header.header.nonce_prefix(),

@@ -14,7 +14,7 @@ use super::{
     HeaderFieldError, IV_LEN_BYTES, MAX_PLAINTEXT_LEN_BYTES, MAX_RECORD_LEN_BYTES,
     MAX_RECORDS_PER_CHUNK, NONCE_PREFIX_LEN_BYTES,
 };
-use crate::keys::RootKey;
+use crate::keys::ChunkKeys;
 
 /// The IV of the record at `position`: nonce prefix || u64_be(position).
 pub fn record_iv(prefix: [u8; NONCE_PREFIX_LEN_BYTES], position: u64) -> [u8; IV_LEN_BYTES] {
@@ -33,7 +33,7 @@ pub(crate) struct ChunkCipher {
 
 impl ChunkCipher {
     /// Derives the chunk key of `header` from `root` and keys the AEAD with it.
-    pub(crate) fn for_header(root: &RootKey, header: &ChunkHeader) -> Self {
+    pub(crate) fn for_header(root: &dyn ChunkKeys, header: &ChunkHeader) -> Self {
         let key = root.chunk_key(&header.chunk_id().0, header.stream_id(), header.key_epoch());
         let aead = ChaCha20Poly1305::new(&Key::from(*key.as_bytes()));
         Self { aead }
@@ -105,7 +105,7 @@ impl std::fmt::Debug for RecordSealer {
 
 impl RecordSealer {
     /// A sealer for a new chunk with `header`, starting at position 0.
-    pub fn new(root: &RootKey, header: &ChunkHeader) -> Result<Self, SealError> {
+    pub fn new(root: &dyn ChunkKeys, header: &ChunkHeader) -> Result<Self, SealError> {
         Ok(Self {
             cipher: ChunkCipher::for_header(root, header),
             header_bytes: header.encode()?,

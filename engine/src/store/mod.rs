@@ -20,13 +20,17 @@
 //! - [`fsutil`]: the few filesystem primitives (no-follow opens, directory fsync).
 //! - [`read`]: [`StoreReader`] (read-only; takes no lock) and the merged [`StoreReport`].
 //! - [`write`]: [`create_store`] and [`StoreWriter`].
+//! - [`delete`]: [`delete_store_files`], which removes a store only with proof that its keys
+//!   were destroyed.
 
+pub mod delete;
 pub mod fsutil;
 pub mod read;
 pub mod write;
 
 use std::path::{Path, PathBuf};
 
+pub use delete::{DeleteStoreError, DeletedStore, delete_store_files};
 pub use read::{ChunkReport, ReadStoreError, SequenceConflict, StoreReader, StoreReport};
 pub use write::{
     AppendError, AppendReceipt, CreateStoreError, OpenWriterError, StoreWriter, WriterConfig,

@@ -9,7 +9,7 @@ use super::{
     CHUNK_FILE_EXTENSION, CHUNKS_DIR_NAME, MAX_CHUNK_FILE_BYTES, OpenStoreError, StoreKind,
     check_store_root, fsutil,
 };
-use crate::keys::RootKey;
+use crate::keys::ChunkKeys;
 use crate::profile::{ChunkId, ChunkVerdict, CorruptReason, ParsedHeader, Record, read_chunk};
 
 /// A store opened for reading.
@@ -157,7 +157,7 @@ impl StoreReader {
     }
 
     /// Reads and classifies every chunk with `root_key` and merges the events.
-    pub fn read(&self, root_key: &RootKey) -> Result<StoreReport, ReadStoreError> {
+    pub fn read(&self, root_key: &dyn ChunkKeys) -> Result<StoreReport, ReadStoreError> {
         let chunks_dir = self.root.join(CHUNKS_DIR_NAME);
         let mut reports = Vec::new();
         for file_name in list_chunk_files(&chunks_dir)? {

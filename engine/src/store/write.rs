@@ -19,7 +19,7 @@ use super::{
     CHUNKS_DIR_NAME, DIR_MODE, OpenStoreError, WRITER_LOCK_FILE_NAME, check_store_root, fsutil,
 };
 use crate::entropy::{Entropy, EntropyError};
-use crate::keys::RootKey;
+use crate::keys::ChunkKeys;
 use crate::keys::material::CHUNK_ID_LEN_BYTES;
 use crate::profile::{
     ChunkHeader, ChunkId, HeaderFieldError, MAX_PLAINTEXT_LEN_BYTES, MAX_RECORDS_PER_CHUNK,
@@ -276,8 +276,8 @@ pub struct StoreWriter {
     root: PathBuf,
     /// `writer.lock`, holding the exclusive flock until drop.
     _lock: File,
-    /// The root key chunk keys derive from.
-    root_key: Arc<RootKey>,
+    /// Derives the key of each chunk this writer creates (the engine passes its key custody).
+    root_key: Arc<dyn ChunkKeys + Send + Sync>,
     /// Header fields and limits.
     config: WriterConfig,
     /// Highest sequence in the store (from the existing chunks, then from appends).
@@ -306,7 +306,7 @@ impl StoreWriter {
     /// writer holds it) and reads the existing chunks to learn the last sequence.
     pub fn open(
         root: &Path,
-        root_key: Arc<RootKey>,
+        root_key: Arc<dyn ChunkKeys + Send + Sync>,
         config: WriterConfig,
     ) -> Result<Self, OpenWriterError> {
         if config.chunk_size_limit_bytes > CHUNK_SIZE_LIMIT_BYTES
@@ -366,7 +366,7 @@ impl StoreWriter {
             Err(rustix::io::Errno::WOULDBLOCK) => return Err(OpenWriterError::Locked),
             Err(e) => return Err(io("lock", &lock_path)(e.into())),
         }
-        let report = StoreReader::open(root)?.read(&root_key)?;
+        let report = StoreReader::open(root)?.read(root_key.as_ref())?;
         if report.probable_wrong_key {
             return Err(OpenWriterError::ProbableWrongKey);
         }
@@ -565,7 +565,7 @@ impl StoreWriter {
             prefix,
         )
         .map_err(SealError::from)?;
-        let sealer = RecordSealer::new(&self.root_key, &header)?;
+        let sealer = RecordSealer::new(self.root_key.as_ref(), &header)?;
         let dir = self.root.join(CHUNKS_DIR_NAME);
         let name = format!("{}{CHUNK_FILE_EXTENSION}", chunk_id.to_hex());
         let tmp_name = format!(".{name}.tmp");
