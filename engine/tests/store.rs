@@ -497,3 +497,31 @@ fn leftover_temporary_chunk_is_not_a_chunk() {
         .unwrap();
     assert!(report.chunks.is_empty());
 }
+
+#[test]
+fn opening_a_writer_removes_only_abandoned_temp_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    create_store(&root).unwrap();
+    let chunks = root.join("chunks");
+    let abandoned = chunks.join(".0123456789abcdef0123456789abcdef.cborseq.tmp");
+    std::fs::write(&abandoned, b"half a header").unwrap();
+    // Look-alikes that are not exactly the writer's temp-file shape are left alone.
+    let lookalikes = [
+        chunks.join(".notes.tmp"),
+        chunks.join(".0123456789ABCDEF0123456789abcdef.cborseq.tmp"),
+        chunks.join("0123456789abcdef0123456789abcdef.cborseq.tmp"),
+    ];
+    for path in &lookalikes {
+        std::fs::write(path, b"keep").unwrap();
+    }
+    let writer = StoreWriter::open(&root, key(), config()).unwrap();
+    assert!(
+        !abandoned.exists(),
+        "the abandoned temp chunk must be removed"
+    );
+    for path in &lookalikes {
+        assert!(path.exists(), "{} must be left alone", path.display());
+    }
+    drop(writer);
+}

@@ -366,6 +366,7 @@ impl StoreWriter {
             Err(rustix::io::Errno::WOULDBLOCK) => return Err(OpenWriterError::Locked),
             Err(e) => return Err(io("lock", &lock_path)(e.into())),
         }
+        remove_abandoned_temp_chunks(&chunks)?;
         let report = StoreReader::open(root)?.read(root_key.as_ref())?;
         if report.probable_wrong_key {
             return Err(OpenWriterError::ProbableWrongKey);
@@ -593,4 +594,40 @@ impl StoreWriter {
         });
         Ok(())
     }
+}
+
+/// Removes the hidden temporary files of chunk creations that a crashed writer left behind
+/// (`.<chunk id>.cborseq.tmp`). Safe only under the writer lock: no live writer can be creating
+/// one. Such a file was never renamed into place, so no reader ever returned its records. Only
+/// names of exactly that shape are touched.
+fn remove_abandoned_temp_chunks(chunks: &Path) -> Result<(), OpenWriterError> {
+    let io = |operation, path: &Path| {
+        let path = path.to_owned();
+        move |source| OpenWriterError::Io {
+            operation,
+            path,
+            source,
+        }
+    };
+    let mut removed = false;
+    for entry in std::fs::read_dir(chunks).map_err(io("list", chunks))? {
+        let entry = entry.map_err(io("list", chunks))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let is_abandoned_temp = name
+            .strip_prefix('.')
+            .and_then(|n| n.strip_suffix(".tmp"))
+            .and_then(|n| n.strip_suffix(CHUNK_FILE_EXTENSION))
+            .and_then(ChunkId::from_hex)
+            .is_some();
+        if is_abandoned_temp && entry.file_type().map_err(io("stat", chunks))?.is_file() {
+            let path = entry.path();
+            std::fs::remove_file(&path).map_err(io("remove", &path))?;
+            removed = true;
+        }
+    }
+    if removed {
+        fsutil::fsync_dir(chunks).map_err(io("sync directory", chunks))?;
+    }
+    Ok(())
 }
