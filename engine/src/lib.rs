@@ -16,7 +16,8 @@
 //! - `clock`, `entropy`: the injected clock and randomness.
 //! - `store`: the on-disk chunk store: layout and ownership marker, permissions and no-follow
 //!   opens, the writer lock, the chunk writer with rotation, and the store-wide reader that
-//!   orders chunks by sequence and merges their events.
+//!   orders chunks by sequence and merges their events; and removing a store only with proof
+//!   that its keys were destroyed.
 //!
 //! Later work adds seals, the derived index, the engine journal, state and health projections,
 //! policy evaluation and the capture queue protocol.
