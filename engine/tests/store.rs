@@ -525,3 +525,73 @@ fn opening_a_writer_removes_only_abandoned_temp_chunks() {
     }
     drop(writer);
 }
+
+/// Every byte under a store root, file by file.
+fn every_file(root: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push((path.clone(), std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn raw_files_never_hold_event_values_or_key_material() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    create_store(&root).unwrap();
+    let events = plaintexts();
+    let mut writer = StoreWriter::open(&root, key(), config()).unwrap();
+    writer
+        .append(&as_slices(&events), &mut SeededEntropy::new(11))
+        .unwrap();
+    writer.sync().unwrap();
+    drop(writer);
+
+    // Values from inside the events: capability, application identity, opaque ids, enum values.
+    let mut planted: Vec<String> = vec![
+        "input.pointer.click".into(),
+        "Text Editor".into(),
+        "com.example.TextEditor".into(),
+        "b11ddce8dbd1872c9250e3f67dad2d9d".into(),
+        "retry_with_foreground_delivery".into(),
+        "cua-driver.history".into(),
+        "specversion".into(),
+    ];
+    for event in &events {
+        let value: serde_json::Value = serde_json::from_str(event).unwrap();
+        planted.push(value["id"].as_str().unwrap().to_owned());
+    }
+    // The root key, raw and as hex, and the chunk key of the fixture chunk id.
+    let root_key_hex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+    let root_key_raw: Vec<u8> = (0u8..32).collect();
+    let files = every_file(&root);
+    assert!(files.len() >= 3, "marker, lock and at least one chunk");
+    for (path, bytes) in &files {
+        for needle in &planted {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                "{} holds the plaintext value {needle:?}",
+                path.display()
+            );
+        }
+        assert!(
+            !bytes.windows(32).any(|w| w == root_key_raw.as_slice()),
+            "{}",
+            path.display()
+        );
+        assert!(
+            !bytes.windows(64).any(|w| w == root_key_hex.as_bytes()),
+            "{}",
+            path.display()
+        );
+    }
+}
