@@ -14,6 +14,7 @@
 //!   the namespace root key and hands out only derived purpose keys. Design and failure table:
 //!   `docs/key-custody.md`.
 //! - `clock`, `entropy`: the injected clock and randomness.
+//! - `sync`: the `std::sync` / `loom::sync` facade that hand-written concurrency uses.
 //! - `store`: the on-disk chunk store: layout and ownership marker, permissions and no-follow
 //!   opens, the writer lock, the chunk writer with rotation, and the store-wide reader that
 //!   orders chunks by sequence and merges their events; and removing a store only with proof
@@ -28,3 +29,4 @@ pub mod entropy;
 pub mod keys;
 pub mod profile;
 pub mod store;
+pub mod sync;

@@ -1,13 +1,24 @@
 //! annal-loom-tests: loom models of annal's hand-written concurrency.
 //!
+//! The engine as a whole cannot be compiled under `--cfg loom` (its credential-store
+//! dependencies do not build there), so each concurrent piece of the engine lives in a file that
+//! uses only the `crate::sync` facade, and this crate includes that very file under its own
+//! facade. What is model-checked is the source that ships, not a copy.
+//!
 //! # Layout
 //!
-//! - `sync` (later): a facade that maps to `loom::sync` under `--cfg loom` and to `std::sync`
-//!   otherwise, so the same code is model-checked and shipped.
-//! - `tests/` (later): one model file per concurrent structure, each `#![cfg(loom)]` so a plain
-//!   `cargo test` compiles them away.
+//! - [`sync`]: the facade, `loom::sync` under `--cfg loom` and `std::sync` otherwise.
+//! - [`first_use`]: `engine/src/keys/first_use.rs` (load-or-create of a namespace key under one
+//!   lock), included verbatim.
+//! - `tests/first_use.rs`: its model: concurrent first uses create exactly one key and everyone
+//!   gets that key; and a control model without the lock, which loom must catch.
 //!
-//! Run the models with
-//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p annal-loom-tests --release`.
-//! No hand-written concurrency exists yet, so there is nothing to model.
+//! Each model file is `#![cfg(loom)]`, so a plain `cargo test` compiles it away. Run them with
+//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p annal-loom-tests --release`
+//! (`.ci/test` does).
 #![forbid(unsafe_code)]
+
+pub mod sync;
+
+#[path = "../../engine/src/keys/first_use.rs"]
+pub mod first_use;

@@ -10,6 +10,7 @@
 //! - `provider`: the [`KeyProvider`] trait and the protocol every store shares.
 //! - `secret_service`, `keyutils`, `memory`: the three providers.
 //! - `selection`: `--key-store secret-service|keyutils|auto` and the probes `annal doctor` uses.
+//! - `first_use`: load-or-create of a namespace key under one lock (loom-checked).
 //! - `custody`: [`KeyCustody`], the only owner of a root key, and [`destroy_namespace`].
 //!
 //! Every provider call blocks. Never make one on an async worker thread.
@@ -60,6 +61,7 @@ pub(crate) use provider_delegate;
 
 pub mod custody;
 pub mod error;
+pub mod first_use;
 pub mod keyutils;
 pub mod material;
 pub mod memory;

@@ -16,10 +16,13 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::sync::Mutex as FacadeMutex;
+
 use keyring_core::{CredentialStore, Entry};
 use zeroize::{Zeroize, Zeroizing};
 
 use super::error::{ErrorSource, KeyError, from_keyring};
+use super::first_use;
 use super::material::{KEY_LEN_BYTES, RootKey};
 use super::names::{CredentialName, CredentialNaming, KeyReference, Namespace};
 use crate::entropy::Entropy;
@@ -159,7 +162,7 @@ pub(crate) struct KeyringProvider {
     /// Serializes `create_or_load` within this process. Without it two threads could both find
     /// no key, both write one, and one of them would go on using a key the store no longer
     /// holds. (Across processes the store's writer lock must be held; see docs/key-custody.md.)
-    create_lock: Mutex<()>,
+    create_lock: FacadeMutex<()>,
     /// Test hook (set only by the in-memory provider): replace the next newly written key
     /// with other bytes before it is read back, to exercise the read-back check.
     tamper_next_write: AtomicBool,
@@ -191,7 +194,7 @@ impl KeyringProvider {
             lister,
             source,
             entropy: Mutex::new(entropy),
-            create_lock: Mutex::new(()),
+            create_lock: FacadeMutex::new(()),
             tamper_next_write: AtomicBool::new(false),
         }
     }
@@ -333,30 +336,26 @@ impl KeyProvider for KeyringProvider {
     }
 
     fn create_or_load(&self, namespace: &Namespace) -> Result<LoadedKey, KeyError> {
-        // A poisoned lock only means another creator panicked; the store is still the truth.
-        let _serialized = self
-            .create_lock
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let reference = namespace.primary_reference();
         let name = self
             .naming
             .credential(namespace, &reference)
             .ok_or(KeyError::NotFound)?;
         let entry = self.entry(&name)?;
-        match self.read(&entry) {
-            Ok(root) => Ok(LoadedKey {
-                reference,
-                root,
-                created: false,
-            }),
-            Err(KeyError::NotFound) if self.naming.is_writable() => Ok(LoadedKey {
-                root: self.create(&entry)?,
-                reference,
-                created: true,
-            }),
-            Err(error) => Err(error),
-        }
+        let (root, created) = first_use::load_or_create(
+            &self.create_lock,
+            || match self.read(&entry) {
+                Ok(root) => Ok(Some(root)),
+                Err(KeyError::NotFound) if self.naming.is_writable() => Ok(None),
+                Err(error) => Err(error),
+            },
+            || self.create(&entry),
+        )?;
+        Ok(LoadedKey {
+            reference,
+            root,
+            created,
+        })
     }
 
     fn load(&self, namespace: &Namespace, reference: &KeyReference) -> Result<LoadedKey, KeyError> {
