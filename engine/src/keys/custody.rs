@@ -64,16 +64,6 @@ impl KeyCustody {
         &self.reference
     }
 
-    /// The key of one history chunk (profile v1 contract).
-    pub fn chunk_key(
-        &self,
-        chunk_id: &[u8; CHUNK_ID_LEN_BYTES],
-        stream_id: &str,
-        key_epoch: u64,
-    ) -> ChunkKey {
-        self.root.chunk_key(chunk_id, stream_id, key_epoch)
-    }
-
     /// The HMAC key that turns raw session labels into opaque session ids (profile v1 contract).
     pub fn session_id_key(&self) -> SessionIdKey {
         self.root.session_id_key()
@@ -104,6 +94,8 @@ impl KeyCustody {
     }
 }
 
+/// The key of one history chunk (profile v1 contract): how the codec and the store reach chunk
+/// keys without the root key.
 impl ChunkKeys for KeyCustody {
     fn chunk_key(
         &self,

@@ -1,5 +1,6 @@
 //! Protocol tests over the in-memory provider, with `keyring_core::mock` error injection.
 
+use crate::keys::ChunkKeys;
 use annal_schema::HealthCategory;
 
 use super::*;
