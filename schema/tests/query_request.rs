@@ -153,3 +153,45 @@ fn input_schemas_are_closed() {
     assert_eq!(q["properties"]["limit"]["maximum"], json!(200));
     assert_eq!(q["properties"]["limit"]["minimum"], json!(1));
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Any integer limit is accepted exactly when it is in 1..=200, and then kept as given:
+        /// never clamped.
+        #[test]
+        fn limit_is_accepted_iff_in_range_and_never_clamped(limit in any::<i64>()) {
+            let parsed = parse(json!({ "limit": limit }));
+            if (1..=200).contains(&limit) {
+                prop_assert_eq!(i64::from(parsed.unwrap().limit), limit);
+            } else {
+                prop_assert_eq!(parsed, Err(INVALID));
+            }
+        }
+
+        /// Any pair of bounds >= 1 is accepted exactly when since <= until, both kept as given.
+        #[test]
+        fn bounds_are_kept_or_refused_as_a_range(since in 1u64..1_000, until in 1u64..1_000) {
+            let parsed = parse(json!({ "since_sequence": since, "until_sequence": until }));
+            if since <= until {
+                let r = parsed.unwrap();
+                prop_assert_eq!((r.since_sequence, r.until_sequence), (Some(since), Some(until)));
+            } else {
+                prop_assert_eq!(parsed, Err(RANGE));
+            }
+        }
+
+        /// Any object with a key outside the four fields is refused.
+        #[test]
+        fn unknown_keys_are_refused(key in "[a-z_]{1,20}") {
+            prop_assume!(!["limit", "session_id", "since_sequence", "until_sequence"].contains(&key.as_str()));
+            let mut object = serde_json::Map::new();
+            object.insert(key, json!(1));
+            prop_assert_eq!(parse(Value::Object(object)), Err(INVALID));
+        }
+    }
+}
