@@ -19,7 +19,7 @@
 //!
 //! - [`fsutil`]: the few filesystem primitives (no-follow opens, directory fsync).
 //! - [`read`]: [`StoreReader`] (read-only; takes no lock) and the merged [`StoreReport`].
-//! - [`write`]: [`create_store`] and [`StoreWriter`].
+//! - [`write`](mod@write): [`create_store`] and [`StoreWriter`].
 //! - [`delete`]: [`delete_store_files`], which removes a store only with proof that its keys
 //!   were destroyed.
 
