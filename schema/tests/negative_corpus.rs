@@ -33,6 +33,9 @@ const CHARSET: Verdict = Verdict::AnnalStricter(
 const CAPABILITY_CHARSET: Verdict = Verdict::AnnalStricter(
     "capabilities are [a-z0-9._-] starting with a letter; the schema bounds only length",
 );
+const INTEGER_AS_FLOAT: Verdict = Verdict::AnnalStricter(
+    "an integer field written with a fraction part (6.0) is a float; JSON Schema counts it as integer",
+);
 const UTC_ONLY: Verdict = Verdict::AnnalStricter(
     "event time is UTC with a `Z` suffix, as the reference writes; the schema allows any offset",
 );
