@@ -398,6 +398,11 @@ fn corpus() -> Vec<(String, Value, Verdict)> {
         BothRefuse,
     );
     case(
+        "sequence_written_as_float",
+        set(&["data", "sequence"], json!(6.0)),
+        INTEGER_AS_FLOAT,
+    );
+    case(
         "delivered_count_over_u32",
         set(
             &["data", "payload", "delivered_count"],
