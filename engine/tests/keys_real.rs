@@ -14,8 +14,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use annal_engine::entropy::OsEntropy;
 use annal_engine::keys::{
-    CredentialNaming, KeyCustody, KeyProvider, KeyReference, KeyutilsProvider, Namespace,
-    SecretServiceProvider, StoreReport, StoreState, destroy_namespace, probe_keyutils,
+    CredentialNaming, KeyCustody, KeyProvider, KeyReference, KeyStoreReport, KeyutilsProvider,
+    Namespace, SecretServiceProvider, StoreState, destroy_namespace, probe_keyutils,
     probe_secret_service,
 };
 use annal_schema::HealthCategory;
@@ -36,7 +36,7 @@ fn env_is_one(name: &str) -> bool {
 
 /// True when the store is usable. Otherwise prints why the test did not run, or panics when
 /// real stores are required.
-fn store_is_usable(test: &str, report: &StoreReport) -> bool {
+fn store_is_usable(test: &str, report: &KeyStoreReport) -> bool {
     if report.state == StoreState::Usable {
         return true;
     }
@@ -92,7 +92,10 @@ impl Drop for Cleanup<'_> {
 }
 
 fn fingerprint(custody: &KeyCustody) -> String {
-    custody.session_id_key().session_id("fingerprint")
+    custody
+        .session_id_key()
+        .session_id("fingerprint")
+        .to_string()
 }
 
 /// The whole lifecycle on one real store. `raw` opens the same store directly, to plant a
@@ -211,7 +214,10 @@ fn real_secret_service_reads_a_reference_implementation_credential() {
     let _remove = Remove(entry);
     let custody = KeyCustody::load(&provider, &namespace, &namespace.primary_reference()).unwrap();
     assert_eq!(
-        custody.session_id_key().session_id("fixture-session-1"),
+        custody
+            .session_id_key()
+            .session_id("fixture-session-1")
+            .as_str(),
         "b11ddce8dbd1872c9250e3f67dad2d9d"
     );
     assert_eq!(
@@ -244,7 +250,7 @@ fn real_secret_service_locked_collection_is_key_locked_quickly() {
         "locked case: probe found {:?}",
         report.error.as_ref().and_then(|e| e.detail_for_local_log())
     );
-    assert_eq!(report.category, Some(HealthCategory::KeyLocked));
+    assert_eq!(report.category(), Some(HealthCategory::KeyLocked));
 
     // The store calls run on a helper thread so a hang fails the test instead of stalling CI.
     let (tx, rx) = mpsc::channel();

@@ -5,6 +5,7 @@
 //! `docs/format.md`). The derivations for the chunk key and the session-id key are facts of the
 //! storage profile v1 contract and must match the reference implementation byte for byte.
 
+use annal_schema::OpaqueId;
 use hkdf::Hkdf;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
@@ -190,22 +191,16 @@ pub struct SessionIdKey([u8; KEY_LEN_BYTES]);
 
 impl SessionIdKey {
     /// The keyed session id of a raw label: the first 16 bytes of HMAC-SHA-256(key, label), as
-    /// 32 lower-case hex characters. The label itself is never stored.
-    pub fn session_id(&self, raw_label: &str) -> String {
-        let digest = match <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0) {
-            Ok(mut mac) => {
-                mac.update(raw_label.as_bytes());
-                mac.finalize().into_bytes()
-            }
-            // HMAC accepts keys of any length; this arm cannot be taken.
-            Err(_) => return String::new(),
-        };
-        let mut out = String::with_capacity(SESSION_ID_LEN_BYTES * 2);
-        for byte in &digest[..SESSION_ID_LEN_BYTES] {
-            out.push(char::from(HEX_DIGITS[usize::from(byte >> 4)]));
-            out.push(char::from(HEX_DIGITS[usize::from(byte & 0x0f)]));
+    /// an opaque id (32 lower-case hex characters). The label itself is never stored.
+    pub fn session_id(&self, raw_label: &str) -> OpaqueId {
+        let mut first = [0u8; SESSION_ID_LEN_BYTES];
+        // HMAC accepts keys of any length, so `new_from_slice` cannot fail; if it ever did, the
+        // id stays all-zero rather than panicking.
+        if let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0) {
+            mac.update(raw_label.as_bytes());
+            first.copy_from_slice(&mac.finalize().into_bytes()[..SESSION_ID_LEN_BYTES]);
         }
-        out
+        OpaqueId::from_bytes(first)
     }
 }
 
@@ -214,8 +209,6 @@ impl std::fmt::Debug for SessionIdKey {
         f.write_str("SessionIdKey(<redacted>)")
     }
 }
-
-const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
 
 #[cfg(test)]
 mod tests {
@@ -252,7 +245,9 @@ mod tests {
     fn session_id_matches_reference_fixture() {
         let root = RootKey::from_bytes(FIXTURE_ROOT);
         assert_eq!(
-            root.session_id_key().session_id("fixture-session-1"),
+            root.session_id_key()
+                .session_id("fixture-session-1")
+                .as_str(),
             "b11ddce8dbd1872c9250e3f67dad2d9d"
         );
     }

@@ -13,10 +13,8 @@
 //! custody on `spawn_blocking` or a dedicated thread.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-
-use crate::sync::Mutex as FacadeMutex;
 
 use keyring_core::{CredentialStore, Entry};
 use zeroize::{Zeroize, Zeroizing};
@@ -26,6 +24,7 @@ use super::first_use;
 use super::material::{KEY_LEN_BYTES, RootKey};
 use super::names::{CredentialName, CredentialNaming, KeyReference, Namespace};
 use crate::entropy::Entropy;
+use crate::sync::Mutex;
 
 /// Most key references one namespace may hold. A namespace holds one reference per key epoch;
 /// a store that lists more than this for one namespace is treated as corrupt rather than
@@ -162,7 +161,7 @@ pub(crate) struct KeyringProvider {
     /// Serializes `create_or_load` within this process. Without it two threads could both find
     /// no key, both write one, and one of them would go on using a key the store no longer
     /// holds. (Across processes the store's writer lock must be held; see docs/key-custody.md.)
-    create_lock: FacadeMutex<()>,
+    create_lock: Mutex<()>,
     /// Test hook (set only by the in-memory provider): replace the next newly written key
     /// with other bytes before it is read back, to exercise the read-back check.
     tamper_next_write: AtomicBool,
@@ -194,7 +193,7 @@ impl KeyringProvider {
             lister,
             source,
             entropy: Mutex::new(entropy),
-            create_lock: FacadeMutex::new(()),
+            create_lock: Mutex::new(()),
             tamper_next_write: AtomicBool::new(false),
         }
     }

@@ -92,13 +92,11 @@ impl StoreState {
 /// One store's diagnosis. Holds no secret and no store path; `error` keeps the underlying
 /// failure for local logs.
 #[derive(Debug)]
-pub struct StoreReport {
+pub struct KeyStoreReport {
     /// Which store.
     pub kind: KeyStoreKind,
     /// What the probe found.
     pub state: StoreState,
-    /// The fixed category of the failure, `None` when usable.
-    pub category: Option<HealthCategory>,
     /// One line for a person: what to do (or what is fine).
     pub hint: &'static str,
     /// The underlying failure, `None` when usable.
@@ -127,29 +125,33 @@ fn session_bus_configured() -> bool {
         .unwrap_or(false)
 }
 
+impl KeyStoreReport {
+    /// The fixed category of the failure, `None` when usable (derived from `error`).
+    pub fn category(&self) -> Option<HealthCategory> {
+        self.error.as_ref().map(KeyError::category)
+    }
+}
+
 /// Probes the Secret Service within [`SECRET_SERVICE_PROBE_TIMEOUT_MS`]. Never prompts, never
 /// writes.
-pub fn probe_secret_service() -> StoreReport {
+pub fn probe_secret_service() -> KeyStoreReport {
     let kind = KeyStoreKind::SecretService;
     match secret_service::probe(SECRET_SERVICE_PROBE_TIMEOUT_MS) {
-        SecretServiceState::Unlocked => StoreReport {
+        SecretServiceState::Unlocked => KeyStoreReport {
             kind,
             state: StoreState::Usable,
-            category: None,
             hint: HINT_SS_USABLE,
             error: None,
         },
-        SecretServiceState::Locked(error) => StoreReport {
+        SecretServiceState::Locked(error) => KeyStoreReport {
             kind,
             state: StoreState::Locked,
-            category: Some(error.category()),
             hint: HINT_SS_LOCKED,
             error: Some(error),
         },
-        SecretServiceState::Unreachable(error) => StoreReport {
+        SecretServiceState::Unreachable(error) => KeyStoreReport {
             kind,
             state: StoreState::Missing,
-            category: Some(error.category()),
             hint: if session_bus_configured() {
                 HINT_SS_NO_PROVIDER
             } else {
@@ -162,20 +164,18 @@ pub fn probe_secret_service() -> StoreReport {
 
 /// Probes the kernel keyring: establishes annal's session keyring, writes, reads back and
 /// removes a throw-away key.
-pub fn probe_keyutils() -> StoreReport {
+pub fn probe_keyutils() -> KeyStoreReport {
     let kind = KeyStoreKind::Keyutils;
     match keyutils::probe() {
-        Ok(()) => StoreReport {
+        Ok(()) => KeyStoreReport {
             kind,
             state: StoreState::Usable,
-            category: None,
             hint: HINT_KEYUTILS_USABLE,
             error: None,
         },
-        Err(error) => StoreReport {
+        Err(error) => KeyStoreReport {
             kind,
             state: StoreState::Missing,
-            category: Some(error.category()),
             hint: HINT_KEYUTILS_MISSING,
             error: Some(error),
         },
@@ -183,13 +183,13 @@ pub fn probe_keyutils() -> StoreReport {
 }
 
 /// Probes every store, in the `auto` order.
-pub fn probe_all() -> Vec<StoreReport> {
+pub fn probe_all() -> Vec<KeyStoreReport> {
     vec![probe_secret_service(), probe_keyutils()]
 }
 
 /// Which store `choice` selects, given the probe reports (`probe_all` order). `None` when the
 /// choice names no usable store. Explicit choices are honoured only when that store is usable.
-pub fn chosen_store(choice: KeyStoreChoice, reports: &[StoreReport]) -> Option<KeyStoreKind> {
+pub fn chosen_store(choice: KeyStoreChoice, reports: &[KeyStoreReport]) -> Option<KeyStoreKind> {
     let usable = |kind: KeyStoreKind| {
         reports
             .iter()
@@ -236,11 +236,10 @@ pub fn open_provider(
 mod tests {
     use super::*;
 
-    fn report(kind: KeyStoreKind, state: StoreState) -> StoreReport {
-        StoreReport {
+    fn report(kind: KeyStoreKind, state: StoreState) -> KeyStoreReport {
+        KeyStoreReport {
             kind,
             state,
-            category: None,
             hint: "",
             error: None,
         }

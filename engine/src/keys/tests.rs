@@ -20,7 +20,10 @@ fn platform(text: &str) -> keyring_core::error::PlatformError {
 
 /// A fingerprint of a custody's key that does not expose it: a derived session id.
 fn fingerprint(custody: &KeyCustody) -> String {
-    custody.session_id_key().session_id("fingerprint")
+    custody
+        .session_id_key()
+        .session_id("fingerprint")
+        .to_string()
 }
 
 #[test]
@@ -278,7 +281,10 @@ fn reference_naming_reads_but_never_writes() {
         KeyCustody::load(&p, &a, &KeyReference::new("fixture.history.v1").unwrap()).unwrap();
     // The fixture's documented session id proves the bytes went through unchanged.
     assert_eq!(
-        custody.session_id_key().session_id("fixture-session-1"),
+        custody
+            .session_id_key()
+            .session_id("fixture-session-1")
+            .as_str(),
         "b11ddce8dbd1872c9250e3f67dad2d9d"
     );
     assert_eq!(p.references(&a).unwrap(), vec![a.primary_reference()]);

@@ -6,6 +6,7 @@
 //! is an array of four unsigned integers, because the reference still accepts it; we never write
 //! it. Canonicality is checked when reading by re-encoding the decoded value and comparing bytes.
 
+use annal_schema::OpaqueId;
 use ciborium::Value;
 
 use super::{ALGORITHM_CHACHA20_POLY1305, NONCE_PREFIX_LEN_BYTES, PROFILE_VERSION};
@@ -23,43 +24,16 @@ pub const HEADER_ITEMS: usize = 7;
 pub struct ChunkId(pub [u8; CHUNK_ID_LEN_BYTES]);
 
 impl ChunkId {
-    /// The 32 lower-case hex characters of this id.
+    /// The 32 lower-case hex characters of this id (the contract's opaque-id spelling).
     pub fn to_hex(&self) -> String {
-        hex_lower(&self.0)
+        OpaqueId::from_bytes(self.0).as_str().to_owned()
     }
 
     /// Parses exactly 32 lower-case hex characters; anything else (upper case included) is
     /// refused, because the contract fixes one spelling.
     pub fn from_hex(text: &str) -> Option<Self> {
-        let bytes = text.as_bytes();
-        if bytes.len() != CHUNK_ID_LEN_BYTES * 2 {
-            return None;
-        }
-        let mut out = [0u8; CHUNK_ID_LEN_BYTES];
-        for (slot, pair) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-            *slot = (lower_hex_value(pair[0])? << 4) | lower_hex_value(pair[1])?;
-        }
-        Some(Self(out))
+        OpaqueId::new(text).ok().map(|id| Self(id.to_bytes()))
     }
-}
-
-fn lower_hex_value(digit: u8) -> Option<u8> {
-    match digit {
-        b'0'..=b'9' => Some(digit - b'0'),
-        b'a'..=b'f' => Some(digit - b'a' + 10),
-        _ => None,
-    }
-}
-
-/// Lower-case hex of `bytes`.
-pub(crate) fn hex_lower(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-    }
-    out
 }
 
 /// The fields of a chunk header. Profile version and algorithm are constants of the profile and

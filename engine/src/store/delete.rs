@@ -10,10 +10,8 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::{
-    CHUNK_FILE_EXTENSION, CHUNKS_DIR_NAME, OpenStoreError, WRITER_LOCK_FILE_NAME, check_store_root,
-    fsutil,
-};
+use super::read::{ReadStoreError, list_chunk_files};
+use super::{CHUNKS_DIR_NAME, OpenStoreError, WRITER_LOCK_FILE_NAME, check_store_root, fsutil};
 use crate::keys::NamespaceKeysDestroyed;
 use crate::profile::read_header;
 
@@ -37,6 +35,9 @@ pub enum DeleteStoreError {
     /// The root is not a store (or is a symlink).
     #[error(transparent)]
     Store(#[from] OpenStoreError),
+    /// The chunk directory could not be listed (or holds a symlinked entry). Nothing was removed.
+    #[error(transparent)]
+    List(#[from] ReadStoreError),
     /// A writer holds the store's writer lock; delete would pull files from under it.
     #[error("a writer holds the store's writer lock; stop it before deleting")]
     WriterActive,
@@ -87,30 +88,24 @@ pub fn delete_store_files(
     check_store_root(root)?;
     // Hold the writer lock while checking and removing, so no writer starts in between.
     let lock_path = root.join(WRITER_LOCK_FILE_NAME);
-    let lock = fsutil::open_or_create(&lock_path).map_err(io("open", &lock_path))?;
-    match rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => {}
-        Err(rustix::io::Errno::WOULDBLOCK) => return Err(DeleteStoreError::WriterActive),
-        Err(e) => return Err(io("lock", &lock_path)(e.into())),
-    }
+    let lock = match fsutil::try_lock_exclusive(&lock_path) {
+        Ok(Some(lock)) => lock,
+        Ok(None) => return Err(DeleteStoreError::WriterActive),
+        Err(e) if fsutil::is_symlink_refusal(&e) => {
+            return Err(OpenStoreError::Symlink { path: lock_path }.into());
+        }
+        Err(e) => return Err(io("lock", &lock_path)(e)),
+    };
 
+    // The same chunk files a reader would read (temp files of a crashed chunk creation are
+    // never read, so they carry no data a reader returns); a symlinked entry is refused.
     let chunks_dir = root.join(CHUNKS_DIR_NAME);
-    let mut chunks = 0usize;
-    if fsutil::lstat(&chunks_dir).is_ok() {
-        for entry in std::fs::read_dir(&chunks_dir).map_err(io("list", &chunks_dir))? {
-            let entry = entry.map_err(io("list", &chunks_dir))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            // Temp files of a crashed chunk creation are never read; only published chunks
-            // carry data a reader would return.
-            if name.starts_with('.') || !name.ends_with(CHUNK_FILE_EXTENSION) {
-                continue;
-            }
-            let reference = chunk_key_reference(&entry.path())
-                .ok_or_else(|| DeleteStoreError::UnreadableHeader { file: name.clone() })?;
-            if !proof.destroyed().iter().any(|r| r.as_str() == reference) {
-                return Err(DeleteStoreError::ForeignChunk { file: name });
-            }
-            chunks += 1;
+    let names = list_chunk_files(&chunks_dir)?;
+    for name in &names {
+        let reference = chunk_key_reference(&chunks_dir.join(name))
+            .ok_or_else(|| DeleteStoreError::UnreadableHeader { file: name.clone() })?;
+        if !proof.destroyed().iter().any(|r| r.as_str() == reference) {
+            return Err(DeleteStoreError::ForeignChunk { file: name.clone() });
         }
     }
 
@@ -121,7 +116,7 @@ pub fn delete_store_files(
     }
     Ok(DeletedStore {
         root: root.to_owned(),
-        chunks_removed: chunks,
+        chunks_removed: names.len(),
     })
 }
 

@@ -75,3 +75,20 @@ pub fn read_bounded(path: &Path, limit_bytes: u64) -> std::io::Result<Result<Vec
     }
     Ok(Ok(bytes))
 }
+
+/// Whether an open failed because the final component is a symlink (`ELOOP` from `O_NOFOLLOW`).
+pub fn is_symlink_refusal(error: &std::io::Error) -> bool {
+    error.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+}
+
+/// Opens (creating it 0600 if needed, never following a symlink) the lock file at `path` and
+/// takes an exclusive, non-blocking `flock` on it. `Ok(None)` when another holder has it. The
+/// lock lasts as long as the returned file stays open.
+pub fn try_lock_exclusive(path: &Path) -> std::io::Result<Option<File>> {
+    let file = open_or_create(path)?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(Some(file)),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -167,7 +167,7 @@ impl StoreReader {
                 Ok(Err(len_bytes)) => {
                     return Err(ReadStoreError::ChunkTooLarge { path, len_bytes });
                 }
-                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+                Err(e) if fsutil::is_symlink_refusal(&e) => {
                     return Err(ReadStoreError::Symlink { path });
                 }
                 Err(source) => {
@@ -206,7 +206,7 @@ impl StoreReader {
 
 /// Names of the chunk files in `chunks_dir`, refusing symlinks. Temporary files (leading dot)
 /// and other names are not chunks and are skipped. A missing directory holds no chunks.
-fn list_chunk_files(chunks_dir: &Path) -> Result<Vec<String>, ReadStoreError> {
+pub(crate) fn list_chunk_files(chunks_dir: &Path) -> Result<Vec<String>, ReadStoreError> {
     let io = |operation, path: &Path| {
         let path = path.to_owned();
         move |source| ReadStoreError::Io {

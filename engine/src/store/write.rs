@@ -330,14 +330,7 @@ impl StoreWriter {
             }));
         }
         check_store_root(root)?;
-        let io = |operation, path: &Path| {
-            let path = path.to_owned();
-            move |source| OpenWriterError::Io {
-                operation,
-                path,
-                source,
-            }
-        };
+        let io = open_writer_io;
         let chunks = root.join(CHUNKS_DIR_NAME);
         for dir in [root, chunks.as_path()] {
             let meta = fsutil::lstat(dir).map_err(io("stat", dir))?;
@@ -354,18 +347,14 @@ impl StoreWriter {
             }
         }
         let lock_path = root.join(WRITER_LOCK_FILE_NAME);
-        let lock = match fsutil::open_or_create(&lock_path) {
-            Ok(lock) => lock,
-            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+        let lock = match fsutil::try_lock_exclusive(&lock_path) {
+            Ok(Some(lock)) => lock,
+            Ok(None) => return Err(OpenWriterError::Locked),
+            Err(e) if fsutil::is_symlink_refusal(&e) => {
                 return Err(OpenStoreError::Symlink { path: lock_path }.into());
             }
-            Err(e) => return Err(io("open", &lock_path)(e)),
+            Err(e) => return Err(open_writer_io("lock", &lock_path)(e)),
         };
-        match rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {}
-            Err(rustix::io::Errno::WOULDBLOCK) => return Err(OpenWriterError::Locked),
-            Err(e) => return Err(io("lock", &lock_path)(e.into())),
-        }
         remove_abandoned_temp_chunks(&chunks)?;
         let report = StoreReader::open(root)?.read(root_key.as_ref())?;
         if report.probable_wrong_key {
@@ -596,19 +585,25 @@ impl StoreWriter {
     }
 }
 
+/// The [`OpenWriterError::Io`] of `operation` on `path`.
+fn open_writer_io(
+    operation: &'static str,
+    path: &Path,
+) -> impl FnOnce(std::io::Error) -> OpenWriterError {
+    let path = path.to_owned();
+    move |source| OpenWriterError::Io {
+        operation,
+        path,
+        source,
+    }
+}
+
 /// Removes the hidden temporary files of chunk creations that a crashed writer left behind
 /// (`.<chunk id>.cborseq.tmp`). Safe only under the writer lock: no live writer can be creating
 /// one. Such a file was never renamed into place, so no reader ever returned its records. Only
 /// names of exactly that shape are touched.
 fn remove_abandoned_temp_chunks(chunks: &Path) -> Result<(), OpenWriterError> {
-    let io = |operation, path: &Path| {
-        let path = path.to_owned();
-        move |source| OpenWriterError::Io {
-            operation,
-            path,
-            source,
-        }
-    };
+    let io = open_writer_io;
     let mut removed = false;
     for entry in std::fs::read_dir(chunks).map_err(io("list", chunks))? {
         let entry = entry.map_err(io("list", chunks))?;

@@ -10,7 +10,7 @@
 
 use std::process::ExitCode;
 
-use annal_engine::keys::{KeyStoreChoice, StoreReport, chosen_store, probe_all};
+use annal_engine::keys::{KeyStoreChoice, KeyStoreReport, chosen_store, probe_all};
 
 /// Arguments of `annal doctor`.
 #[derive(Debug, clap::Args)]
@@ -50,7 +50,7 @@ pub fn run(args: &DoctorArgs) -> ExitCode {
 fn to_json(
     choice: KeyStoreChoice,
     selected: Option<annal_engine::keys::KeyStoreKind>,
-    reports: &[StoreReport],
+    reports: &[KeyStoreReport],
 ) -> serde_json::Value {
     let stores: Vec<serde_json::Value> = reports
         .iter()
@@ -58,7 +58,7 @@ fn to_json(
             serde_json::json!({
                 "store": r.kind.as_str(),
                 "state": r.state.as_str(),
-                "category": r.category.map(|c| c.as_str()),
+                "category": r.category().map(|c| c.as_str()),
                 "hint": r.hint,
             })
         })
@@ -73,7 +73,7 @@ fn to_json(
 fn to_text(
     choice: KeyStoreChoice,
     selected: Option<annal_engine::keys::KeyStoreKind>,
-    reports: &[StoreReport],
+    reports: &[KeyStoreReport],
 ) -> String {
     let mut out = String::from("credential stores:\n");
     for r in reports {
@@ -81,7 +81,7 @@ fn to_text(
             "  {:<15} {:<8} {:<19} {}\n",
             r.kind.as_str(),
             r.state.as_str(),
-            r.category.map(|c| c.as_str()).unwrap_or("-"),
+            r.category().map(|c| c.as_str()).unwrap_or("-"),
             r.hint
         ));
     }
