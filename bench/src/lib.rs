@@ -3,12 +3,45 @@
 //! # Layout
 //!
 //! - `benches/profile.rs`: encode+encrypt and decode+decrypt+validate of one ~700-byte event.
-//! - `src/lib.rs`: shared helpers, such as printing `FIGURE <name> <value> <unit>` lines after
-//!   criterion's own output.
+//! - `examples/profile_counts.rs`: drives the profile codec N times for callgrind counts.
+//! - `src/lib.rs`: shared helpers: the bench event and chunk header, and printing
+//!   `FIGURE <name> <value> <unit>` lines after criterion's own output.
 //!
 //! Later benches cover capture, append throughput, queries and store open (ARCHITECTURE.md
 //! section 11).
 #![forbid(unsafe_code)]
+
+use annal_engine::keys::RootKey;
+use annal_engine::profile::{ChunkHeader, ChunkId};
+
+/// A 664-byte `action_started` event from the reference fixture (`records.json`, record 10):
+/// the ~650-byte event the profile budgets are stated for.
+pub const EVENT_JSON: &str = r#"{"specversion":"1.0","id":"43b3ae612880fe657c86f7ce72a14ed7","source":"urn:cua-driver:history:6dd3aa1eef99854a9a3d39ba1e2315f1","type":"cua-driver.history.action_started.v0","subject":"action/10e85c46f566ae135664e26c48092373","time":"2026-11-30T22:14:04.271158134Z","datacontenttype":"application/json","dataschema":"urn:cua-driver:schema:history-event:v0","data":{"session_id":"b11ddce8dbd1872c9250e3f67dad2d9d","action_id":"10e85c46f566ae135664e26c48092373","sequence":11,"platform":"linux","process_model":"in_daemon","capability":"window.frame.set","caller_category":"cua_runtime","application":{"display_name":"Settings"},"payload":{"kind":"action_started"}}}"#;
+
+/// Length of [`EVENT_JSON`] in bytes.
+pub const EVENT_JSON_LEN_BYTES: usize = 664;
+
+const _: () = assert!(EVENT_JSON.len() == EVENT_JSON_LEN_BYTES);
+
+/// The fixed root key of the benches (never a real key).
+pub fn bench_root() -> RootKey {
+    RootKey::from_bytes([0x42; 32])
+}
+
+/// The chunk header of the benches.
+///
+/// # Panics
+/// Never: the fields are within the contract (a failure is a bug in this function).
+pub fn bench_header() -> ChunkHeader {
+    ChunkHeader::new(
+        1,
+        "bench.history.v1",
+        "6dd3aa1eef99854a9a3d39ba1e2315f1",
+        ChunkId([0x11; 16]),
+        [1, 2, 3, 4],
+    )
+    .unwrap_or_else(|e| panic!("bench header: {e}"))
+}
 
 /// The `FIGURE <name> <value> <unit>` line for one figure.
 pub fn figure_line(name: &str, value: impl std::fmt::Display, unit: &str) -> String {
