@@ -7,30 +7,14 @@
 //! position (same fixed framing, same IV), so arbitrary garbage is never mistaken for a crash.
 
 use ciborium::Value;
-use coset::{AsCborValue, CoseEncrypt0};
 
 use super::header::{ChunkId, HeaderFault, ParsedHeader, parse_header};
 use super::plaintext::{PlaintextFault, validate_plaintext};
-use super::record::{ChunkCipher, record_iv};
-use super::{IV_LEN_BYTES, MAX_RECORD_LEN_BYTES, NONCE_PREFIX_LEN_BYTES, PROTECTED_HEADER_BYTES};
+use super::record::{
+    ChunkCipher, RECORD_FIXED_PREFIX_LEN_BYTES, RECORD_FRAMING_BEFORE_IV, record_iv,
+};
+use super::{MAX_RECORD_LEN_BYTES, NONCE_PREFIX_LEN_BYTES};
 use crate::keys::ChunkKeys;
-
-/// CBOR tag of COSE_Encrypt0.
-const COSE_ENCRYPT0_TAG: u64 = 16;
-
-/// COSE header label of the IV.
-const COSE_IV_LABEL: i64 = 5;
-
-/// COSE header label of the algorithm.
-const COSE_ALG_LABEL: i64 = 1;
-
-/// The fixed bytes that open every record before its IV: tag 16, array(3), bstr(4) `{1: 24}`,
-/// map(1), key 5, bstr(12).
-const RECORD_FRAMING_BEFORE_IV: [u8; 10] =
-    [0xd0, 0x83, 0x44, 0xa1, 0x01, 0x18, 0x18, 0xa1, 0x05, 0x4c];
-
-/// Bytes of a record that are fully determined by its chunk and position.
-const RECORD_FIXED_PREFIX_LEN_BYTES: usize = RECORD_FRAMING_BEFORE_IV.len() + IV_LEN_BYTES;
 
 /// One authenticated, validated record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,7 +163,7 @@ pub struct ChunkReading {
 }
 
 /// How decoding one CBOR item ended.
-enum ItemError {
+pub(super) enum ItemError {
     /// The input ended inside the item.
     Incomplete,
     /// Not decodable CBOR.
@@ -187,7 +171,7 @@ enum ItemError {
 }
 
 /// Decodes one CBOR item from the front of `cursor`, advancing it past exactly that item.
-fn decode_item(cursor: &mut &[u8]) -> Result<Value, ItemError> {
+pub(super) fn decode_item(cursor: &mut &[u8]) -> Result<Value, ItemError> {
     ciborium::de::from_reader::<Value, _>(&mut *cursor).map_err(|e| match e {
         ciborium::de::Error::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
             ItemError::Incomplete
@@ -262,20 +246,27 @@ pub fn read_chunk(
                 valid_len: offset as u64,
             };
         }
-        let value = match decode_item(&mut cursor) {
-            Ok(value) => value,
-            Err(ItemError::Incomplete)
-                if is_torn_record_prefix(before, opener.nonce_prefix, position) =>
-            {
-                break ChunkVerdict::TornTail {
-                    records,
-                    valid_len: offset as u64,
-                };
-            }
-            Err(_) => break corrupt(CorruptReason::TrailingGarbage),
+        // Fast path: a record framed exactly as the writer frames this position says its own
+        // length. Anything else is decoded as a CBOR value to find where it ends (or that it
+        // does not).
+        let item_len = match opener.cipher.framed_record_len(before, position) {
+            Some(len) => len,
+            None => match decode_item(&mut cursor) {
+                Ok(_) => before.len() - cursor.len(),
+                Err(ItemError::Incomplete)
+                    if is_torn_record_prefix(before, opener.nonce_prefix, position) =>
+                {
+                    break ChunkVerdict::TornTail {
+                        records,
+                        valid_len: offset as u64,
+                    };
+                }
+                Err(_) => break corrupt(CorruptReason::TrailingGarbage),
+            },
         };
-        let item = &before[..before.len() - cursor.len()];
-        let record = match opener.open_value(value, item, position, offset as u64) {
+        let (item, rest) = before.split_at(item_len);
+        cursor = rest;
+        let record = match opener.open_item(item, position, offset as u64) {
             Ok(record) => record,
             Err(reason) => break corrupt(reason),
         };
@@ -315,7 +306,7 @@ impl RecordOpener {
     /// Derives the chunk key for `header`.
     pub fn new(root: &dyn ChunkKeys, header: ParsedHeader) -> Self {
         Self {
-            cipher: ChunkCipher::for_header(root, &header.header),
+            cipher: ChunkCipher::for_header(root, &header.header, &header.bytes),
             nonce_prefix: header.header.nonce_prefix(),
             header,
         }
@@ -324,29 +315,13 @@ impl RecordOpener {
     /// Opens the record item `item` (exactly one CBOR item) found at `offset` as the record at
     /// `position`: structure, IV, authentication and the v0 event contract.
     pub fn open(&self, item: &[u8], position: u64, offset: u64) -> Result<Record, CorruptReason> {
-        let mut cursor = item;
-        let value = match decode_item(&mut cursor) {
-            Ok(value) if cursor.is_empty() => value,
-            _ => return Err(CorruptReason::TrailingGarbage),
-        };
-        self.open_value(value, item, position, offset)
+        self.open_item(item, position, offset)
     }
 
-    fn open_value(
-        &self,
-        value: Value,
-        item: &[u8],
-        position: u64,
-        offset: u64,
-    ) -> Result<Record, CorruptReason> {
-        let plaintext = open_item(
-            value,
-            item,
-            &self.cipher,
-            &self.header.bytes,
-            self.nonce_prefix,
-            position,
-        )?;
+    /// Two steps: open the framed AEAD record (schema-agnostic), then validate its plaintext as
+    /// a v0 event.
+    fn open_item(&self, item: &[u8], position: u64, offset: u64) -> Result<Record, CorruptReason> {
+        let plaintext = self.cipher.open_record(item, position)?;
         let event = validate_plaintext(&plaintext).map_err(|fault| match fault {
             PlaintextFault::InvalidEvent => CorruptReason::InvalidEvent,
             PlaintextFault::UnsupportedDataschema => CorruptReason::UnsupportedDataschema,
@@ -359,96 +334,6 @@ impl RecordOpener {
             event,
         })
     }
-}
-
-/// Checks one decoded item as the record at `position` and decrypts it.
-fn open_item(
-    value: Value,
-    item: &[u8],
-    cipher: &ChunkCipher,
-    aad: &[u8],
-    prefix: [u8; NONCE_PREFIX_LEN_BYTES],
-    position: u64,
-) -> Result<Vec<u8>, CorruptReason> {
-    let mut again = Vec::with_capacity(item.len());
-    ciborium::ser::into_writer(&value, &mut again).map_err(|_| CorruptReason::MalformedRecord)?;
-    let Value::Tag(COSE_ENCRYPT0_TAG, inner) = value else {
-        return Err(CorruptReason::TrailingGarbage);
-    };
-    let Value::Array(parts) = *inner else {
-        return Err(CorruptReason::TrailingGarbage);
-    };
-    let Ok::<[Value; 3], _>([protected, unprotected, ciphertext]) = parts.try_into() else {
-        return Err(CorruptReason::TrailingGarbage);
-    };
-    let Value::Bytes(protected_bytes) = &protected else {
-        return Err(CorruptReason::MalformedRecord);
-    };
-    if protected_bytes.as_slice() != PROTECTED_HEADER_BYTES {
-        return Err(classify_protected(protected_bytes));
-    }
-    let Value::Map(entries) = &unprotected else {
-        return Err(CorruptReason::MalformedRecord);
-    };
-    let mut iv: Option<[u8; IV_LEN_BYTES]> = None;
-    for (label, entry) in entries {
-        if *label != Value::Integer(COSE_IV_LABEL.into()) {
-            return Err(CorruptReason::UnknownHeaderParameter);
-        }
-        match entry {
-            Value::Bytes(b) if iv.is_none() => {
-                iv = Some(
-                    b.as_slice()
-                        .try_into()
-                        .map_err(|_| CorruptReason::MalformedRecord)?,
-                );
-            }
-            _ => return Err(CorruptReason::MalformedRecord),
-        }
-    }
-    let iv = iv.ok_or(CorruptReason::MalformedRecord)?;
-    if !matches!(ciphertext, Value::Bytes(_)) {
-        return Err(CorruptReason::MalformedRecord);
-    }
-    if again != item {
-        return Err(CorruptReason::NonCanonicalRecord);
-    }
-    if iv[..NONCE_PREFIX_LEN_BYTES] != prefix {
-        return Err(CorruptReason::IvPrefixMismatch);
-    }
-    if iv != record_iv(prefix, position) {
-        return Err(CorruptReason::IvPositionMismatch);
-    }
-    let cose =
-        CoseEncrypt0::from_cbor_value(Value::Array(vec![protected, unprotected, ciphertext]))
-            .map_err(|_| CorruptReason::MalformedRecord)?;
-    cipher
-        .open(&cose, aad, &iv)
-        .map_err(|()| CorruptReason::AuthenticationFailed)
-}
-
-/// Says what is wrong with a protected header that is not exactly `{1: 24}`.
-fn classify_protected(bytes: &[u8]) -> CorruptReason {
-    let mut cursor = bytes;
-    let Ok(Value::Map(entries)) = decode_item(&mut cursor) else {
-        return CorruptReason::MalformedRecord;
-    };
-    if !cursor.is_empty() {
-        return CorruptReason::MalformedRecord;
-    }
-    let alg_label = Value::Integer(COSE_ALG_LABEL.into());
-    match entries.iter().find(|(label, _)| *label == alg_label) {
-        None => return CorruptReason::MalformedRecord,
-        Some((_, alg)) if *alg != Value::Integer(24.into()) => {
-            return CorruptReason::WrongAlgorithm;
-        }
-        Some(_) => {}
-    }
-    if entries.len() > 1 {
-        return CorruptReason::UnknownHeaderParameter;
-    }
-    // Exactly {1: 24}, spelled with more bytes than necessary.
-    CorruptReason::NonCanonicalRecord
 }
 
 /// Whether `tail` (non-empty, ending inside an item) is a prefix of the record the writer would
