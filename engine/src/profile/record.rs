@@ -1,8 +1,10 @@
 //! One COSE_Encrypt0 record: sealing (writer side) and opening (reader side).
 //!
 //! Nothing here hand-rolls CBOR or crypto: the Enc_structure (the AEAD's AAD) is built by
-//! `coset`, byte-string heads are written and read by `ciborium-ll`, the AEAD is
-//! `chacha20poly1305`. What is constant for a chunk is computed once per chunk in
+//! `coset`, byte-string heads are written and read by `ciborium-ll`, the AEAD is `ring`'s
+//! ChaCha20-Poly1305 (chosen over RustCrypto's `chacha20poly1305` for speed on small records in
+//! a default build; docs/benchmarks.md has both measurements). The same algorithm, so the bytes
+//! are the same: the interop test re-seals the reference chunk byte for byte. What is constant for a chunk is computed once per chunk in
 //! [`ChunkCipher`]: the Enc_structure bytes (they hold the exact header bytes), the nonce prefix
 //! and the AEAD key schedule. A record is then sealed straight into the caller's buffer
 //! ([`RecordSealer::seal_into`]) and opened by checking its fixed framing against the bytes the
@@ -15,11 +17,10 @@
 
 use std::ops::Range;
 
-use chacha20poly1305::aead::AeadInOut;
-use chacha20poly1305::{ChaCha20Poly1305, Key, KeyInit, Nonce, Tag};
 use ciborium::Value;
 use ciborium_ll::{Decoder, Encoder, Header};
 use coset::{EncryptionContext, HeaderBuilder, ProtectedHeader, iana};
+use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, Tag, UnboundKey};
 
 use super::header::ChunkHeader;
 use super::reader::{CorruptReason, decode_item};
@@ -28,6 +29,7 @@ use super::{
     MAX_RECORDS_PER_CHUNK, NONCE_PREFIX_LEN_BYTES, PROTECTED_HEADER_BYTES, TAG_LEN_BYTES,
 };
 use crate::keys::ChunkKeys;
+use crate::keys::material::KEY_LEN_BYTES;
 
 /// CBOR tag of COSE_Encrypt0.
 const COSE_ENCRYPT0_TAG: u64 = 16;
@@ -60,9 +62,11 @@ pub fn record_iv(prefix: [u8; NONCE_PREFIX_LEN_BYTES], position: u64) -> [u8; IV
 
 /// The AEAD of one chunk and everything about its records that is constant for the chunk.
 pub(crate) struct ChunkCipher {
-    /// ChaCha20-Poly1305 keyed with the chunk key; its key is zeroized on drop (crate feature
-    /// `zeroize`, enabled in engine/Cargo.toml).
-    aead: ChaCha20Poly1305,
+    /// ChaCha20-Poly1305 keyed with the chunk key. The [`crate::keys::ChunkKey`] it was made
+    /// from is zeroized on drop; `ring` keeps its own copy of the 32 key bytes inside this value
+    /// and does not zeroize it on drop (it offers no way to, and this crate has no `unsafe`).
+    /// That copy lives until its memory is reused: docs/key-custody.md states the residual.
+    aead: LessSafeKey,
     /// The COSE Enc_structure `["Encrypt0", h'a1011818', header_bytes]`: the AAD of every record
     /// of the chunk, built once.
     enc_structure: Vec<u8>,
@@ -74,13 +78,22 @@ impl ChunkCipher {
     /// Derives the chunk key of `header` from `root`, keys the AEAD with it and builds the
     /// Enc_structure over `header_bytes`, the exact bytes of the header item in the file (they
     /// need not be `header.encode()`: a legacy-form header is authenticated as read).
+    ///
+    /// # Panics
+    /// Never in practice: `ring` refuses a ChaCha20-Poly1305 key only when it is not 32 bytes,
+    /// and a chunk key is 32 bytes by type.
     pub(crate) fn for_header(
         root: &dyn ChunkKeys,
         header: &ChunkHeader,
         header_bytes: &[u8],
     ) -> Self {
         let key = root.chunk_key(&header.chunk_id().0, header.stream_id(), header.key_epoch());
-        let aead = ChaCha20Poly1305::new(&Key::from(*key.as_bytes()));
+        // A chunk key is a ChaCha20-Poly1305 key: 32 bytes.
+        const _: () = assert!(KEY_LEN_BYTES == 32);
+        let Ok(unbound) = UnboundKey::new(&CHACHA20_POLY1305, key.as_bytes()) else {
+            unreachable!("ring refuses a ChaCha20-Poly1305 key only when it is not 32 bytes");
+        };
+        let aead = LessSafeKey::new(unbound);
         let protected = ProtectedHeader {
             // The exact bytes every record carries, so the AAD is what a reader sees.
             original_data: Some(PROTECTED_HEADER_BYTES.to_vec()),
@@ -105,9 +118,13 @@ impl ChunkCipher {
     ) -> Result<[u8; TAG_LEN_BYTES], ()> {
         let tag = self
             .aead
-            .encrypt_inout_detached(&Nonce::from(*iv), &self.enc_structure, in_out.into())
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(*iv),
+                Aad::from(self.enc_structure.as_slice()),
+                in_out,
+            )
             .map_err(|_| ())?;
-        Ok(tag.into())
+        tag.as_ref().try_into().map_err(|_| ())
     }
 
     /// Decrypts `ciphertext_and_tag` (ciphertext || 16-byte tag) under the IV `iv`. Every
@@ -126,11 +143,12 @@ impl ChunkCipher {
         let tag = Tag::try_from(tag).map_err(|_| ())?;
         let mut plaintext = ciphertext.to_vec();
         self.aead
-            .decrypt_inout_detached(
-                &Nonce::from(*iv),
-                &self.enc_structure,
-                plaintext.as_mut_slice().into(),
-                &tag,
+            .open_in_place_separate_tag(
+                Nonce::assume_unique_for_key(*iv),
+                Aad::from(self.enc_structure.as_slice()),
+                tag,
+                &mut plaintext,
+                0..,
             )
             .map_err(|_| ())?;
         Ok(plaintext)
@@ -419,6 +437,7 @@ mod tests {
     use super::*;
     use crate::keys::RootKey;
     use chacha20poly1305::aead::{Aead, Payload};
+    use chacha20poly1305::{ChaCha20Poly1305, Key, KeyInit};
     use coset::{CoseEncrypt0Builder, TaggedCborSerializable};
 
     fn header() -> ChunkHeader {
@@ -436,8 +455,9 @@ mod tests {
         RootKey::from_bytes([0x24; 32])
     }
 
-    /// The record the previous, coset-built sealer produced for the same inputs: the reference
-    /// that `seal_into` must reproduce byte for byte.
+    /// The record the previous, coset-built sealer produced for the same inputs (coset for the
+    /// COSE structure, RustCrypto's AEAD): the reference that `seal_into` must reproduce byte for
+    /// byte.
     fn coset_reference(
         root: &RootKey,
         header: &ChunkHeader,
@@ -455,7 +475,7 @@ mod tests {
             )
             .unprotected(HeaderBuilder::new().iv(iv.to_vec()).build())
             .create_ciphertext(plaintext, &header.encode().unwrap(), |pt, aad| {
-                aead.encrypt(&Nonce::from(iv), Payload { msg: pt, aad })
+                aead.encrypt(&chacha20poly1305::Nonce::from(iv), Payload { msg: pt, aad })
                     .unwrap()
             })
             .build()
