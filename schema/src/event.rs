@@ -25,8 +25,8 @@ pub const SPEC_VERSION: &str = "1.0";
 pub const DATA_CONTENT_TYPE: &str = "application/json";
 /// Most entries in `evidence_kinds`.
 pub const EVIDENCE_KINDS_MAX_ITEMS: usize = 16;
-/// Largest `returned_events` in an access payload (the query limit's maximum).
-pub const RETURNED_EVENTS_MAX: u8 = 200;
+/// Largest `returned_events` in an access payload: one read returns at most one query limit.
+pub const RETURNED_EVENTS_MAX: u8 = crate::tools::QUERY_LIMIT_MAX_EVENTS;
 
 /// One history event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -572,7 +572,7 @@ wire_enum!(
 struct WirePayload {
     kind: WireKind,
     #[serde(default, deserialize_with = "present")]
-    operation: Option<String>,
+    operation: Option<WireOperation>,
     #[serde(default, deserialize_with = "present")]
     effect: Option<Effect>,
     #[serde(default, deserialize_with = "present")]
@@ -593,6 +593,15 @@ struct WirePayload {
     category: Option<HealthCategory>,
     #[serde(default, deserialize_with = "present")]
     count: Option<u64>,
+}
+
+/// `operation` is shared by two payload kinds with disjoint vocabularies; each is read through
+/// its own enum, so every wire string is written once (in `wire_enum!`).
+#[derive(Deserialize, Clone, Copy)]
+#[serde(untagged)]
+enum WireOperation {
+    Control(ControlOperation),
+    Access(AccessOperation),
 }
 
 #[derive(Deserialize, Clone, Copy)]
@@ -635,14 +644,8 @@ impl WirePayload {
                 if !self.only(&["operation"]) {
                     return Err(FIELD_NOT_ALLOWED);
                 }
-                let operation = match self.operation.as_deref().ok_or(MISSING)? {
-                    "enable" => ControlOperation::Enable,
-                    "disable" => ControlOperation::Disable,
-                    "pause" => ControlOperation::Pause,
-                    "resume" => ControlOperation::Resume,
-                    "flush" => ControlOperation::Flush,
-                    "delete" => ControlOperation::Delete,
-                    _ => return Err("unknown control operation"),
+                let WireOperation::Control(operation) = self.operation.ok_or(MISSING)? else {
+                    return Err("control payload with an access operation");
                 };
                 Ok(Payload::Control { operation })
             }
@@ -687,10 +690,8 @@ impl WirePayload {
                 if !self.only(&["operation", "returned_events"]) {
                     return Err(FIELD_NOT_ALLOWED);
                 }
-                let operation = match self.operation.as_deref().ok_or(MISSING)? {
-                    "agent_query" => AccessOperation::AgentQuery,
-                    "local_cli" => AccessOperation::LocalCli,
-                    _ => return Err("unknown access operation"),
+                let WireOperation::Access(operation) = self.operation.ok_or(MISSING)? else {
+                    return Err("access payload with a control operation");
                 };
                 let returned = self.returned_events.ok_or(MISSING)?;
                 let returned_events = usize::try_from(returned)
