@@ -43,10 +43,6 @@ impl fmt::Display for InvalidId {
     }
 }
 
-fn is_lower_hex(s: &str, len: usize) -> bool {
-    s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
 fn check_len(s: &str, max_chars: usize) -> Result<(), InvalidId> {
     let n = s.chars().count();
     if n == 0 || n > max_chars {
@@ -118,7 +114,7 @@ fn check_opaque_id(s: &str) -> Result<(), InvalidId> {
     if s.len() != OPAQUE_ID_LEN_CHARS {
         return Err(InvalidId::Length);
     }
-    if !is_lower_hex(s, OPAQUE_ID_LEN_CHARS) {
+    if !s.bytes().all(|b| hex_digit(b, HexCase::Lower).is_some()) {
         return Err(InvalidId::Charset);
     }
     Ok(())
@@ -139,22 +135,55 @@ impl OpaqueId {
 
     /// The 16 raw bytes of the id.
     pub fn to_bytes(&self) -> [u8; 16] {
-        let mut out = [0u8; 16];
-        let digits = self.0.as_bytes();
-        for (i, byte) in out.iter_mut().enumerate() {
-            *byte = (hex_value(digits[2 * i]) << 4) | hex_value(digits[2 * i + 1]);
-        }
-        out
+        // The value was validated as 32 lower-case hex digits, so decoding cannot fail.
+        decode_lower_hex(&self.0).unwrap_or([0; 16])
     }
 }
 
-/// The value of one validated lower-case hex digit.
-fn hex_value(digit: u8) -> u8 {
+/// Which letter case a hex decoder accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HexCase {
+    /// Only `a`..=`f`: the one spelling of ids on the wire, so each id has one text form.
+    Lower,
+    /// `a`..=`f` and `A`..=`F`: for hand-made input such as a key file.
+    Either,
+}
+
+/// The value of one hex digit in `case`, or `None`.
+fn hex_digit(digit: u8, case: HexCase) -> Option<u8> {
     match digit {
-        b'0'..=b'9' => digit - b'0',
-        b'a'..=b'f' => digit - b'a' + 10,
-        _ => 0,
+        b'0'..=b'9' => Some(digit - b'0'),
+        b'a'..=b'f' => Some(digit - b'a' + 10),
+        b'A'..=b'F' if case == HexCase::Either => Some(digit - b'A' + 10),
+        _ => None,
     }
+}
+
+/// Decodes exactly `2 * out.len()` hex digits into `out`.
+///
+/// `out` is written only once every digit is known good, so a caller holding secret bytes
+/// (a key) can decode straight into its own zeroizing buffer and never sees a partial value.
+/// The error says whether the length or a digit was wrong, never which digit.
+pub fn decode_hex_into(digits: &[u8], case: HexCase, out: &mut [u8]) -> Result<(), InvalidId> {
+    if digits.len() != out.len() * 2 {
+        return Err(InvalidId::Length);
+    }
+    if !digits.iter().all(|&d| hex_digit(d, case).is_some()) {
+        return Err(InvalidId::Charset);
+    }
+    for (slot, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        let high = hex_digit(pair[0], case).unwrap_or(0);
+        let low = hex_digit(pair[1], case).unwrap_or(0);
+        *slot = (high << 4) | low;
+    }
+    Ok(())
+}
+
+/// Decodes exactly `2 * N` lower-case hex characters, as ids are written; `None` otherwise.
+pub fn decode_lower_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    let mut out = [0u8; N];
+    decode_hex_into(text.as_bytes(), HexCase::Lower, &mut out).ok()?;
+    Some(out)
 }
 
 /// A Cua capability name such as `input.pointer.click`: 1..=128 characters of `[a-z0-9._-]`,
@@ -316,6 +345,45 @@ mod tests {
         let id = OpaqueId::from_bytes([0xab; 16]);
         assert_eq!(id.as_str(), "abababababababababababababababab");
         assert_eq!(id.to_bytes(), [0xab; 16]);
+    }
+
+    #[test]
+    fn hex_decoding() {
+        assert_eq!(decode_lower_hex::<2>("0aff"), Some([0x0a, 0xff]));
+        assert_eq!(decode_lower_hex::<2>("0AFF"), None);
+        assert_eq!(decode_lower_hex::<2>("0af"), None);
+        assert_eq!(decode_lower_hex::<2>("0aff0"), None);
+        assert_eq!(decode_lower_hex::<2>("0afg"), None);
+        assert_eq!(decode_lower_hex::<0>(""), Some([]));
+        let mut out = [0x55u8; 2];
+        assert_eq!(decode_hex_into(b"0AfF", HexCase::Either, &mut out), Ok(()));
+        assert_eq!(out, [0x0a, 0xff]);
+        // Nothing is written on failure.
+        let mut out = [0x55u8; 2];
+        assert_eq!(
+            decode_hex_into(b"0aZf", HexCase::Either, &mut out),
+            Err(InvalidId::Charset)
+        );
+        assert_eq!(
+            decode_hex_into(b"0aF0", HexCase::Lower, &mut out),
+            Err(InvalidId::Charset)
+        );
+        assert_eq!(
+            decode_hex_into(b"0a", HexCase::Lower, &mut out),
+            Err(InvalidId::Length)
+        );
+        assert_eq!(out, [0x55, 0x55]);
+        for b in 0..=u8::MAX {
+            let text = format!("{b:02x}");
+            assert_eq!(decode_lower_hex::<1>(&text), Some([b]));
+            let mut upper = [0u8; 1];
+            let text = format!("{b:02X}");
+            assert_eq!(
+                decode_hex_into(text.as_bytes(), HexCase::Either, &mut upper),
+                Ok(())
+            );
+            assert_eq!(upper, [b]);
+        }
     }
 
     #[test]
