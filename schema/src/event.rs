@@ -1,9 +1,20 @@
 //! The v0 history event: a CloudEvents 1.0 envelope around closed `data`.
 //!
-//! Deserialization rejects anything off-contract: unknown fields at every level, `null` where a
-//! value is optional, out-of-range numbers, unknown enum strings, ids of the wrong form, and an
-//! event `type` that disagrees with the payload `kind`. The event type is not stored: it is a
-//! function of the payload, so a mismatched pair cannot even be built.
+//! Read leniently, write strictly. Deserialization accepts what the published JSON Schema
+//! accepts (and the reference writes), so one reference-written record with, say, a process
+//! name as `bundle_id` never makes a reader refuse its chunk. It still refuses anything the
+//! schema refuses: unknown fields at every level, `null` where a value is optional, out-of-range
+//! numbers, unknown enum strings, ids of the wrong form. It is stricter than the schema in three
+//! documented places: an event `type` that disagrees with the payload `kind` (the reference never
+//! writes one; the event type is not stored but computed from the payload, so a mismatched pair
+//! cannot even be built), application names that are padded or span lines (the reference's own
+//! rule), and values annal cannot represent (a time before the Unix epoch, an integer beyond
+//! `u64`).
+//!
+//! What annal itself writes must also pass its narrower write rules
+//! ([`Event::check_write_rules`]): names without control characters, capabilities as
+//! identifiers, UTC times with `Z`. A value read leniently that breaks them is still a valid
+//! [`Event`] to hold and return.
 //!
 //! Serialization is compact JSON in the reference implementation's field order, so an event read
 //! from a reference chunk re-serializes to the identical bytes.
@@ -14,7 +25,10 @@ use serde::ser::{SerializeMap, SerializeStruct};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::HealthCategory;
-use crate::ids::{BundleId, Capability, DisplayName, OpaqueId, Sequence, SourceUrn, Subject};
+use crate::ids::{
+    BundleId, Capability, DisplayName, OpaqueId, Sequence, SourceUrn, Subject,
+    deserialize_json_integer,
+};
 use crate::time::EventTime;
 
 /// The `dataschema` of every v0 event.
@@ -49,12 +63,13 @@ impl Event {
         self.data.payload.event_type()
     }
 
-    /// Parses compact or pretty JSON bytes, rejecting anything off-contract.
+    /// Parses compact or pretty JSON bytes under the read rules, refusing anything
+    /// off-contract.
     pub fn from_json_slice(bytes: &[u8]) -> Result<Self, EventError> {
         serde_json::from_slice(bytes).map_err(EventError::from_json)
     }
 
-    /// Parses a JSON value, rejecting anything off-contract.
+    /// Parses a JSON value under the read rules, refusing anything off-contract.
     pub fn from_json_value(value: serde_json::Value) -> Result<Self, EventError> {
         serde_json::from_value(value).map_err(EventError::from_json)
     }
@@ -65,7 +80,92 @@ impl Event {
         // Serialize impl here returns an error.
         serde_json::to_vec(self).unwrap_or_default()
     }
+
+    /// Checks annal's write rules, which are narrower than the read rules: an event read from a
+    /// reference chunk may break them and still be valid to hold and return, but annal must not
+    /// write one that does. Names the first offending field in wire order.
+    pub fn check_write_rules(&self) -> Result<(), WriteRuleViolation> {
+        check_write_rules(
+            &self.subject,
+            &self.time,
+            self.data.capability.as_ref(),
+            self.data.application.as_ref(),
+        )
+    }
 }
+
+/// The write-rule check shared by [`Event`] and [`EventDraft`]. Ids, sources and sequences have
+/// one rule set, so only these fields can break a write rule.
+fn check_write_rules(
+    subject: &Subject,
+    time: &EventTime,
+    capability: Option<&Capability>,
+    application: Option<&Application>,
+) -> Result<(), WriteRuleViolation> {
+    if !subject.meets_write_rules() {
+        return Err(WriteRuleViolation::Subject);
+    }
+    if !time.meets_write_rules() {
+        return Err(WriteRuleViolation::Time);
+    }
+    if capability.is_some_and(|c| !c.meets_write_rules()) {
+        return Err(WriteRuleViolation::Capability);
+    }
+    if let Some(application) = application {
+        if application
+            .bundle_id()
+            .is_some_and(|b| !b.meets_write_rules())
+        {
+            return Err(WriteRuleViolation::BundleId);
+        }
+        if application
+            .display_name()
+            .is_some_and(|d| !d.meets_write_rules())
+        {
+            return Err(WriteRuleViolation::DisplayName);
+        }
+    }
+    Ok(())
+}
+
+/// The field of an event that breaks annal's write rules. Names the field, never its value (the
+/// value may be content that must not reach a log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WriteRuleViolation {
+    /// `subject` holds a control character.
+    Subject,
+    /// `time` is not `YYYY-MM-DDTHH:MM:SS[.fraction]Z` within annal's range (see
+    /// [`crate::time`]).
+    Time,
+    /// `data.capability` is not `[a-z0-9._-]` starting with a letter.
+    Capability,
+    /// `data.application.bundle_id` holds whitespace or a control character.
+    BundleId,
+    /// `data.application.display_name` holds a control character or is padded.
+    DisplayName,
+}
+
+impl WriteRuleViolation {
+    /// The offending field's path in the event JSON, such as `data.capability`.
+    pub const fn field(self) -> &'static str {
+        match self {
+            Self::Subject => "subject",
+            Self::Time => "time",
+            Self::Capability => "data.capability",
+            Self::BundleId => "data.application.bundle_id",
+            Self::DisplayName => "data.application.display_name",
+        }
+    }
+}
+
+impl fmt::Display for WriteRuleViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}` breaks annal's write rules", self.field())
+    }
+}
+
+impl std::error::Error for WriteRuleViolation {}
 
 /// Why bytes are not a v0 event. It says where parsing stopped and what kind of failure it was,
 /// never the offending value (it may be content that must not reach a log).
@@ -224,6 +324,11 @@ where
     T: Deserialize<'de>,
 {
     T::deserialize(d).map(Some)
+}
+
+/// [`present`] for an integer field, read by the one shared integer reader.
+fn present_integer<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    deserialize_json_integer(d).map(Some)
 }
 
 /// The desktop platform.
@@ -579,19 +684,19 @@ struct WirePayload {
     route: Option<Route>,
     #[serde(default, deserialize_with = "present")]
     delivery: Option<Delivery>,
-    #[serde(default, deserialize_with = "present")]
-    delivered_count: Option<u32>,
+    #[serde(default, deserialize_with = "present_integer")]
+    delivered_count: Option<u64>,
     #[serde(default, deserialize_with = "present")]
     evidence_kinds: Option<Vec<EvidenceKind>>,
     #[serde(default, deserialize_with = "present")]
     escalation_kind: Option<EscalationKind>,
     #[serde(default, deserialize_with = "present")]
     phase: Option<SessionPhase>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_integer")]
     returned_events: Option<u64>,
     #[serde(default, deserialize_with = "present")]
     category: Option<HealthCategory>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_integer")]
     count: Option<u64>,
 }
 
@@ -669,11 +774,16 @@ impl WirePayload {
                 }
                 let evidence_kinds = EvidenceKinds::new(self.evidence_kinds.ok_or(MISSING)?)
                     .ok_or("too many evidence kinds")?;
+                let delivered_count = self
+                    .delivered_count
+                    .map(u32::try_from)
+                    .transpose()
+                    .map_err(|_| "delivered_count out of range")?;
                 Ok(Payload::ActionCompleted(ActionOutcome {
                     effect: self.effect.ok_or(MISSING)?,
                     route: self.route.ok_or(MISSING)?,
                     delivery: self.delivery,
-                    delivered_count: self.delivered_count,
+                    delivered_count,
                     evidence_kinds,
                     escalation_kind: self.escalation_kind,
                 }))

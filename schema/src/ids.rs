@@ -1,9 +1,16 @@
 //! Bounded identifier and name newtypes.
 //!
 //! Each type checks its value once, at construction or deserialization, so holding one proves the
-//! value is within the contract. The character sets are deliberately narrow: a field that can
-//! only hold hex, or a short name without control characters, cannot carry typed text, paths or
-//! other prohibited content (ARCHITECTURE.md section 9).
+//! value is within the contract.
+//!
+//! Names have two rule sets. **Read rules** (deserialization, `new_lenient`) accept what the
+//! published JSON Schema and the reference implementation accept, so a reference-written record
+//! such as `"bundle_id":"Web Content"` never makes a reader refuse its chunk. **Write rules**
+//! (`new`, `FromStr`, `TryFrom<String>`) are annal's own, deliberately narrow: a name without
+//! whitespace or control characters, or a capability of `[a-z0-9._-]`, cannot carry typed text,
+//! paths or other prohibited content (ARCHITECTURE.md section 9). Every value the write rules
+//! accept also passes the read rules, so whatever annal writes it can read back. Ids (hex) have
+//! one rule set: the schema's pattern is already narrow.
 
 use std::fmt;
 
@@ -52,12 +59,49 @@ fn check_len(s: &str, max_chars: usize) -> Result<(), InvalidId> {
     }
 }
 
-/// Implements the shared plumbing of a validated string newtype: `as_str`, `Display`,
-/// `TryFrom<String>`, `FromStr`, and serde that validates on the way in.
+/// Implements the shared plumbing of a validated string newtype: `new`, `as_str`, `Display`,
+/// `TryFrom<String>`, `FromStr` and `Serialize`. With one check, deserialization applies it too;
+/// with `write:` and `read:` checks, deserialization and `new_lenient` apply the read check and
+/// `meets_write_rules` reports the write check.
 macro_rules! bounded_string {
     ($name:ident, $check:path) => {
+        bounded_string!(@common $name, $check);
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let value = String::deserialize(d)?;
+                Self::new(value).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+    ($name:ident, write: $write:path, read: $read:path) => {
+        bounded_string!(@common $name, $write);
+
         impl $name {
-            /// Validates `value`.
+            /// Validates `value` against the read rules only: what the published schema and the
+            /// reference accept. The value may still break annal's write rules.
+            pub fn new_lenient(value: impl Into<String>) -> Result<Self, InvalidId> {
+                let value = value.into();
+                $read(&value)?;
+                Ok(Self(value))
+            }
+
+            /// Whether the value also passes annal's write rules (a value read leniently may not).
+            pub(crate) fn meets_write_rules(&self) -> bool {
+                $write(&self.0).is_ok()
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let value = String::deserialize(d)?;
+                Self::new_lenient(value).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+    (@common $name:ident, $check:path) => {
+        impl $name {
+            /// Validates `value` against annal's write rules.
             pub fn new(value: impl Into<String>) -> Result<Self, InvalidId> {
                 let value = value.into();
                 $check(&value)?;
@@ -93,13 +137,6 @@ macro_rules! bounded_string {
         impl Serialize for $name {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.serialize_str(&self.0)
-            }
-        }
-
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let value = String::deserialize(d)?;
-                Self::new(value).map_err(serde::de::Error::custom)
             }
         }
     };
@@ -186,8 +223,10 @@ pub fn decode_lower_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
     Some(out)
 }
 
-/// A Cua capability name such as `input.pointer.click`: 1..=128 characters of `[a-z0-9._-]`,
-/// starting with a letter.
+/// A Cua capability name such as `input.pointer.click`: 1..=128 characters.
+///
+/// Write rules: `[a-z0-9._-]`, starting with a letter (an identifier, not a URL or prose). Read
+/// rules: any characters, as the published schema allows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Capability(String);
 
@@ -204,10 +243,28 @@ fn check_capability(s: &str) -> Result<(), InvalidId> {
     }
     Ok(())
 }
-bounded_string!(Capability, check_capability);
 
-/// A platform application identifier (bundle id, AUMID, desktop id): 1..=160 characters, no
-/// whitespace or control characters.
+fn check_capability_read(s: &str) -> Result<(), InvalidId> {
+    check_len(s, CAPABILITY_MAX_LEN_CHARS)
+}
+bounded_string!(Capability, write: check_capability, read: check_capability_read);
+
+/// The reference's rule for application names it reads from the platform: trimmed (no leading
+/// or trailing whitespace) and on one line (no CR or LF). Anything else passes, because the
+/// platform supplies these names: Linux falls back to the process name (`Web Content`), Windows
+/// to the executable (`Code - Insiders.exe`).
+fn check_reference_name(s: &str) -> Result<(), InvalidId> {
+    let padded = s.starts_with(char::is_whitespace) || s.ends_with(char::is_whitespace);
+    if padded || s.contains(['\r', '\n']) {
+        return Err(InvalidId::Charset);
+    }
+    Ok(())
+}
+
+/// A platform application identifier (bundle id, AUMID, desktop id): 1..=160 characters.
+///
+/// Write rules: no whitespace or control characters. Read rules: trimmed, no CR or LF (the
+/// reference's rule; see [`BundleId::new_lenient`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BundleId(String);
 
@@ -218,22 +275,38 @@ fn check_bundle_id(s: &str) -> Result<(), InvalidId> {
     }
     Ok(())
 }
-bounded_string!(BundleId, check_bundle_id);
 
-/// An application's display name: 1..=120 characters, no control characters.
+fn check_bundle_id_read(s: &str) -> Result<(), InvalidId> {
+    check_len(s, BUNDLE_ID_MAX_LEN_CHARS)?;
+    check_reference_name(s)
+}
+bounded_string!(BundleId, write: check_bundle_id, read: check_bundle_id_read);
+
+/// An application's display name: 1..=120 characters.
+///
+/// Write rules: no control characters, trimmed (so it also passes the read rules). Read rules:
+/// trimmed, no CR or LF.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DisplayName(String);
 
 fn check_display_name(s: &str) -> Result<(), InvalidId> {
-    check_len(s, DISPLAY_NAME_MAX_LEN_CHARS)?;
+    check_display_name_read(s)?;
     if s.chars().any(char::is_control) {
         return Err(InvalidId::Charset);
     }
     Ok(())
 }
-bounded_string!(DisplayName, check_display_name);
 
-/// The CloudEvents `subject`: 1..=160 characters, no control characters.
+fn check_display_name_read(s: &str) -> Result<(), InvalidId> {
+    check_len(s, DISPLAY_NAME_MAX_LEN_CHARS)?;
+    check_reference_name(s)
+}
+bounded_string!(DisplayName, write: check_display_name, read: check_display_name_read);
+
+/// The CloudEvents `subject`: 1..=160 characters.
+///
+/// Write rules: no control characters. Read rules: any characters, as the published schema
+/// allows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Subject(String);
 
@@ -244,7 +317,11 @@ fn check_subject(s: &str) -> Result<(), InvalidId> {
     }
     Ok(())
 }
-bounded_string!(Subject, check_subject);
+
+fn check_subject_read(s: &str) -> Result<(), InvalidId> {
+    check_len(s, SUBJECT_MAX_LEN_CHARS)
+}
+bounded_string!(Subject, write: check_subject, read: check_subject_read);
 
 impl Subject {
     /// The subject the reference writes for an action's events: `action/<action id>`.
@@ -321,8 +398,48 @@ impl Serialize for Sequence {
 
 impl<'de> Deserialize<'de> for Sequence {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let value = u64::deserialize(d)?;
+        let value = deserialize_json_integer(d)?;
         Self::new(value).ok_or_else(|| serde::de::Error::custom("sequence must be >= 1"))
+    }
+}
+
+/// Reads a non-negative JSON integer into `u64`, counting a float with a zero fraction (`6.0`,
+/// `6e0`) as the integer it equals, as JSON Schema draft 2020-12 does and as the reference may
+/// write. A fraction, a negative number or a value beyond `u64` is refused, and the error never
+/// carries the number. The one integer reader of every event field (`sequence`,
+/// `delivered_count`, `returned_events`, `count`), which range-check the result themselves.
+pub(crate) fn deserialize_json_integer<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    d.deserialize_u64(JsonInteger)
+}
+
+struct JsonInteger;
+
+impl serde::de::Visitor<'_> for JsonInteger {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a non-negative integer")
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<u64, E> {
+        Ok(value)
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<u64, E> {
+        u64::try_from(value).map_err(|_| E::custom("integer is negative"))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<u64, E> {
+        // `u64::MAX as f64` rounds up to exactly 2^64, the first value that does not fit; every
+        // f64 below it with a zero fraction converts exactly. NaN and infinities fail `fract`.
+        const U64_END: f64 = u64::MAX as f64;
+        if value.fract() == 0.0 && (0.0..U64_END).contains(&value) {
+            Ok(value as u64)
+        } else {
+            Err(E::custom(
+                "number is not a non-negative integer within 64 bits",
+            ))
+        }
     }
 }
 
@@ -409,6 +526,80 @@ mod tests {
         assert_eq!(DisplayName::new("a\u{7}"), Err(InvalidId::Charset));
         assert_eq!(Subject::new("a\nb"), Err(InvalidId::Charset));
         assert_eq!(Subject::new("s".repeat(161)), Err(InvalidId::Length));
+    }
+
+    #[test]
+    fn display_names_are_written_trimmed() {
+        // Otherwise annal could write a name its own reader refuses.
+        assert_eq!(DisplayName::new(" Terminal"), Err(InvalidId::Charset));
+        assert_eq!(DisplayName::new("Terminal "), Err(InvalidId::Charset));
+        assert!(DisplayName::new("Text Editor").is_ok());
+    }
+
+    #[test]
+    fn names_read_leniently() {
+        for name in ["Web Content", "Code - Insiders.exe", "a\tb", "x\u{1b}y"] {
+            let read = BundleId::new_lenient(name).unwrap();
+            assert!(!read.meets_write_rules(), "{name:?}");
+            assert!(BundleId::new(name).is_err(), "{name:?}");
+        }
+        for name in [" a", "a ", "a\nb", "a\rb", "\u{2003}a", ""] {
+            assert!(BundleId::new_lenient(name).is_err(), "{name:?}");
+            assert!(DisplayName::new_lenient(name).is_err(), "{name:?}");
+        }
+        assert_eq!(
+            BundleId::new_lenient("x".repeat(161)),
+            Err(InvalidId::Length)
+        );
+        assert_eq!(
+            DisplayName::new_lenient("x".repeat(121)),
+            Err(InvalidId::Length)
+        );
+        assert!(DisplayName::new_lenient("Term\u{1b}inal").is_ok());
+        for capability in ["Input.click", "input click", "1abc", "a\nb", " x "] {
+            let read = Capability::new_lenient(capability).unwrap();
+            assert!(!read.meets_write_rules(), "{capability:?}");
+        }
+        assert_eq!(Capability::new_lenient(""), Err(InvalidId::Length));
+        assert_eq!(
+            Capability::new_lenient("C".repeat(129)),
+            Err(InvalidId::Length)
+        );
+        let subject = Subject::new_lenient("a\nb").unwrap();
+        assert!(!subject.meets_write_rules());
+        assert!(Subject::new("action/x").unwrap().meets_write_rules());
+    }
+
+    #[test]
+    fn integers_written_as_floats_are_read() {
+        use serde_json::{Value, json};
+        let read = |v: Value| deserialize_json_integer(v).ok();
+        assert_eq!(read(json!(7)), Some(7));
+        assert_eq!(read(json!(7.0)), Some(7));
+        assert_eq!(read(json!(-0.0)), Some(0));
+        assert_eq!(read(json!(u64::MAX)), Some(u64::MAX));
+        assert_eq!(
+            read(json!(18_446_744_073_709_549_568.0)),
+            Some(18_446_744_073_709_549_568)
+        );
+        for refused in [
+            json!(7.5),
+            json!(-1),
+            json!(-1.0),
+            json!(18_446_744_073_709_551_616.0),
+            json!(1e300),
+            json!("7"),
+            json!(true),
+            Value::Null,
+        ] {
+            assert_eq!(read(refused.clone()), None, "{refused}");
+        }
+        assert_eq!(
+            serde_json::from_str::<Sequence>("1.0").ok(),
+            Some(Sequence::FIRST)
+        );
+        assert!(serde_json::from_str::<Sequence>("0.0").is_err());
+        assert!(serde_json::from_str::<Sequence>("1.5").is_err());
     }
 
     #[test]

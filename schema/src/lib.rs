@@ -1,8 +1,13 @@
 //! annal-schema: the v0 history event contract and the history tools' I/O, as closed types.
 //!
 //! Nothing here does I/O. Every type rejects what the contract forbids at deserialization, so an
-//! event that breaks the contract cannot be built, read or returned (ARCHITECTURE.md section 2,
+//! event that breaks the contract cannot be read or returned (ARCHITECTURE.md section 2,
 //! `shared/contracts/history-event-v0.schema.json`).
+//!
+//! Read leniently, write strictly: deserialization accepts what the published JSON Schema and the
+//! reference implementation accept (a reader must not refuse a whole chunk over one
+//! reference-written name), while the constructors and [`Event::check_write_rules`] hold what
+//! annal itself writes to narrower rules. `docs/event-contract.md` lists both.
 //!
 //! # Layout
 //!
@@ -10,7 +15,7 @@
 //!   field, with the reference's field order on output.
 //! - [`ids`]: bounded identifier and name newtypes (`OpaqueId`, `Sequence`, `Capability`,
 //!   `BundleId`, `DisplayName`, `Subject`, `SourceUrn`).
-//! - [`time`]: RFC 3339 UTC event time, kept verbatim.
+//! - [`time`]: RFC 3339 event time, kept verbatim (UTC with `Z` when annal writes it).
 //! - [`tools`]: tool and capability names, `history_status` / `history_query` I/O, the query
 //!   request parser and the tools' closed input schemas.
 //! - [`health`]: the 13 fixed health categories.
@@ -31,7 +36,7 @@ pub use event::{
     AccessOperation, ActionOutcome, Application, CallerCategory, ControlOperation, DATASCHEMA_V0,
     Delivery, Effect, EscalationKind, Event, EventData, EventError, EventErrorKind, EventType,
     EvidenceKind, EvidenceKinds, Payload, Platform, ProcessModel, ReturnedEvents, Route,
-    SessionPhase,
+    SessionPhase, WriteRuleViolation,
 };
 pub use health::HealthCategory;
 pub use ids::{

@@ -35,7 +35,9 @@ fn pick<T: Copy + std::fmt::Debug + 'static>(all: &'static [T]) -> impl Strategy
 fn application() -> impl Strategy<Value = Option<Application>> {
     let bundle = proptest::option::of("[!-~]{1,160}".prop_map(|s| BundleId::new(s).unwrap()));
     let name = proptest::option::of(
-        "[\\p{L}\\p{N} .&'-]{1,120}".prop_map(|s| DisplayName::new(s).unwrap()),
+        // Trimmed, as the write rules require: no space at either end.
+        "[\\p{L}\\p{N}.&'-]([\\p{L}\\p{N} .&'-]{0,118}[\\p{L}\\p{N}.&'-])?"
+            .prop_map(|s| DisplayName::new(s).unwrap()),
     );
     (bundle, name).prop_map(|(b, n)| Application::new(b, n))
 }
