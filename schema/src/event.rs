@@ -81,6 +81,22 @@ impl Event {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
+    /// The draft this event was, without `id`, `source` and `sequence` (the fields the writer
+    /// assigns). `process_model` and `caller_category` are single-valued in v0, so nothing else
+    /// is lost.
+    pub fn to_draft(&self) -> EventDraft {
+        EventDraft {
+            subject: self.subject.clone(),
+            time: self.time.clone(),
+            session_id: self.data.session_id.clone(),
+            action_id: self.data.action_id.clone(),
+            platform: self.data.platform,
+            capability: self.data.capability.clone(),
+            application: self.data.application.clone(),
+            payload: self.data.payload.clone(),
+        }
+    }
+
     /// Checks annal's write rules, which are narrower than the read rules: an event read from a
     /// reference chunk may break them and still be valid to hold and return, but annal must not
     /// write one that does. Names the first offending field in wire order.
@@ -90,6 +106,63 @@ impl Event {
             &self.time,
             self.data.capability.as_ref(),
             self.data.application.as_ref(),
+        )
+    }
+}
+
+/// An event before the writer has assigned its identity. Capture has no sequence: the writer
+/// assigns `id`, `source` and `sequence` at dequeue, so capture hands it one of these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventDraft {
+    /// CloudEvents subject (`control`, `session`, `action/<id>`, `access`, `writer`).
+    pub subject: Subject,
+    /// When it happened (at capture, not at dequeue).
+    pub time: EventTime,
+    /// Keyed (opaque) session id; never the raw label.
+    pub session_id: Option<OpaqueId>,
+    /// Opaque id pairing an action's started and completed events.
+    pub action_id: Option<OpaqueId>,
+    /// The desktop platform.
+    pub platform: Platform,
+    /// The Cua capability an action used.
+    pub capability: Option<Capability>,
+    /// Fixed application identity fields, when known.
+    pub application: Option<Application>,
+    /// What happened.
+    pub payload: Payload,
+}
+
+impl EventDraft {
+    /// The event this draft becomes once the writer assigns its identity. `process_model` and
+    /// `caller_category` have one value each in v0, so they are filled here.
+    pub fn into_event(self, id: OpaqueId, source: SourceUrn, sequence: Sequence) -> Event {
+        Event {
+            id,
+            source,
+            subject: self.subject,
+            time: self.time,
+            data: EventData {
+                session_id: self.session_id,
+                action_id: self.action_id,
+                sequence,
+                platform: self.platform,
+                process_model: ProcessModel::InDaemon,
+                capability: self.capability,
+                caller_category: CallerCategory::CuaRuntime,
+                application: self.application,
+                payload: self.payload,
+            },
+        }
+    }
+
+    /// Checks annal's write rules before the draft is queued, as [`Event::check_write_rules`]
+    /// does for an event (a draft's identity fields cannot break them).
+    pub fn check_write_rules(&self) -> Result<(), WriteRuleViolation> {
+        check_write_rules(
+            &self.subject,
+            &self.time,
+            self.capability.as_ref(),
+            self.application.as_ref(),
         )
     }
 }

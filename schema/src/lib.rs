@@ -12,7 +12,8 @@
 //! # Layout
 //!
 //! - [`event`]: the CloudEvents envelope, closed `data`, the payload enum and every enumerated
-//!   field, with the reference's field order on output.
+//!   field, with the reference's field order on output; [`EventDraft`], an event before the
+//!   writer assigns its identity.
 //! - [`ids`]: bounded identifier and name newtypes (`OpaqueId`, `Sequence`, `Capability`,
 //!   `BundleId`, `DisplayName`, `Subject`, `SourceUrn`).
 //! - [`time`]: RFC 3339 event time, kept verbatim (UTC with `Z` when annal writes it).
@@ -34,8 +35,8 @@ pub mod tools;
 pub use error_code::ErrorCode;
 pub use event::{
     AccessOperation, ActionOutcome, Application, CallerCategory, ControlOperation, DATASCHEMA_V0,
-    Delivery, Effect, EscalationKind, Event, EventData, EventError, EventErrorKind, EventType,
-    EvidenceKind, EvidenceKinds, Payload, Platform, ProcessModel, ReturnedEvents, Route,
+    Delivery, Effect, EscalationKind, Event, EventData, EventDraft, EventError, EventErrorKind,
+    EventType, EvidenceKind, EvidenceKinds, Payload, Platform, ProcessModel, ReturnedEvents, Route,
     SessionPhase, WriteRuleViolation,
 };
 pub use health::HealthCategory;
