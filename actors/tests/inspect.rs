@@ -189,6 +189,28 @@ fn group_or_other_readable_key_file_is_refused() {
 }
 
 #[test]
+fn upper_case_key_file_is_accepted() {
+    let s = setup(&FIXTURE_KEY_HEX.to_uppercase(), 0o600);
+    let out = inspect(&s.store, &s.key_file, true);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(value["events"].as_array().unwrap().len(), 16);
+}
+
+#[test]
+fn non_hex_key_file_is_bad_input() {
+    let s = setup(&format!("{}g", &FIXTURE_KEY_HEX[..63]), 0o600);
+    let out = inspect(&s.store, &s.key_file, true);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("64 hex characters"));
+}
+
+#[test]
 fn malformed_key_file_and_non_store_are_bad_input() {
     let s = setup("00112233", 0o600);
     assert_eq!(inspect(&s.store, &s.key_file, true).status.code(), Some(2));

@@ -1,9 +1,20 @@
 //! The v0 history event: a CloudEvents 1.0 envelope around closed `data`.
 //!
-//! Deserialization rejects anything off-contract: unknown fields at every level, `null` where a
-//! value is optional, out-of-range numbers, unknown enum strings, ids of the wrong form, and an
-//! event `type` that disagrees with the payload `kind`. The event type is not stored: it is a
-//! function of the payload, so a mismatched pair cannot even be built.
+//! Read leniently, write strictly. Deserialization accepts what the published JSON Schema
+//! accepts (and the reference writes), so one reference-written record with, say, a process
+//! name as `bundle_id` never makes a reader refuse its chunk. It still refuses anything the
+//! schema refuses: unknown fields at every level, `null` where a value is optional, out-of-range
+//! numbers, unknown enum strings, ids of the wrong form. It is stricter than the schema in three
+//! documented places: an event `type` that disagrees with the payload `kind` (the reference never
+//! writes one; the event type is not stored but computed from the payload, so a mismatched pair
+//! cannot even be built), application names that are padded or span lines (the reference's own
+//! rule), and values annal cannot represent (a time before the Unix epoch, an integer beyond
+//! `u64`).
+//!
+//! What annal itself writes must also pass its narrower write rules
+//! ([`Event::check_write_rules`]): names without control characters, capabilities as
+//! identifiers, UTC times with `Z`. A value read leniently that breaks them is still a valid
+//! [`Event`] to hold and return.
 //!
 //! Serialization is compact JSON in the reference implementation's field order, so an event read
 //! from a reference chunk re-serializes to the identical bytes.
@@ -14,7 +25,10 @@ use serde::ser::{SerializeMap, SerializeStruct};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::HealthCategory;
-use crate::ids::{BundleId, Capability, DisplayName, OpaqueId, Sequence, SourceUrn, Subject};
+use crate::ids::{
+    BundleId, Capability, DisplayName, OpaqueId, Sequence, SourceUrn, Subject,
+    deserialize_json_integer,
+};
 use crate::time::EventTime;
 
 /// The `dataschema` of every v0 event.
@@ -25,8 +39,8 @@ pub const SPEC_VERSION: &str = "1.0";
 pub const DATA_CONTENT_TYPE: &str = "application/json";
 /// Most entries in `evidence_kinds`.
 pub const EVIDENCE_KINDS_MAX_ITEMS: usize = 16;
-/// Largest `returned_events` in an access payload (the query limit's maximum).
-pub const RETURNED_EVENTS_MAX: u8 = 200;
+/// Largest `returned_events` in an access payload: one read returns at most one query limit.
+pub const RETURNED_EVENTS_MAX: u8 = crate::tools::QUERY_LIMIT_MAX_EVENTS;
 
 /// One history event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,12 +63,13 @@ impl Event {
         self.data.payload.event_type()
     }
 
-    /// Parses compact or pretty JSON bytes, rejecting anything off-contract.
+    /// Parses compact or pretty JSON bytes under the read rules, refusing anything
+    /// off-contract.
     pub fn from_json_slice(bytes: &[u8]) -> Result<Self, EventError> {
         serde_json::from_slice(bytes).map_err(EventError::from_json)
     }
 
-    /// Parses a JSON value, rejecting anything off-contract.
+    /// Parses a JSON value under the read rules, refusing anything off-contract.
     pub fn from_json_value(value: serde_json::Value) -> Result<Self, EventError> {
         serde_json::from_value(value).map_err(EventError::from_json)
     }
@@ -65,7 +80,165 @@ impl Event {
         // Serialize impl here returns an error.
         serde_json::to_vec(self).unwrap_or_default()
     }
+
+    /// The draft this event was, without `id`, `source` and `sequence` (the fields the writer
+    /// assigns). `process_model` and `caller_category` are single-valued in v0, so nothing else
+    /// is lost.
+    pub fn to_draft(&self) -> EventDraft {
+        EventDraft {
+            subject: self.subject.clone(),
+            time: self.time.clone(),
+            session_id: self.data.session_id.clone(),
+            action_id: self.data.action_id.clone(),
+            platform: self.data.platform,
+            capability: self.data.capability.clone(),
+            application: self.data.application.clone(),
+            payload: self.data.payload.clone(),
+        }
+    }
+
+    /// Checks annal's write rules, which are narrower than the read rules: an event read from a
+    /// reference chunk may break them and still be valid to hold and return, but annal must not
+    /// write one that does. Names the first offending field in wire order.
+    pub fn check_write_rules(&self) -> Result<(), WriteRuleViolation> {
+        check_write_rules(
+            &self.subject,
+            &self.time,
+            self.data.capability.as_ref(),
+            self.data.application.as_ref(),
+        )
+    }
 }
+
+/// An event before the writer has assigned its identity. Capture has no sequence: the writer
+/// assigns `id`, `source` and `sequence` at dequeue, so capture hands it one of these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventDraft {
+    /// CloudEvents subject (`control`, `session`, `action/<id>`, `access`, `writer`).
+    pub subject: Subject,
+    /// When it happened (at capture, not at dequeue).
+    pub time: EventTime,
+    /// Keyed (opaque) session id; never the raw label.
+    pub session_id: Option<OpaqueId>,
+    /// Opaque id pairing an action's started and completed events.
+    pub action_id: Option<OpaqueId>,
+    /// The desktop platform.
+    pub platform: Platform,
+    /// The Cua capability an action used.
+    pub capability: Option<Capability>,
+    /// Fixed application identity fields, when known.
+    pub application: Option<Application>,
+    /// What happened.
+    pub payload: Payload,
+}
+
+impl EventDraft {
+    /// The event this draft becomes once the writer assigns its identity. `process_model` and
+    /// `caller_category` have one value each in v0, so they are filled here.
+    pub fn into_event(self, id: OpaqueId, source: SourceUrn, sequence: Sequence) -> Event {
+        Event {
+            id,
+            source,
+            subject: self.subject,
+            time: self.time,
+            data: EventData {
+                session_id: self.session_id,
+                action_id: self.action_id,
+                sequence,
+                platform: self.platform,
+                process_model: ProcessModel::InDaemon,
+                capability: self.capability,
+                caller_category: CallerCategory::CuaRuntime,
+                application: self.application,
+                payload: self.payload,
+            },
+        }
+    }
+
+    /// Checks annal's write rules before the draft is queued, as [`Event::check_write_rules`]
+    /// does for an event (a draft's identity fields cannot break them).
+    pub fn check_write_rules(&self) -> Result<(), WriteRuleViolation> {
+        check_write_rules(
+            &self.subject,
+            &self.time,
+            self.capability.as_ref(),
+            self.application.as_ref(),
+        )
+    }
+}
+
+/// The write-rule check shared by [`Event`] and [`EventDraft`]. Ids, sources and sequences have
+/// one rule set, so only these fields can break a write rule.
+fn check_write_rules(
+    subject: &Subject,
+    time: &EventTime,
+    capability: Option<&Capability>,
+    application: Option<&Application>,
+) -> Result<(), WriteRuleViolation> {
+    if !subject.meets_write_rules() {
+        return Err(WriteRuleViolation::Subject);
+    }
+    if !time.meets_write_rules() {
+        return Err(WriteRuleViolation::Time);
+    }
+    if capability.is_some_and(|c| !c.meets_write_rules()) {
+        return Err(WriteRuleViolation::Capability);
+    }
+    if let Some(application) = application {
+        if application
+            .bundle_id()
+            .is_some_and(|b| !b.meets_write_rules())
+        {
+            return Err(WriteRuleViolation::BundleId);
+        }
+        if application
+            .display_name()
+            .is_some_and(|d| !d.meets_write_rules())
+        {
+            return Err(WriteRuleViolation::DisplayName);
+        }
+    }
+    Ok(())
+}
+
+/// The field of an event that breaks annal's write rules. Names the field, never its value (the
+/// value may be content that must not reach a log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WriteRuleViolation {
+    /// `subject` holds a control character.
+    Subject,
+    /// `time` is not `YYYY-MM-DDTHH:MM:SS[.fraction]Z` within annal's range (see
+    /// [`crate::time`]).
+    Time,
+    /// `data.capability` is not `[a-z0-9._-]` starting with a letter.
+    Capability,
+    /// `data.application.bundle_id` holds whitespace or a control character.
+    BundleId,
+    /// `data.application.display_name` holds a control character or is padded.
+    DisplayName,
+}
+
+impl WriteRuleViolation {
+    /// The offending field's path in the event JSON, such as `data.capability`.
+    pub const fn field(self) -> &'static str {
+        match self {
+            Self::Subject => "subject",
+            Self::Time => "time",
+            Self::Capability => "data.capability",
+            Self::BundleId => "data.application.bundle_id",
+            Self::DisplayName => "data.application.display_name",
+        }
+    }
+}
+
+impl fmt::Display for WriteRuleViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}` breaks annal's write rules", self.field())
+    }
+}
+
+impl std::error::Error for WriteRuleViolation {}
 
 /// Why bytes are not a v0 event. It says where parsing stopped and what kind of failure it was,
 /// never the offending value (it may be content that must not reach a log).
@@ -224,6 +397,11 @@ where
     T: Deserialize<'de>,
 {
     T::deserialize(d).map(Some)
+}
+
+/// [`present`] for an integer field, read by the one shared integer reader.
+fn present_integer<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    deserialize_json_integer(d).map(Some)
 }
 
 /// The desktop platform.
@@ -572,27 +750,36 @@ wire_enum!(
 struct WirePayload {
     kind: WireKind,
     #[serde(default, deserialize_with = "present")]
-    operation: Option<String>,
+    operation: Option<WireOperation>,
     #[serde(default, deserialize_with = "present")]
     effect: Option<Effect>,
     #[serde(default, deserialize_with = "present")]
     route: Option<Route>,
     #[serde(default, deserialize_with = "present")]
     delivery: Option<Delivery>,
-    #[serde(default, deserialize_with = "present")]
-    delivered_count: Option<u32>,
+    #[serde(default, deserialize_with = "present_integer")]
+    delivered_count: Option<u64>,
     #[serde(default, deserialize_with = "present")]
     evidence_kinds: Option<Vec<EvidenceKind>>,
     #[serde(default, deserialize_with = "present")]
     escalation_kind: Option<EscalationKind>,
     #[serde(default, deserialize_with = "present")]
     phase: Option<SessionPhase>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_integer")]
     returned_events: Option<u64>,
     #[serde(default, deserialize_with = "present")]
     category: Option<HealthCategory>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_integer")]
     count: Option<u64>,
+}
+
+/// `operation` is shared by two payload kinds with disjoint vocabularies; each is read through
+/// its own enum, so every wire string is written once (in `wire_enum!`).
+#[derive(Deserialize, Clone, Copy)]
+#[serde(untagged)]
+enum WireOperation {
+    Control(ControlOperation),
+    Access(AccessOperation),
 }
 
 #[derive(Deserialize, Clone, Copy)]
@@ -635,14 +822,8 @@ impl WirePayload {
                 if !self.only(&["operation"]) {
                     return Err(FIELD_NOT_ALLOWED);
                 }
-                let operation = match self.operation.as_deref().ok_or(MISSING)? {
-                    "enable" => ControlOperation::Enable,
-                    "disable" => ControlOperation::Disable,
-                    "pause" => ControlOperation::Pause,
-                    "resume" => ControlOperation::Resume,
-                    "flush" => ControlOperation::Flush,
-                    "delete" => ControlOperation::Delete,
-                    _ => return Err("unknown control operation"),
+                let WireOperation::Control(operation) = self.operation.ok_or(MISSING)? else {
+                    return Err("control payload with an access operation");
                 };
                 Ok(Payload::Control { operation })
             }
@@ -666,11 +847,16 @@ impl WirePayload {
                 }
                 let evidence_kinds = EvidenceKinds::new(self.evidence_kinds.ok_or(MISSING)?)
                     .ok_or("too many evidence kinds")?;
+                let delivered_count = self
+                    .delivered_count
+                    .map(u32::try_from)
+                    .transpose()
+                    .map_err(|_| "delivered_count out of range")?;
                 Ok(Payload::ActionCompleted(ActionOutcome {
                     effect: self.effect.ok_or(MISSING)?,
                     route: self.route.ok_or(MISSING)?,
                     delivery: self.delivery,
-                    delivered_count: self.delivered_count,
+                    delivered_count,
                     evidence_kinds,
                     escalation_kind: self.escalation_kind,
                 }))
@@ -687,10 +873,8 @@ impl WirePayload {
                 if !self.only(&["operation", "returned_events"]) {
                     return Err(FIELD_NOT_ALLOWED);
                 }
-                let operation = match self.operation.as_deref().ok_or(MISSING)? {
-                    "agent_query" => AccessOperation::AgentQuery,
-                    "local_cli" => AccessOperation::LocalCli,
-                    _ => return Err("unknown access operation"),
+                let WireOperation::Access(operation) = self.operation.ok_or(MISSING)? else {
+                    return Err("access payload with a control operation");
                 };
                 let returned = self.returned_events.ok_or(MISSING)?;
                 let returned_events = usize::try_from(returned)

@@ -4,7 +4,9 @@ use serde::{Deserialize, Serialize};
 
 /// A fixed health category. The `health` field of `history_status` is always one of these, and
 /// `health` events carry one. The set is closed: nothing free-form ever describes health.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+///
+/// Deliberately not ordered: declaration order is not a precedence between categories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HealthCategory {
     /// Capture and reads work.

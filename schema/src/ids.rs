@@ -1,9 +1,16 @@
 //! Bounded identifier and name newtypes.
 //!
 //! Each type checks its value once, at construction or deserialization, so holding one proves the
-//! value is within the contract. The character sets are deliberately narrow: a field that can
-//! only hold hex, or a short name without control characters, cannot carry typed text, paths or
-//! other prohibited content (ARCHITECTURE.md section 9).
+//! value is within the contract.
+//!
+//! Names have two rule sets. **Read rules** (deserialization, `new_lenient`) accept what the
+//! published JSON Schema and the reference implementation accept, so a reference-written record
+//! such as `"bundle_id":"Web Content"` never makes a reader refuse its chunk. **Write rules**
+//! (`new`, `FromStr`, `TryFrom<String>`) are annal's own, deliberately narrow: a name without
+//! whitespace or control characters, or a capability of `[a-z0-9._-]`, cannot carry typed text,
+//! paths or other prohibited content (ARCHITECTURE.md section 9). Every value the write rules
+//! accept also passes the read rules, so whatever annal writes it can read back. Ids (hex) have
+//! one rule set: the schema's pattern is already narrow.
 
 use std::fmt;
 
@@ -43,10 +50,6 @@ impl fmt::Display for InvalidId {
     }
 }
 
-fn is_lower_hex(s: &str, len: usize) -> bool {
-    s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
 fn check_len(s: &str, max_chars: usize) -> Result<(), InvalidId> {
     let n = s.chars().count();
     if n == 0 || n > max_chars {
@@ -56,12 +59,49 @@ fn check_len(s: &str, max_chars: usize) -> Result<(), InvalidId> {
     }
 }
 
-/// Implements the shared plumbing of a validated string newtype: `as_str`, `Display`,
-/// `TryFrom<String>`, `FromStr`, and serde that validates on the way in.
+/// Implements the shared plumbing of a validated string newtype: `new`, `as_str`, `Display`,
+/// `TryFrom<String>`, `FromStr` and `Serialize`. With one check, deserialization applies it too;
+/// with `write:` and `read:` checks, deserialization and `new_lenient` apply the read check and
+/// `meets_write_rules` reports the write check.
 macro_rules! bounded_string {
     ($name:ident, $check:path) => {
+        bounded_string!(@common $name, $check);
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let value = String::deserialize(d)?;
+                Self::new(value).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+    ($name:ident, write: $write:path, read: $read:path) => {
+        bounded_string!(@common $name, $write);
+
         impl $name {
-            /// Validates `value`.
+            /// Validates `value` against the read rules only: what the published schema and the
+            /// reference accept. The value may still break annal's write rules.
+            pub fn new_lenient(value: impl Into<String>) -> Result<Self, InvalidId> {
+                let value = value.into();
+                $read(&value)?;
+                Ok(Self(value))
+            }
+
+            /// Whether the value also passes annal's write rules (a value read leniently may not).
+            pub(crate) fn meets_write_rules(&self) -> bool {
+                $write(&self.0).is_ok()
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let value = String::deserialize(d)?;
+                Self::new_lenient(value).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+    (@common $name:ident, $check:path) => {
+        impl $name {
+            /// Validates `value` against annal's write rules.
             pub fn new(value: impl Into<String>) -> Result<Self, InvalidId> {
                 let value = value.into();
                 $check(&value)?;
@@ -99,13 +139,6 @@ macro_rules! bounded_string {
                 s.serialize_str(&self.0)
             }
         }
-
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let value = String::deserialize(d)?;
-                Self::new(value).map_err(serde::de::Error::custom)
-            }
-        }
     };
 }
 
@@ -118,7 +151,7 @@ fn check_opaque_id(s: &str) -> Result<(), InvalidId> {
     if s.len() != OPAQUE_ID_LEN_CHARS {
         return Err(InvalidId::Length);
     }
-    if !is_lower_hex(s, OPAQUE_ID_LEN_CHARS) {
+    if !s.bytes().all(|b| hex_digit(b, HexCase::Lower).is_some()) {
         return Err(InvalidId::Charset);
     }
     Ok(())
@@ -139,26 +172,61 @@ impl OpaqueId {
 
     /// The 16 raw bytes of the id.
     pub fn to_bytes(&self) -> [u8; 16] {
-        let mut out = [0u8; 16];
-        let digits = self.0.as_bytes();
-        for (i, byte) in out.iter_mut().enumerate() {
-            *byte = (hex_value(digits[2 * i]) << 4) | hex_value(digits[2 * i + 1]);
-        }
-        out
+        // The value was validated as 32 lower-case hex digits, so decoding cannot fail.
+        decode_lower_hex(&self.0).unwrap_or([0; 16])
     }
 }
 
-/// The value of one validated lower-case hex digit.
-fn hex_value(digit: u8) -> u8 {
+/// Which letter case a hex decoder accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HexCase {
+    /// Only `a`..=`f`: the one spelling of ids on the wire, so each id has one text form.
+    Lower,
+    /// `a`..=`f` and `A`..=`F`: for hand-made input such as a key file.
+    Either,
+}
+
+/// The value of one hex digit in `case`, or `None`.
+fn hex_digit(digit: u8, case: HexCase) -> Option<u8> {
     match digit {
-        b'0'..=b'9' => digit - b'0',
-        b'a'..=b'f' => digit - b'a' + 10,
-        _ => 0,
+        b'0'..=b'9' => Some(digit - b'0'),
+        b'a'..=b'f' => Some(digit - b'a' + 10),
+        b'A'..=b'F' if case == HexCase::Either => Some(digit - b'A' + 10),
+        _ => None,
     }
 }
 
-/// A Cua capability name such as `input.pointer.click`: 1..=128 characters of `[a-z0-9._-]`,
-/// starting with a letter.
+/// Decodes exactly `2 * out.len()` hex digits into `out`.
+///
+/// `out` is written only once every digit is known good, so a caller holding secret bytes
+/// (a key) can decode straight into its own zeroizing buffer and never sees a partial value.
+/// The error says whether the length or a digit was wrong, never which digit.
+pub fn decode_hex_into(digits: &[u8], case: HexCase, out: &mut [u8]) -> Result<(), InvalidId> {
+    if digits.len() != out.len() * 2 {
+        return Err(InvalidId::Length);
+    }
+    if !digits.iter().all(|&d| hex_digit(d, case).is_some()) {
+        return Err(InvalidId::Charset);
+    }
+    for (slot, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        let high = hex_digit(pair[0], case).unwrap_or(0);
+        let low = hex_digit(pair[1], case).unwrap_or(0);
+        *slot = (high << 4) | low;
+    }
+    Ok(())
+}
+
+/// Decodes exactly `2 * N` lower-case hex characters, as ids are written; `None` otherwise.
+pub fn decode_lower_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    let mut out = [0u8; N];
+    decode_hex_into(text.as_bytes(), HexCase::Lower, &mut out).ok()?;
+    Some(out)
+}
+
+/// A Cua capability name such as `input.pointer.click`: 1..=128 characters.
+///
+/// Write rules: `[a-z0-9._-]`, starting with a letter (an identifier, not a URL or prose). Read
+/// rules: any characters, as the published schema allows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Capability(String);
 
@@ -175,10 +243,28 @@ fn check_capability(s: &str) -> Result<(), InvalidId> {
     }
     Ok(())
 }
-bounded_string!(Capability, check_capability);
 
-/// A platform application identifier (bundle id, AUMID, desktop id): 1..=160 characters, no
-/// whitespace or control characters.
+fn check_capability_read(s: &str) -> Result<(), InvalidId> {
+    check_len(s, CAPABILITY_MAX_LEN_CHARS)
+}
+bounded_string!(Capability, write: check_capability, read: check_capability_read);
+
+/// The reference's rule for application names it reads from the platform: trimmed (no leading
+/// or trailing whitespace) and on one line (no CR or LF). Anything else passes, because the
+/// platform supplies these names: Linux falls back to the process name (`Web Content`), Windows
+/// to the executable (`Code - Insiders.exe`).
+fn check_reference_name(s: &str) -> Result<(), InvalidId> {
+    let padded = s.starts_with(char::is_whitespace) || s.ends_with(char::is_whitespace);
+    if padded || s.contains(['\r', '\n']) {
+        return Err(InvalidId::Charset);
+    }
+    Ok(())
+}
+
+/// A platform application identifier (bundle id, AUMID, desktop id): 1..=160 characters.
+///
+/// Write rules: no whitespace or control characters. Read rules: trimmed, no CR or LF (the
+/// reference's rule; see [`BundleId::new_lenient`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BundleId(String);
 
@@ -189,22 +275,38 @@ fn check_bundle_id(s: &str) -> Result<(), InvalidId> {
     }
     Ok(())
 }
-bounded_string!(BundleId, check_bundle_id);
 
-/// An application's display name: 1..=120 characters, no control characters.
+fn check_bundle_id_read(s: &str) -> Result<(), InvalidId> {
+    check_len(s, BUNDLE_ID_MAX_LEN_CHARS)?;
+    check_reference_name(s)
+}
+bounded_string!(BundleId, write: check_bundle_id, read: check_bundle_id_read);
+
+/// An application's display name: 1..=120 characters.
+///
+/// Write rules: no control characters, trimmed (so it also passes the read rules). Read rules:
+/// trimmed, no CR or LF.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DisplayName(String);
 
 fn check_display_name(s: &str) -> Result<(), InvalidId> {
-    check_len(s, DISPLAY_NAME_MAX_LEN_CHARS)?;
+    check_display_name_read(s)?;
     if s.chars().any(char::is_control) {
         return Err(InvalidId::Charset);
     }
     Ok(())
 }
-bounded_string!(DisplayName, check_display_name);
 
-/// The CloudEvents `subject`: 1..=160 characters, no control characters.
+fn check_display_name_read(s: &str) -> Result<(), InvalidId> {
+    check_len(s, DISPLAY_NAME_MAX_LEN_CHARS)?;
+    check_reference_name(s)
+}
+bounded_string!(DisplayName, write: check_display_name, read: check_display_name_read);
+
+/// The CloudEvents `subject`: 1..=160 characters.
+///
+/// Write rules: no control characters. Read rules: any characters, as the published schema
+/// allows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Subject(String);
 
@@ -215,7 +317,11 @@ fn check_subject(s: &str) -> Result<(), InvalidId> {
     }
     Ok(())
 }
-bounded_string!(Subject, check_subject);
+
+fn check_subject_read(s: &str) -> Result<(), InvalidId> {
+    check_len(s, SUBJECT_MAX_LEN_CHARS)
+}
+bounded_string!(Subject, write: check_subject, read: check_subject_read);
 
 impl Subject {
     /// The subject the reference writes for an action's events: `action/<action id>`.
@@ -292,8 +398,48 @@ impl Serialize for Sequence {
 
 impl<'de> Deserialize<'de> for Sequence {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let value = u64::deserialize(d)?;
+        let value = deserialize_json_integer(d)?;
         Self::new(value).ok_or_else(|| serde::de::Error::custom("sequence must be >= 1"))
+    }
+}
+
+/// Reads a non-negative JSON integer into `u64`, counting a float with a zero fraction (`6.0`,
+/// `6e0`) as the integer it equals, as JSON Schema draft 2020-12 does and as the reference may
+/// write. A fraction, a negative number or a value beyond `u64` is refused, and the error never
+/// carries the number. The one integer reader of every event field (`sequence`,
+/// `delivered_count`, `returned_events`, `count`), which range-check the result themselves.
+pub(crate) fn deserialize_json_integer<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    d.deserialize_u64(JsonInteger)
+}
+
+struct JsonInteger;
+
+impl serde::de::Visitor<'_> for JsonInteger {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a non-negative integer")
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<u64, E> {
+        Ok(value)
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<u64, E> {
+        u64::try_from(value).map_err(|_| E::custom("integer is negative"))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<u64, E> {
+        // `u64::MAX as f64` rounds up to exactly 2^64, the first value that does not fit; every
+        // f64 below it with a zero fraction converts exactly. NaN and infinities fail `fract`.
+        const U64_END: f64 = u64::MAX as f64;
+        if value.fract() == 0.0 && (0.0..U64_END).contains(&value) {
+            Ok(value as u64)
+        } else {
+            Err(E::custom(
+                "number is not a non-negative integer within 64 bits",
+            ))
+        }
     }
 }
 
@@ -319,6 +465,45 @@ mod tests {
     }
 
     #[test]
+    fn hex_decoding() {
+        assert_eq!(decode_lower_hex::<2>("0aff"), Some([0x0a, 0xff]));
+        assert_eq!(decode_lower_hex::<2>("0AFF"), None);
+        assert_eq!(decode_lower_hex::<2>("0af"), None);
+        assert_eq!(decode_lower_hex::<2>("0aff0"), None);
+        assert_eq!(decode_lower_hex::<2>("0afg"), None);
+        assert_eq!(decode_lower_hex::<0>(""), Some([]));
+        let mut out = [0x55u8; 2];
+        assert_eq!(decode_hex_into(b"0AfF", HexCase::Either, &mut out), Ok(()));
+        assert_eq!(out, [0x0a, 0xff]);
+        // Nothing is written on failure.
+        let mut out = [0x55u8; 2];
+        assert_eq!(
+            decode_hex_into(b"0aZf", HexCase::Either, &mut out),
+            Err(InvalidId::Charset)
+        );
+        assert_eq!(
+            decode_hex_into(b"0aF0", HexCase::Lower, &mut out),
+            Err(InvalidId::Charset)
+        );
+        assert_eq!(
+            decode_hex_into(b"0a", HexCase::Lower, &mut out),
+            Err(InvalidId::Length)
+        );
+        assert_eq!(out, [0x55, 0x55]);
+        for b in 0..=u8::MAX {
+            let text = format!("{b:02x}");
+            assert_eq!(decode_lower_hex::<1>(&text), Some([b]));
+            let mut upper = [0u8; 1];
+            let text = format!("{b:02X}");
+            assert_eq!(
+                decode_hex_into(text.as_bytes(), HexCase::Either, &mut upper),
+                Ok(())
+            );
+            assert_eq!(upper, [b]);
+        }
+    }
+
+    #[test]
     fn capability_bounds() {
         assert!(Capability::new("input.pointer.click").is_ok());
         assert!(Capability::new("a").is_ok());
@@ -341,6 +526,80 @@ mod tests {
         assert_eq!(DisplayName::new("a\u{7}"), Err(InvalidId::Charset));
         assert_eq!(Subject::new("a\nb"), Err(InvalidId::Charset));
         assert_eq!(Subject::new("s".repeat(161)), Err(InvalidId::Length));
+    }
+
+    #[test]
+    fn display_names_are_written_trimmed() {
+        // Otherwise annal could write a name its own reader refuses.
+        assert_eq!(DisplayName::new(" Terminal"), Err(InvalidId::Charset));
+        assert_eq!(DisplayName::new("Terminal "), Err(InvalidId::Charset));
+        assert!(DisplayName::new("Text Editor").is_ok());
+    }
+
+    #[test]
+    fn names_read_leniently() {
+        for name in ["Web Content", "Code - Insiders.exe", "a\tb", "x\u{1b}y"] {
+            let read = BundleId::new_lenient(name).unwrap();
+            assert!(!read.meets_write_rules(), "{name:?}");
+            assert!(BundleId::new(name).is_err(), "{name:?}");
+        }
+        for name in [" a", "a ", "a\nb", "a\rb", "\u{2003}a", ""] {
+            assert!(BundleId::new_lenient(name).is_err(), "{name:?}");
+            assert!(DisplayName::new_lenient(name).is_err(), "{name:?}");
+        }
+        assert_eq!(
+            BundleId::new_lenient("x".repeat(161)),
+            Err(InvalidId::Length)
+        );
+        assert_eq!(
+            DisplayName::new_lenient("x".repeat(121)),
+            Err(InvalidId::Length)
+        );
+        assert!(DisplayName::new_lenient("Term\u{1b}inal").is_ok());
+        for capability in ["Input.click", "input click", "1abc", "a\nb", " x "] {
+            let read = Capability::new_lenient(capability).unwrap();
+            assert!(!read.meets_write_rules(), "{capability:?}");
+        }
+        assert_eq!(Capability::new_lenient(""), Err(InvalidId::Length));
+        assert_eq!(
+            Capability::new_lenient("C".repeat(129)),
+            Err(InvalidId::Length)
+        );
+        let subject = Subject::new_lenient("a\nb").unwrap();
+        assert!(!subject.meets_write_rules());
+        assert!(Subject::new("action/x").unwrap().meets_write_rules());
+    }
+
+    #[test]
+    fn integers_written_as_floats_are_read() {
+        use serde_json::{Value, json};
+        let read = |v: Value| deserialize_json_integer(v).ok();
+        assert_eq!(read(json!(7)), Some(7));
+        assert_eq!(read(json!(7.0)), Some(7));
+        assert_eq!(read(json!(-0.0)), Some(0));
+        assert_eq!(read(json!(u64::MAX)), Some(u64::MAX));
+        assert_eq!(
+            read(json!(18_446_744_073_709_549_568.0)),
+            Some(18_446_744_073_709_549_568)
+        );
+        for refused in [
+            json!(7.5),
+            json!(-1),
+            json!(-1.0),
+            json!(18_446_744_073_709_551_616.0),
+            json!(1e300),
+            json!("7"),
+            json!(true),
+            Value::Null,
+        ] {
+            assert_eq!(read(refused.clone()), None, "{refused}");
+        }
+        assert_eq!(
+            serde_json::from_str::<Sequence>("1.0").ok(),
+            Some(Sequence::FIRST)
+        );
+        assert!(serde_json::from_str::<Sequence>("0.0").is_err());
+        assert!(serde_json::from_str::<Sequence>("1.5").is_err());
     }
 
     #[test]

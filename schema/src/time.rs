@@ -1,21 +1,38 @@
-//! Event time: an RFC 3339 UTC timestamp, kept as the exact text that was read or written.
+//! Event time: an RFC 3339 timestamp, kept as the exact text that was read or written.
 //!
-//! The text is kept verbatim so an event read from a chunk re-serializes to identical bytes. The
-//! writer formats times the way the reference does: `YYYY-MM-DDTHH:MM:SS[.fraction]Z` with the
-//! fraction's trailing zeros removed (no fraction at all on a whole second).
+//! The text is kept verbatim so an event read from a chunk re-serializes to identical bytes.
+//!
+//! Read rules ([`EventTime::parse_lenient`], deserialization): any RFC 3339 `date-time`, as the
+//! JSON Schema's `format: date-time` accepts it: `T` or `t`, `Z`, `z` or a numeric offset
+//! (`+02:00`, `-05:30`), any number of fraction digits, a leap second at 23:59:60 UTC. The
+//! instant must not precede the Unix epoch, because [`EventTime::since_epoch`] is unsigned (and
+//! no history event predates it).
+//!
+//! Write rules ([`EventTime::parse`], [`EventTime::from_unix`]): the reference's own form,
+//! `YYYY-MM-DDTHH:MM:SS[.fraction]Z`, years 1970..=[`TIME_MAX_YEAR`], at most nine fraction
+//! digits, no leap second. The writer also drops the fraction's trailing zeros (no fraction at
+//! all on a whole second).
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Most fractional-second digits accepted (nanoseconds).
+/// Most fractional-second digits annal writes, and the precision of
+/// [`EventTime::since_epoch`] (nanoseconds). Further digits are read but do not count.
 pub const TIME_FRACTION_MAX_DIGITS: usize = 9;
 
-/// Largest year we format or accept; keeps arithmetic well inside `u64` nanoseconds.
+/// Largest year annal writes; keeps arithmetic well inside `u64` nanoseconds. Reads accept any
+/// four-digit year from 1970.
 pub const TIME_MAX_YEAR: u32 = 2500;
 
-/// A validated RFC 3339 UTC timestamp (`Z` offset only).
+/// First year of an instant [`EventTime::since_epoch`] can express.
+const EPOCH_YEAR: u32 = 1970;
+
+/// Seconds in a day without a leap second.
+const DAY_SECS: i64 = 86_400;
+
+/// A validated RFC 3339 timestamp.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EventTime {
     /// The exact text, as read or as formatted by [`EventTime::from_unix`].
@@ -24,25 +41,38 @@ pub struct EventTime {
     since_epoch: Duration,
 }
 
-/// A timestamp that is not RFC 3339 UTC. Carries no part of the refused text.
+/// A timestamp that breaks the rules it was checked against. Carries no part of the refused
+/// text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InvalidTime;
 
 impl fmt::Display for InvalidTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("time is not an RFC 3339 UTC timestamp")
+        f.write_str("time is not an RFC 3339 timestamp annal accepts here")
     }
 }
 
 impl std::error::Error for InvalidTime {}
 
 impl EventTime {
-    /// Parses and validates `text`.
+    /// Parses `text` under the write rules: the reference's UTC form with `Z`.
     pub fn parse(text: &str) -> Result<Self, InvalidTime> {
-        let since_epoch = parse_rfc3339_utc(text).ok_or(InvalidTime)?;
+        match parse_rfc3339(text) {
+            Some(parsed) if parsed.write_form => Ok(Self {
+                text: text.to_owned(),
+                since_epoch: parsed.since_epoch,
+            }),
+            _ => Err(InvalidTime),
+        }
+    }
+
+    /// Parses `text` under the read rules: any RFC 3339 `date-time` from the Unix epoch on. The
+    /// time may still break annal's write rules.
+    pub fn parse_lenient(text: &str) -> Result<Self, InvalidTime> {
+        let parsed = parse_rfc3339(text).ok_or(InvalidTime)?;
         Ok(Self {
             text: text.to_owned(),
-            since_epoch,
+            since_epoch: parsed.since_epoch,
         })
     }
 
@@ -76,9 +106,15 @@ impl EventTime {
         &self.text
     }
 
-    /// The instant as time since the Unix epoch.
+    /// The instant as time since the Unix epoch, whatever offset the text used. A leap second
+    /// (23:59:60 UTC) counts as the first second of the next day, as Unix time has none.
     pub fn since_epoch(&self) -> Duration {
         self.since_epoch
+    }
+
+    /// Whether the text is in the form annal writes (a time read leniently may not be).
+    pub(crate) fn meets_write_rules(&self) -> bool {
+        parse_rfc3339(&self.text).is_some_and(|parsed| parsed.write_form)
     }
 }
 
@@ -97,17 +133,24 @@ impl Serialize for EventTime {
 impl<'de> Deserialize<'de> for EventTime {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        Self::parse(&text).map_err(serde::de::Error::custom)
+        Self::parse_lenient(&text).map_err(serde::de::Error::custom)
     }
 }
 
-/// Parses `YYYY-MM-DDTHH:MM:SS[.f{1,9}]Z` strictly. Years 1970..=TIME_MAX_YEAR; seconds 0..=59.
-fn parse_rfc3339_utc(text: &str) -> Option<Duration> {
+/// A parsed RFC 3339 `date-time`.
+struct Parsed {
+    since_epoch: Duration,
+    /// The text is in annal's write form (see the module docs).
+    write_form: bool,
+}
+
+/// Parses `YYYY-MM-DD(T|t)HH:MM:SS[.f+](Z|z|(+|-)HH:MM)` (RFC 3339 section 5.6).
+fn parse_rfc3339(text: &str) -> Option<Parsed> {
     let b = text.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' {
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') {
         return None;
     }
-    if b[16] != b':' || *b.last()? != b'Z' {
+    if b[13] != b':' || b[16] != b':' {
         return None;
     }
     let year = digits(&b[0..4])?;
@@ -116,24 +159,60 @@ fn parse_rfc3339_utc(text: &str) -> Option<Duration> {
     let hour = digits(&b[11..13])?;
     let minute = digits(&b[14..16])?;
     let second = digits(&b[17..19])?;
-    let nanos = match &b[19..b.len() - 1] {
-        [] => 0,
-        [b'.', fraction @ ..] if (1..=TIME_FRACTION_MAX_DIGITS).contains(&fraction.len()) => {
-            let value = digits(fraction)?;
-            let scale = 10u32.pow((TIME_FRACTION_MAX_DIGITS - fraction.len()) as u32);
-            value * scale
+    let (fraction, zone) = match &b[19..] {
+        [b'.', rest @ ..] => {
+            let len = rest.iter().take_while(|d| d.is_ascii_digit()).count();
+            if len == 0 {
+                return None;
+            }
+            rest.split_at(len)
+        }
+        rest => (&[][..], rest),
+    };
+    let offset_minutes: i64 = match zone {
+        [b'Z' | b'z'] => 0,
+        [sign @ (b'+' | b'-'), hh @ .., b':', m1, m2] if hh.len() == 2 => {
+            let (hours, minutes) = (digits(hh)?, digits(&[*m1, *m2])?);
+            if hours > 23 || minutes > 59 {
+                return None;
+            }
+            let magnitude = i64::from(hours * 60 + minutes);
+            if *sign == b'-' { -magnitude } else { magnitude }
         }
         _ => return None,
     };
-    if !(1970..=TIME_MAX_YEAR).contains(&year) || !(1..=12).contains(&month) {
+    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
         return None;
     }
-    if day == 0 || day > days_in_month(year, month) || hour > 23 || minute > 59 || second > 59 {
+    if hour > 23 || minute > 59 || second > 60 {
         return None;
     }
-    let days = days_from_civil(year, month, day);
-    let secs = days * 86_400 + u64::from(hour) * 3600 + u64::from(minute) * 60 + u64::from(second);
-    Some(Duration::new(secs, nanos))
+    let local_minute_of_day = i64::from(hour * 60 + minute);
+    if second == 60 && (local_minute_of_day - offset_minutes).rem_euclid(24 * 60) != 24 * 60 - 1 {
+        // A leap second is inserted at the end of a UTC day only.
+        return None;
+    }
+    // Nanoseconds from the first nine fraction digits; later digits are below the precision.
+    let significant = &fraction[..fraction.len().min(TIME_FRACTION_MAX_DIGITS)];
+    let nanos = if significant.is_empty() {
+        0
+    } else {
+        let scale = 10u32.pow((TIME_FRACTION_MAX_DIGITS - significant.len()) as u32);
+        digits(significant)? * scale
+    };
+    let local_secs = days_since_epoch(year, month, day) * DAY_SECS
+        + local_minute_of_day * 60
+        + i64::from(second);
+    let utc_secs = u64::try_from(local_secs - offset_minutes * 60).ok()?;
+    let write_form = b[10] == b'T'
+        && zone == b"Z"
+        && (EPOCH_YEAR..=TIME_MAX_YEAR).contains(&year)
+        && second < 60
+        && fraction.len() <= TIME_FRACTION_MAX_DIGITS;
+    Some(Parsed {
+        since_epoch: Duration::new(utc_secs, nanos),
+        write_form,
+    })
 }
 
 /// The value of a run of ASCII digits (at most 9, so it fits `u32`).
@@ -159,16 +238,19 @@ fn days_in_month(year: u32, month: u32) -> u32 {
     }
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (year >= 1970).
-fn days_from_civil(year: u32, month: u32, day: u32) -> u64 {
-    let mut days = 0u64;
-    for y in 1970..year {
-        days += if is_leap(y) { 366 } else { 365 };
-    }
-    for m in 1..month {
-        days += u64::from(days_in_month(year, m));
-    }
-    days + u64::from(day - 1)
+/// Days from 0000-01-01 to January 1st of `year` in the proleptic Gregorian calendar: 365 a
+/// year plus one for each leap year before it (every fourth, except centuries not divisible by
+/// 400; year 0 is a leap year).
+fn days_before_year(year: u32) -> i64 {
+    let y = i64::from(year);
+    let leap_years = (y + 3) / 4 - (y + 99) / 100 + (y + 399) / 400;
+    365 * y + leap_years
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (negative before it).
+fn days_since_epoch(year: u32, month: u32, day: u32) -> i64 {
+    let before_month: i64 = (1..month).map(|m| i64::from(days_in_month(year, m))).sum();
+    days_before_year(year) - days_before_year(EPOCH_YEAR) + before_month + i64::from(day) - 1
 }
 
 /// The date of a day count since 1970-01-01.
@@ -224,29 +306,117 @@ mod tests {
         );
     }
 
+    /// Refused by both rule sets.
+    const MALFORMED: &[&str] = &[
+        "",
+        "2026-11-30",
+        "2026-11-30T22:14:03",
+        "2026-11-30 22:14:03Z",
+        "2026-11-30T22:14:03.Z",
+        "2026-11-30T22:14:03Zz",
+        "2026-11-30T22:14:03+0100",
+        "2026-11-30T22:14:03+1:00",
+        "2026-11-30T22:14:03+01:00Z",
+        "2026-11-30T22:14:03+24:00",
+        "2026-11-30T22:14:03+01:60",
+        "2026-11-30T22:14:03 +01:00",
+        "2026-13-01T00:00:00Z",
+        "2026-00-01T00:00:00Z",
+        "2026-02-29T00:00:00Z",
+        "2026-04-31T00:00:00Z",
+        "2026-11-00T00:00:00Z",
+        "2026-11-30T24:00:00Z",
+        "2026-11-30T22:60:00Z",
+        "2026-11-30T22:14:61Z",
+        "2026-11-30T22:14:60Z",
+        "2026-12-31T23:59:60+01:00",
+        "1969-12-31T23:59:59Z",
+        "1970-01-01T00:30:00+01:00",
+        "0000-01-01T00:00:00Z",
+        "２026-11-30T22:14:03Z",
+        "2026-11-30T22:14:0aZ",
+        "2026-11-30T22:14:03.12a4Z",
+        "not a time at all!!!",
+    ];
+
     #[test]
-    fn rejects_non_utc_and_malformed() {
-        for text in [
-            "",
-            "2026-11-30",
-            "2026-11-30T22:14:03",
-            "2026-11-30T22:14:03+00:00",
-            "2026-11-30T22:14:03.Z",
-            "2026-11-30T22:14:03.1234567890Z",
-            "2026-11-30t22:14:03Z",
-            "2026-11-30T22:14:03z",
-            "2026-13-01T00:00:00Z",
-            "2026-02-29T00:00:00Z",
-            "2026-04-31T00:00:00Z",
-            "2026-11-30T24:00:00Z",
-            "2026-11-30T22:60:00Z",
-            "2026-11-30T22:14:60Z",
-            "1969-12-31T23:59:59Z",
-            "２026-11-30T22:14:03Z",
-            "2026-11-30T22:14:0aZ",
-            "not a time at all!!!",
-        ] {
+    fn both_rule_sets_refuse_malformed_times() {
+        for text in MALFORMED {
             assert_eq!(EventTime::parse(text), Err(InvalidTime), "{text}");
+            assert_eq!(EventTime::parse_lenient(text), Err(InvalidTime), "{text}");
+        }
+    }
+
+    #[test]
+    fn reads_any_rfc3339_offset_but_writes_only_z() {
+        // (text, the same instant in annal's write form)
+        let table = [
+            ("2026-11-30T23:14:03+01:00", "2026-11-30T22:14:03Z"),
+            ("2026-12-01T00:14:03.5+02:00", "2026-11-30T22:14:03.5Z"),
+            ("2026-11-30T16:44:03-05:30", "2026-11-30T22:14:03Z"),
+            ("2026-11-30T22:14:03-00:00", "2026-11-30T22:14:03Z"),
+            ("2026-11-30T22:14:03+00:00", "2026-11-30T22:14:03Z"),
+            ("2026-11-30T22:14:03z", "2026-11-30T22:14:03Z"),
+            ("2026-11-30t22:14:03Z", "2026-11-30T22:14:03Z"),
+            (
+                "2026-11-30T22:14:03.1234567891Z",
+                "2026-11-30T22:14:03.123456789Z",
+            ),
+            ("2026-12-31T23:59:60Z", "2027-01-01T00:00:00Z"),
+            ("2027-01-01T00:59:60+01:00", "2027-01-01T00:00:00Z"),
+            ("2026-12-31T20:29:60-03:30", "2027-01-01T00:00:00Z"),
+            ("1969-12-31T23:30:00-01:00", "1970-01-01T00:30:00Z"),
+            ("1970-01-01T01:00:00+01:00", "1970-01-01T00:00:00Z"),
+            ("2000-02-29T12:00:00+12:00", "2000-02-29T00:00:00Z"),
+            ("9999-12-31T23:59:59Z", "9999-12-31T23:59:59Z"),
+        ];
+        for (text, utc) in table {
+            assert_eq!(EventTime::parse(text), Err(InvalidTime), "{text}");
+            let read = EventTime::parse_lenient(text).unwrap();
+            assert_eq!(read.as_str(), text, "kept verbatim");
+            assert!(!read.meets_write_rules(), "{text}");
+            // The instant is computed from the lenient reader's own arithmetic for the UTC form
+            // too, so compare against a known anchor as well as against the UTC text.
+            let expected = EventTime::parse_lenient(utc).unwrap().since_epoch();
+            assert_eq!(read.since_epoch(), expected, "{text}");
+        }
+        let plus_two = EventTime::parse_lenient("2026-12-01T00:14:03+02:00").unwrap();
+        assert_eq!(plus_two.since_epoch().as_secs(), 1_796_076_843);
+        let far = EventTime::parse_lenient("9999-12-31T23:59:59Z").unwrap();
+        assert_eq!(far.since_epoch().as_secs(), 253_402_300_799);
+    }
+
+    #[test]
+    fn write_form_is_what_parse_accepts() {
+        for text in [
+            "1970-01-01T00:00:00Z",
+            "2500-12-31T23:59:59.999999999Z",
+            "2026-11-30T22:14:03.500Z",
+        ] {
+            let strict = EventTime::parse(text).unwrap();
+            assert!(strict.meets_write_rules());
+            assert_eq!(EventTime::parse_lenient(text).unwrap(), strict);
+        }
+        // Valid RFC 3339 beyond annal's write range.
+        for text in ["2501-01-01T00:00:00Z", "2026-11-30T22:14:03.0000000000Z"] {
+            assert_eq!(EventTime::parse(text), Err(InvalidTime), "{text}");
+            assert!(!EventTime::parse_lenient(text).unwrap().meets_write_rules());
+        }
+    }
+
+    #[test]
+    fn day_counts_match_the_formatter() {
+        // `from_unix` walks the calendar a day at a time; the reader counts in closed form.
+        for days in (0..=days_since_epoch(TIME_MAX_YEAR, 12, 31)).step_by(97) {
+            let secs = u64::try_from(days).unwrap() * 86_400;
+            let t = EventTime::from_unix(Duration::from_secs(secs)).unwrap();
+            assert_eq!(
+                EventTime::parse(t.as_str())
+                    .unwrap()
+                    .since_epoch()
+                    .as_secs(),
+                secs
+            );
         }
     }
 }

@@ -1,5 +1,7 @@
 //! The two history tools: names, capabilities, request parsing, responses and input schemas.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -25,7 +27,8 @@ pub const DEFAULT_QUOTA_BYTES: u64 = 104_857_600;
 
 /// Smallest `limit`.
 pub const QUERY_LIMIT_MIN_EVENTS: u8 = 1;
-/// Largest `limit`.
+/// Largest `limit`. Also the largest `returned_events` an access event records
+/// ([`crate::event::RETURNED_EVENTS_MAX`] is this value): one read returns at most one limit.
 pub const QUERY_LIMIT_MAX_EVENTS: u8 = 200;
 /// `limit` when the request gives none.
 pub const QUERY_LIMIT_DEFAULT_EVENTS: u8 = 50;
@@ -61,16 +64,36 @@ pub struct StatusResponse {
 }
 
 /// A validated `history_query` request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// The fields are private so [`QueryRequest::parse`] is the only way to build one: holding a
+/// request proves its values are in range. `Debug` is written by hand because `session_id` may be
+/// a raw session label, which must never reach a log.
+#[derive(Clone, PartialEq, Eq)]
 pub struct QueryRequest {
-    /// How many of the newest matching events to return (1..=200).
-    pub limit: u8,
-    /// Opaque session id or raw session label to filter by (1..=128 characters).
-    pub session_id: Option<String>,
-    /// Inclusive lower bound on `data.sequence` (>= 1).
-    pub since_sequence: Option<u64>,
-    /// Inclusive upper bound on `data.sequence` (>= 1).
-    pub until_sequence: Option<u64>,
+    limit: u8,
+    session_id: Option<String>,
+    since_sequence: Option<u64>,
+    until_sequence: Option<u64>,
+}
+
+impl fmt::Debug for QueryRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueryRequest")
+            .field("limit", &self.limit)
+            .field("session_id", &self.session_id.as_ref().map(|_| Redacted))
+            .field("since_sequence", &self.since_sequence)
+            .field("until_sequence", &self.until_sequence)
+            .finish()
+    }
+}
+
+/// Stands in for a value that must not be shown.
+struct Redacted;
+
+impl fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
 }
 
 impl QueryRequest {
@@ -115,6 +138,29 @@ impl QueryRequest {
             return Err(ErrorCode::InvalidHistoryQueryRange);
         }
         Ok(request)
+    }
+
+    /// How many of the newest matching events to return
+    /// ([`QUERY_LIMIT_MIN_EVENTS`]..=[`QUERY_LIMIT_MAX_EVENTS`]).
+    pub fn limit(&self) -> u8 {
+        self.limit
+    }
+
+    /// The opaque session id or raw session label to filter by (1..=128 characters). A raw
+    /// label is private: hash it before comparing, never log it.
+    pub fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+
+    /// Inclusive lower bound on `data.sequence` (>= 1).
+    pub fn since_sequence(&self) -> Option<u64> {
+        self.since_sequence
+    }
+
+    /// Inclusive upper bound on `data.sequence` (>= 1, and >= `since_sequence` when both are
+    /// given).
+    pub fn until_sequence(&self) -> Option<u64> {
+        self.until_sequence
     }
 }
 

@@ -44,3 +44,16 @@ fn every_fixture_event_validates_against_the_published_schema() {
         );
     }
 }
+
+#[test]
+fn every_fixture_event_survives_the_draft_round_trip_and_passes_the_write_rules() {
+    for (index, text) in common::fixture_plaintexts().iter().enumerate() {
+        let event = Event::from_json_slice(text.as_bytes()).unwrap();
+        let draft = event.to_draft();
+        assert_eq!(draft.check_write_rules(), Ok(()), "record {index}");
+        assert_eq!(event.check_write_rules(), Ok(()), "record {index}");
+        let back = draft.into_event(event.id.clone(), event.source.clone(), event.data.sequence);
+        assert_eq!(back, event, "record {index}");
+        assert_eq!(String::from_utf8(back.to_json_vec()).unwrap(), *text);
+    }
+}

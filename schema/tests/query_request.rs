@@ -16,9 +16,9 @@ fn parse(v: Value) -> Result<QueryRequest, ErrorCode> {
 #[test]
 fn defaults() {
     let r = parse(json!({})).unwrap();
-    assert_eq!(r.limit, 50);
+    assert_eq!(r.limit(), 50);
     assert_eq!(
-        (r.session_id, r.since_sequence, r.until_sequence),
+        (r.session_id(), r.since_sequence(), r.until_sequence()),
         (None, None, None)
     );
 }
@@ -83,10 +83,10 @@ fn accepted_values() {
     ];
     for (input, limit, session, since, until) in table {
         let r = parse(input.clone()).unwrap_or_else(|e| panic!("{input} refused: {e}"));
-        assert_eq!(r.limit, limit, "{input}");
-        assert_eq!(r.session_id, session, "{input}");
-        assert_eq!(r.since_sequence, since, "{input}");
-        assert_eq!(r.until_sequence, until, "{input}");
+        assert_eq!(r.limit(), limit, "{input}");
+        assert_eq!(r.session_id(), session.as_deref(), "{input}");
+        assert_eq!(r.since_sequence(), since, "{input}");
+        assert_eq!(r.until_sequence(), until, "{input}");
     }
 }
 
@@ -133,6 +133,22 @@ fn refused_values() {
 }
 
 #[test]
+fn debug_never_shows_the_session_label() {
+    const LABEL: &str = "alice-private-session-label";
+    let r = parse(json!({"session_id": LABEL, "limit": 7, "since_sequence": 3})).unwrap();
+    assert_eq!(r.session_id(), Some(LABEL));
+    let shown = format!("{r:?} {r:#?}");
+    assert!(!shown.contains(LABEL), "{shown}");
+    assert!(!shown.contains("alice"), "{shown}");
+    assert!(shown.contains("session_id: Some(<redacted>)"), "{shown}");
+    // The other fields stay visible: they are numbers, not content.
+    assert!(shown.contains("limit: 7"), "{shown}");
+    assert!(shown.contains("since_sequence: Some(3)"), "{shown}");
+    let none = format!("{:?}", parse(json!({})).unwrap());
+    assert!(none.contains("session_id: None"), "{none}");
+}
+
+#[test]
 fn status_takes_only_an_empty_object() {
     assert_eq!(parse_status_request(&json!({})), Ok(()));
     for bad in [json!({"verbose": true}), json!(null), json!([]), json!("")] {
@@ -167,7 +183,7 @@ mod properties {
         fn limit_is_accepted_iff_in_range_and_never_clamped(limit in any::<i64>()) {
             let parsed = parse(json!({ "limit": limit }));
             if (1..=200).contains(&limit) {
-                prop_assert_eq!(i64::from(parsed.unwrap().limit), limit);
+                prop_assert_eq!(i64::from(parsed.unwrap().limit()), limit);
             } else {
                 prop_assert_eq!(parsed, Err(INVALID));
             }
@@ -179,7 +195,7 @@ mod properties {
             let parsed = parse(json!({ "since_sequence": since, "until_sequence": until }));
             if since <= until {
                 let r = parsed.unwrap();
-                prop_assert_eq!((r.since_sequence, r.until_sequence), (Some(since), Some(until)));
+                prop_assert_eq!((r.since_sequence(), r.until_sequence()), (Some(since), Some(until)));
             } else {
                 prop_assert_eq!(parsed, Err(RANGE));
             }

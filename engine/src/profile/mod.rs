@@ -34,9 +34,8 @@ pub const PROFILE_VERSION: u64 = 1;
 /// record's protected header.
 pub const ALGORITHM_CHACHA20_POLY1305: i64 = 24;
 
-/// The profile name reported by status and docs.
-pub const PROFILE_NAME: &str =
-    "cua-history-profile-v1/cbor-sequence+cose-encrypt0+cloudevents-json";
+/// The profile name reported by status and docs (defined once, in the schema crate).
+pub use annal_schema::tools::STORAGE_PROFILE_ID as PROFILE_NAME;
 
 /// The data schema of every v0 history event.
 pub use annal_schema::DATASCHEMA_V0;

@@ -20,6 +20,7 @@ use annal_engine::keys::RootKey;
 use annal_engine::keys::material::KEY_LEN_BYTES;
 use annal_engine::profile::ChunkVerdict;
 use annal_engine::store::{StoreReader, StoreReport};
+use annal_schema::ids::{HexCase, decode_hex_into};
 
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -154,22 +155,10 @@ fn load_key(path: &Path) -> Result<RootKey, String> {
         return Err("key file must hold exactly 64 hex characters".into());
     }
     let mut bytes = Zeroizing::new([0u8; KEY_LEN_BYTES]);
-    for (slot, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
-        let (Some(hi), Some(lo)) = (hex_value(pair[0]), hex_value(pair[1])) else {
-            return Err("key file must hold exactly 64 hex characters".into());
-        };
-        *slot = (hi << 4) | lo;
-    }
+    // Either case: the key file is written by hand or by tools that may use upper case.
+    decode_hex_into(&digits, HexCase::Either, bytes.as_mut_slice())
+        .map_err(|_| "key file must hold exactly 64 hex characters".to_owned())?;
     Ok(RootKey::from_bytes(*bytes))
-}
-
-fn hex_value(digit: u8) -> Option<u8> {
-    match digit {
-        b'0'..=b'9' => Some(digit - b'0'),
-        b'a'..=b'f' => Some(digit - b'a' + 10),
-        b'A'..=b'F' => Some(digit - b'A' + 10),
-        _ => None,
-    }
 }
 
 fn detail(verdict: &ChunkVerdict) -> Option<&'static str> {
