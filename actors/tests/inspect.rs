@@ -223,12 +223,28 @@ fn malformed_key_file_and_non_store_are_bad_input() {
 }
 
 #[test]
-fn corrupt_chunk_is_a_problem_found() {
+fn a_damaged_final_record_of_the_newest_chunk_is_a_torn_tail_not_a_failure() {
     let s = setup(FIXTURE_KEY_HEX, 0o600);
     let chunk = s.store.join("chunks").join(CHUNK_FILE);
     let mut bytes = std::fs::read(&chunk).unwrap();
     let last = bytes.len() - 1;
-    bytes[last] ^= 0x01; // the final record's tag
+    bytes[last] ^= 0x01; // the final record's tag: nothing authenticates after it
+    std::fs::write(&chunk, &bytes).unwrap();
+    let out = inspect(&s.store, &s.key_file, true);
+    assert_eq!(out.status.code(), Some(0));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(value["chunks"][0]["verdict"], "torn_tail");
+    assert_eq!(value["chunks"][0]["records"], 15);
+}
+
+#[test]
+fn corrupt_chunk_is_a_problem_found() {
+    let s = setup(FIXTURE_KEY_HEX, 0o600);
+    let chunk = s.store.join("chunks").join(CHUNK_FILE);
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    // Inside the first record's ciphertext (header 97 bytes, record framing 25): records that
+    // still authenticate after it make it tampering, not a torn tail.
+    bytes[97 + 40] ^= 0x01;
     std::fs::write(&chunk, &bytes).unwrap();
     let out = inspect(&s.store, &s.key_file, true);
     assert_eq!(out.status.code(), Some(1));

@@ -10,10 +10,11 @@ use std::hint::black_box;
 use std::ops::Range;
 use std::time::Instant;
 
-use annal_bench::{EVENT_JSON, bench_header, bench_root, print_figure};
-use annal_engine::keys::RootKey;
+use annal_bench::{EVENT_JSON, bench_header, bench_keys, print_figure};
+use annal_engine::keys::HistoryKeys;
 use annal_engine::profile::{
-    MAX_RECORDS_PER_CHUNK, RecordOpener, RecordSealer, TAG_LEN_BYTES, read_chunk,
+    HistorySchema, MAX_RECORDS_PER_CHUNK, RecordOpener, RecordSealer, TAG_LEN_BYTES, TailRule,
+    read_chunk,
 };
 use annal_schema::Event;
 use criterion::{Criterion, criterion_group};
@@ -33,7 +34,7 @@ const RECORD_OVERHEAD_BYTES: usize = 48 + TAG_LEN_BYTES;
 /// Encode (the event to compact JSON) + encrypt (one COSE_Encrypt0 record).
 struct Sealing {
     /// Root key, to start a fresh chunk when the position counter nears its limit.
-    root: RootKey,
+    root: HistoryKeys,
     /// Sealer of the current bench chunk.
     sealer: RecordSealer,
     /// The parsed event, serialized on every iteration.
@@ -42,7 +43,7 @@ struct Sealing {
 
 impl Sealing {
     fn new() -> Self {
-        let root = bench_root();
+        let root = bench_keys();
         let sealer = RecordSealer::new(&root, &bench_header()).unwrap_or_else(|e| panic!("{e}"));
         let event = Event::from_json_slice(EVENT_JSON.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
         Self {
@@ -89,7 +90,7 @@ struct Opening {
 
 impl Opening {
     fn new() -> Self {
-        let root = bench_root();
+        let root = bench_keys();
         let mut sealer =
             RecordSealer::new(&root, &bench_header()).unwrap_or_else(|e| panic!("{e}"));
         let item = sealer
@@ -97,7 +98,7 @@ impl Opening {
             .unwrap_or_else(|e| panic!("{e}"));
         let mut chunk = sealer.header_bytes().to_vec();
         chunk.extend(&item);
-        let reading = read_chunk(&chunk, &root, None);
+        let reading = read_chunk(&chunk, &root, None, TailRule::MustBeClean);
         assert_eq!(reading.verdict.records().len(), 1);
         let parsed = reading.header.unwrap_or_else(|| panic!("header"));
         Self {
@@ -109,7 +110,7 @@ impl Opening {
     fn open_one(&self) -> usize {
         let record = self
             .opener
-            .open(&self.item, 0, 0)
+            .open::<HistorySchema>(&self.item, 0, 0)
             .unwrap_or_else(|e| panic!("{e}"));
         record.plaintext.len()
     }

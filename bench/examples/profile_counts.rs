@@ -9,8 +9,8 @@
 use std::hint::black_box;
 use std::process::ExitCode;
 
-use annal_bench::{EVENT_JSON, bench_header, bench_root};
-use annal_engine::profile::{RecordOpener, RecordSealer, read_chunk};
+use annal_bench::{EVENT_JSON, bench_header, bench_keys};
+use annal_engine::profile::{HistorySchema, RecordOpener, RecordSealer, TailRule, read_chunk};
 use annal_schema::Event;
 
 /// Size of the reused batch buffer of the `seal_into` mode (a writer's write buffer).
@@ -26,7 +26,7 @@ fn main() -> ExitCode {
         eprintln!("usage: profile_counts seal|seal_into|open N");
         return ExitCode::from(2);
     };
-    let root = bench_root();
+    let root = bench_keys();
     let mut sealer = match RecordSealer::new(&root, &bench_header()) {
         Ok(sealer) => sealer,
         Err(e) => {
@@ -76,13 +76,13 @@ fn main() -> ExitCode {
             };
             let mut chunk = sealer.header_bytes().to_vec();
             chunk.extend(&item);
-            let Some(parsed) = read_chunk(&chunk, &root, None).header else {
+            let Some(parsed) = read_chunk(&chunk, &root, None, TailRule::MustBeClean).header else {
                 eprintln!("the bench chunk does not read");
                 return ExitCode::FAILURE;
             };
             let opener = RecordOpener::new(&root, parsed);
             for _ in 0..count {
-                match opener.open(black_box(&item), 0, 0) {
+                match opener.open::<HistorySchema>(black_box(&item), 0, 0) {
                     Ok(record) => total += black_box(record).plaintext.len(),
                     Err(e) => {
                         eprintln!("open: {e}");

@@ -11,7 +11,7 @@
 //! section 11).
 #![forbid(unsafe_code)]
 
-use annal_engine::keys::RootKey;
+use annal_engine::keys::{HistoryKeys, RootKey};
 use annal_engine::profile::{ChunkHeader, ChunkId};
 
 /// A 664-byte `action_started` event from the reference fixture (`records.json`, record 10):
@@ -23,9 +23,9 @@ pub const EVENT_JSON_LEN_BYTES: usize = 664;
 
 const _: () = assert!(EVENT_JSON.len() == EVENT_JSON_LEN_BYTES);
 
-/// The fixed root key of the benches (never a real key).
-pub fn bench_root() -> RootKey {
-    RootKey::from_bytes([0x42; 32])
+/// The history keys of the benches, from a fixed root key (never a real key).
+pub fn bench_keys() -> HistoryKeys {
+    HistoryKeys::from_root(RootKey::from_bytes([0x42; 32]))
 }
 
 /// The chunk header of the benches.

@@ -13,12 +13,16 @@
 //!   (Secret Service, kernel keyutils), an in-memory provider for tests, and the type that owns
 //!   the namespace root key and hands out only derived purpose keys. Design and failure table:
 //!   `docs/key-custody.md`.
-//! - `clock`, `entropy`: the injected clock and randomness.
+//! - `clock`, `entropy`: the injected clock (wall and monotonic) and randomness.
 //! - `sync`: the `std::sync` / `loom::sync` facade that hand-written concurrency uses.
-//! - `store`: the on-disk chunk store: layout and ownership marker, permissions and no-follow
-//!   opens, the writer lock, the chunk writer with rotation, and the store-wide reader that
-//!   orders chunks by sequence and merges their events; and removing a store only with proof
-//!   that its keys were destroyed.
+//! - `storage`: the filesystem seam. The `Storage` trait over held directory descriptors, the
+//!   real `FsStorage`, and `FaultyStorage`, which fails writes and syncs on purpose and
+//!   simulates crashes for tests.
+//! - `store`: the on-disk store. It is a contract store the reference opens in place, with
+//!   annal's sidecar beside it. This module holds creation and adoption, the `Stream` trait
+//!   (history, and later the journal), the writer, the reader, and delete (plan, destroy,
+//!   remove). The writer assigns sequences, rotates, and abandons a chunk on any error. The
+//!   reader gives per-chunk verdicts and reads records by location.
 //!
 //! Later work adds seals, the derived index, the engine journal, state and health projections,
 //! policy evaluation and the capture queue protocol.
@@ -28,5 +32,6 @@ pub mod clock;
 pub mod entropy;
 pub mod keys;
 pub mod profile;
+pub mod storage;
 pub mod store;
 pub mod sync;

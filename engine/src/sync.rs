@@ -1,7 +1,7 @@
 //! The synchronization facade: `std::sync` normally, `loom::sync` under `--cfg loom`.
 //!
 //! Hand-written concurrency in annal uses these names only, so the same source that ships is
-//! the source `loom-tests` model-checks (it includes those files under its own facade).
+//! the source `loom-tests` model-checks (it includes those files, and this facade itself).
 
 #[cfg(loom)]
 pub use loom::sync::Mutex;

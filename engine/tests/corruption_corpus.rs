@@ -1,17 +1,37 @@
 //! The named corruption corpus: each case derives a damaged chunk from the reference fixture and
-//! asserts the exact verdict and reason documented in docs/format.md.
+//! asserts the exact verdict and reason documented in docs/format.md, both where the chunk must
+//! end cleanly (any chunk but the newest of its stream) and, where they differ, where a torn
+//! tail is a crash's leftovers (the newest chunk of its stream).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use annal_engine::keys::RootKey;
+use annal_engine::keys::{HistoryKeys, RootKey};
 use annal_engine::profile::{
-    ChunkHeader, ChunkId, ChunkVerdict, CorruptReason, RecordSealer, read_chunk,
+    ChunkHeader, ChunkId, ChunkVerdict, CorruptReason, RecordSealer, TailRule, read_chunk,
 };
-use common::{Fixture, fixture, fixture_key};
+use common::{Fixture, fixture, fixture_key, fixture_keys};
 
+/// The verdict on a chunk that must end cleanly (not the newest of its stream).
 fn verdict(fx: &Fixture, bytes: &[u8]) -> ChunkVerdict {
-    read_chunk(bytes, &fixture_key(), Some(fx.chunk_id)).verdict
+    read_chunk(
+        bytes,
+        &fixture_keys(),
+        Some(fx.chunk_id),
+        TailRule::MustBeClean,
+    )
+    .verdict
+}
+
+/// The verdict on the newest chunk of its stream, where a torn tail is a crash.
+fn newest(fx: &Fixture, bytes: &[u8]) -> ChunkVerdict {
+    read_chunk(
+        bytes,
+        &fixture_keys(),
+        Some(fx.chunk_id),
+        TailRule::MayBeTorn,
+    )
+    .verdict
 }
 
 fn corrupt(record_index: Option<u64>, offset: usize, reason: CorruptReason) -> ChunkVerdict {
@@ -58,21 +78,33 @@ fn intact_fixture_is_complete() {
 fn truncated_last_record() {
     let fx = fixture();
     let cut = &fx.chunk_bytes[..fx.chunk_bytes.len() - 10];
-    assert_torn(&verdict(&fx, cut), 15, off(&fx, 15));
+    assert_torn(&newest(&fx, cut), 15, off(&fx, 15));
+    assert_eq!(
+        verdict(&fx, cut),
+        corrupt(Some(15), off(&fx, 15), CorruptReason::TruncatedRecord)
+    );
 }
 
 #[test]
 fn truncated_last_record_inside_its_iv() {
     let fx = fixture();
     let cut = &fx.chunk_bytes[..off(&fx, 15) + 15];
-    assert_torn(&verdict(&fx, cut), 15, off(&fx, 15));
+    assert_torn(&newest(&fx, cut), 15, off(&fx, 15));
+    assert_eq!(
+        verdict(&fx, cut),
+        corrupt(Some(15), off(&fx, 15), CorruptReason::TruncatedRecord)
+    );
 }
 
 #[test]
 fn truncated_last_record_after_one_byte() {
     let fx = fixture();
     let cut = &fx.chunk_bytes[..off(&fx, 15) + 1];
-    assert_torn(&verdict(&fx, cut), 15, off(&fx, 15));
+    assert_torn(&newest(&fx, cut), 15, off(&fx, 15));
+    assert_eq!(
+        verdict(&fx, cut),
+        corrupt(Some(15), off(&fx, 15), CorruptReason::TruncatedRecord)
+    );
 }
 
 #[test]
@@ -81,13 +113,18 @@ fn zero_filled_tail() {
     let fx = fixture();
     let mut bytes = fx.chunk_bytes[..off(&fx, 15)].to_vec();
     bytes.extend([0u8; 300]);
-    assert_torn(&verdict(&fx, &bytes), 15, off(&fx, 15));
+    assert_torn(&newest(&fx, &bytes), 15, off(&fx, 15));
+    assert_eq!(
+        verdict(&fx, &bytes),
+        corrupt(Some(15), off(&fx, 15), CorruptReason::TrailingGarbage)
+    );
 }
 
 #[test]
-fn torn_record_followed_by_zeros_is_not_a_torn_tail() {
+fn torn_record_followed_by_zeros_fails_authentication_and_is_a_tail_only_in_the_newest_chunk() {
     // Part of a record, then zeros: the zeros complete the byte string, so the item decodes
-    // and fails authentication. Only an all-zero tail counts as a crash.
+    // and fails authentication. In the newest chunk whatever follows the last authenticated
+    // record is the tail.
     let fx = fixture();
     let mut bytes = fx.chunk_bytes[..off(&fx, 15) + 100].to_vec();
     bytes.extend(vec![0u8; fx.records[15].len - 100]);
@@ -95,6 +132,7 @@ fn torn_record_followed_by_zeros_is_not_a_torn_tail() {
         verdict(&fx, &bytes),
         corrupt(Some(15), off(&fx, 15), CorruptReason::AuthenticationFailed)
     );
+    assert_torn(&newest(&fx, &bytes), 15, off(&fx, 15));
 }
 
 #[test]
@@ -221,7 +259,7 @@ fn other_chunk_records(fx: &Fixture, prefix: [u8; 4]) -> Vec<Vec<u8>> {
         prefix,
     )
     .unwrap();
-    let mut sealer = RecordSealer::new(&fixture_key(), &header).unwrap();
+    let mut sealer = RecordSealer::new(&fixture_keys(), &header).unwrap();
     fx.records
         .iter()
         .map(|r| sealer.seal(r.plaintext.as_bytes()).unwrap())
@@ -272,10 +310,11 @@ fn trailing_garbage() {
             CorruptReason::TrailingGarbage
         )
     );
+    assert_torn(&newest(&fx, &bytes), 16, fx.chunk_bytes.len());
 }
 
 #[test]
-fn trailing_partial_record_at_the_wrong_position_is_garbage_not_a_torn_tail() {
+fn trailing_partial_record_at_the_wrong_position_is_garbage_in_an_older_chunk() {
     let fx = fixture();
     let mut bytes = fx.chunk_bytes.clone();
     bytes.extend(&fx.record_bytes(0)[..100]);
@@ -287,6 +326,7 @@ fn trailing_partial_record_at_the_wrong_position_is_garbage_not_a_torn_tail() {
             CorruptReason::TrailingGarbage
         )
     );
+    assert_torn(&newest(&fx, &bytes), 16, fx.chunk_bytes.len());
 }
 
 #[test]
@@ -314,7 +354,13 @@ fn wrong_key() {
     let fx = fixture();
     let wrong = RootKey::from_bytes([7; 32]);
     assert_eq!(
-        read_chunk(&fx.chunk_bytes, &wrong, Some(fx.chunk_id)).verdict,
+        read_chunk(
+            &fx.chunk_bytes,
+            &HistoryKeys::from_root(wrong),
+            Some(fx.chunk_id),
+            TailRule::MustBeClean
+        )
+        .verdict,
         corrupt(Some(0), 97, CorruptReason::AuthenticationFailed)
     );
 }
@@ -381,13 +427,13 @@ fn header_chunk_id_changed() {
     );
     // Read without a file name (or renamed to match): the key and AAD change.
     assert_eq!(
-        read_chunk(&bytes, &fixture_key(), None).verdict,
+        read_chunk(&bytes, &fixture_keys(), None, TailRule::MustBeClean).verdict,
         corrupt(Some(0), 97, CorruptReason::AuthenticationFailed)
     );
     // Upper-case hex is not a chunk id.
     let upper = flipped(&fx, 60, 0x20); // 'a' -> 'A'
     assert_eq!(
-        read_chunk(&upper, &fixture_key(), None).verdict,
+        read_chunk(&upper, &fixture_keys(), None, TailRule::MustBeClean).verdict,
         corrupt(None, 0, CorruptReason::MalformedHeader)
     );
 }
@@ -483,7 +529,7 @@ fn record_missing_its_cose_tag() {
 
 /// A chunk sealed by annal over the fixture header, from the given plaintexts.
 fn sealed(fx: &Fixture, plaintexts: &[&[u8]]) -> Vec<u8> {
-    let mut sealer = RecordSealer::new(&fixture_key(), &fx.header()).unwrap();
+    let mut sealer = RecordSealer::new(&fixture_keys(), &fx.header()).unwrap();
     let mut chunk = sealer.header_bytes().to_vec();
     for p in plaintexts {
         chunk.extend(sealer.seal(p).unwrap());
@@ -509,6 +555,8 @@ fn unsupported_dataschema() {
             CorruptReason::UnsupportedDataschema
         )
     );
+    // Authenticated, so written with the key: no crash makes it, even in the newest chunk.
+    assert_eq!(newest(&fx, &chunk), verdict(&fx, &chunk));
 }
 
 #[test]
@@ -519,6 +567,8 @@ fn plaintext_not_json() {
         verdict(&fx, &chunk),
         corrupt(Some(0), 97, CorruptReason::InvalidEvent)
     );
+    // Authenticated, so written with the key: no crash makes it, even in the newest chunk.
+    assert_eq!(newest(&fx, &chunk), verdict(&fx, &chunk));
 }
 
 #[test]
@@ -539,6 +589,8 @@ fn sequence_not_increasing_within_a_chunk() {
             CorruptReason::SequenceNotIncreasing
         )
     );
+    // Authenticated, so written with the key: no crash makes it, even in the newest chunk.
+    assert_eq!(newest(&fx, &chunk), verdict(&fx, &chunk));
 }
 
 #[test]
@@ -587,7 +639,12 @@ fn legacy_header_form_is_read() {
             .unwrap();
         chunk.extend(item);
     }
-    let reading = read_chunk(&chunk, &fixture_key(), Some(fx.chunk_id));
+    let reading = read_chunk(
+        &chunk,
+        &fixture_keys(),
+        Some(fx.chunk_id),
+        TailRule::MustBeClean,
+    );
     assert_eq!(reading.verdict.name(), "complete");
     assert_eq!(reading.verdict.records().len(), 3);
     assert_eq!(

@@ -1,42 +1,44 @@
-//! Cryptographic delete across namespaces: destroying one namespace's keys and then its files
-//! leaves another namespace's key and data intact, and files are removed only with the proof.
+//! Cryptographic delete across namespaces: plan (every header read first), destroy the keys,
+//! then remove the files. Destroying one namespace leaves another's key and data intact, files
+//! are removed only with the proof, and an unreadable header stops the delete before any key
+//! is destroyed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 
 use annal_engine::entropy::SeededEntropy;
 use annal_engine::keys::{InMemoryProvider, KeyCustody, KeyProvider, Namespace, destroy_namespace};
+use annal_engine::storage::{Access, StoreLayout};
 use annal_engine::store::{
-    DeleteStoreError, StoreReader, StoreWriter, WriterConfig, create_store, delete_store_files,
+    DeleteStoreError, History, StoreReader, StoreWriter, WriterConfig, create_store,
+    delete_store_files, open_store, plan_store_delete,
 };
 use annal_schema::HealthCategory;
+use common::{clock, fixture_drafts, open_read, open_write};
 
-const STREAM: &str = "6dd3aa1eef99854a9a3d39ba1e2315f1";
-
-/// Writes the fixture's 16 plaintexts into a new store under `custody`'s key.
-fn write_store(root: &Path, custody: Arc<KeyCustody>, seed: u64) {
-    create_store(root).unwrap();
-    let config = WriterConfig::new(STREAM, custody.reference().as_str(), 1);
-    let mut writer = StoreWriter::open(root, custody, config).unwrap();
-    let plaintexts: Vec<String> = common::fixture()
-        .records
-        .into_iter()
-        .map(|r| r.plaintext)
-        .collect();
-    let slices: Vec<&[u8]> = plaintexts.iter().map(|p| p.as_bytes()).collect();
-    writer
-        .append(&slices, &mut SeededEntropy::new(seed))
-        .unwrap();
+/// Writes the fixture's 16 events into a new store under `custody`'s key.
+fn write_store(layout: &StoreLayout, custody: &KeyCustody) {
+    create_store(layout).unwrap();
+    let config = WriterConfig::new(custody.reference().clone(), std::num::NonZeroU64::MIN);
+    let mut writer =
+        StoreWriter::<History>::open(open_write(layout), custody.history_keys(), config, clock())
+            .unwrap();
+    writer.append(fixture_drafts()).unwrap();
     writer.sync().unwrap();
 }
 
-fn events_of(root: &Path, custody: &KeyCustody) -> Vec<Vec<u8>> {
-    let report = StoreReader::open(root).unwrap().read(custody).unwrap();
+fn events_of(layout: &StoreLayout, custody: &KeyCustody) -> Vec<Vec<u8>> {
+    let report = StoreReader::<History>::new(open_read(layout))
+        .read(&custody.history_keys())
+        .unwrap();
     assert!(!report.has_corruption());
     report.records().map(|r| r.plaintext.clone()).collect()
+}
+
+fn writable(layout: &StoreLayout) -> annal_engine::storage::FsStorage {
+    open_store(layout, Access::Write).unwrap()
 }
 
 #[test]
@@ -47,18 +49,22 @@ fn destroying_one_namespace_leaves_the_other_key_and_data_intact() {
         Namespace::new("alpha").unwrap(),
         Namespace::new("beta").unwrap(),
     );
-    let custody_a = Arc::new(KeyCustody::open(&provider, &a).unwrap());
-    let custody_b = Arc::new(KeyCustody::open(&provider, &b).unwrap());
-    let (root_a, root_b) = (dir.path().join("alpha"), dir.path().join("beta"));
-    write_store(&root_a, custody_a.clone(), 1);
-    write_store(&root_b, custody_b.clone(), 2);
-    let before_b = events_of(&root_b, &custody_b);
+    let custody_a = KeyCustody::open(&provider, &a).unwrap();
+    let custody_b = KeyCustody::open(&provider, &b).unwrap();
+    let layout_a = StoreLayout::in_namespace_dir(&dir.path().join("alpha"));
+    let layout_b = StoreLayout::in_namespace_dir(&dir.path().join("beta"));
+    write_store(&layout_a, &custody_a);
+    write_store(&layout_b, &custody_b);
+    let before_b = events_of(&layout_b, &custody_b);
     assert_eq!(before_b.len(), 16);
 
+    let plan = plan_store_delete(writable(&layout_a), &a).unwrap();
+    assert_eq!(plan.chunks(), 1);
     let proof = destroy_namespace(&provider, &a).unwrap();
-    let deleted = delete_store_files(&root_a, &proof).unwrap();
+    let deleted = delete_store_files(plan, &proof).unwrap();
     assert_eq!(deleted.chunks_removed, 1);
-    assert!(!root_a.exists());
+    assert!(!layout_a.history_root().exists());
+    assert!(!layout_a.sidecar().unwrap().exists());
 
     // A's key is gone for good: loading it is key_unavailable and creates nothing.
     let error = KeyCustody::load(&provider, &a, &a.primary_reference()).unwrap_err();
@@ -67,7 +73,7 @@ fn destroying_one_namespace_leaves_the_other_key_and_data_intact() {
 
     // B's key still loads from the store and still opens B's unchanged data.
     let reloaded_b = KeyCustody::load(&provider, &b, &b.primary_reference()).unwrap();
-    assert_eq!(events_of(&root_b, &reloaded_b), before_b);
+    assert_eq!(events_of(&layout_b, &reloaded_b), before_b);
 }
 
 #[test]
@@ -79,37 +85,78 @@ fn a_proof_for_one_namespace_cannot_delete_another_namespaces_store() {
         Namespace::new("beta").unwrap(),
     );
     let _custody_a = KeyCustody::open(&provider, &a).unwrap();
-    let custody_b = Arc::new(KeyCustody::open(&provider, &b).unwrap());
-    let root_b = dir.path().join("beta");
-    write_store(&root_b, custody_b.clone(), 4);
-    let before = events_of(&root_b, &custody_b);
-
+    let custody_b = KeyCustody::open(&provider, &b).unwrap();
+    let layout_b = StoreLayout::in_namespace_dir(&dir.path().join("beta"));
+    write_store(&layout_b, &custody_b);
+    let before = events_of(&layout_b, &custody_b);
     let proof_a = destroy_namespace(&provider, &a).unwrap();
-    let error = delete_store_files(&root_b, &proof_a).unwrap_err();
+
+    // A plan for B's namespace with A's proof: wrong namespace.
+    let plan = plan_store_delete(writable(&layout_b), &b).unwrap();
+    let error = delete_store_files(plan, &proof_a).unwrap_err();
+    assert!(
+        matches!(error, DeleteStoreError::WrongNamespace { .. }),
+        "{error}"
+    );
+    // A plan claiming B's store is A's: B's chunks name a reference A's proof does not cover.
+    let plan = plan_store_delete(writable(&layout_b), &a).unwrap();
+    let error = delete_store_files(plan, &proof_a).unwrap_err();
     assert!(
         matches!(error, DeleteStoreError::ForeignChunk { .. }),
         "{error}"
     );
-    assert_eq!(events_of(&root_b, &custody_b), before);
+    assert_eq!(events_of(&layout_b, &custody_b), before);
 }
 
 #[test]
-fn delete_refuses_while_a_writer_holds_the_lock() {
+fn an_unreadable_header_stops_the_delete_before_any_key_is_destroyed() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = InMemoryProvider::new(Box::new(SeededEntropy::new(4))).unwrap();
+    let a = Namespace::new("alpha").unwrap();
+    let custody = KeyCustody::open(&provider, &a).unwrap();
+    let layout = StoreLayout::in_namespace_dir(&dir.path().join("alpha"));
+    write_store(&layout, &custody);
+    let chunks = layout.history_root().join("chunks");
+    std::fs::write(
+        chunks.join(format!("{}.cborseq", "ab".repeat(16))),
+        b"not a header",
+    )
+    .unwrap();
+    let error = plan_store_delete(writable(&layout), &a).unwrap_err();
+    assert!(
+        matches!(error, DeleteStoreError::UnreadableHeader { .. }),
+        "{error}"
+    );
+    // Nothing was destroyed: the key still opens the data (beside the corrupt file).
+    let reloaded = KeyCustody::load(&provider, &a, &a.primary_reference()).unwrap();
+    let report = StoreReader::<History>::new(open_read(&layout))
+        .read(&reloaded.history_keys())
+        .unwrap();
+    assert_eq!(report.records().count(), 16);
+}
+
+#[test]
+fn delete_cannot_be_planned_while_a_writer_holds_the_lock() {
     let dir = tempfile::tempdir().unwrap();
     let provider = InMemoryProvider::new(Box::new(SeededEntropy::new(5))).unwrap();
     let a = Namespace::new("alpha").unwrap();
     let custody = Arc::new(KeyCustody::open(&provider, &a).unwrap());
-    let root = dir.path().join("alpha");
-    create_store(&root).unwrap();
-    let config = WriterConfig::new(STREAM, custody.reference().as_str(), 1);
-    let writer = StoreWriter::open(&root, custody.clone(), config).unwrap();
-    let proof = destroy_namespace(&provider, &a).unwrap();
+    let layout = StoreLayout::in_namespace_dir(&dir.path().join("alpha"));
+    write_store(&layout, &custody);
+    let writer_storage = open_write(&layout);
+    assert!(
+        open_store(&layout, Access::Write).is_err(),
+        "the lock is held"
+    );
+    // A read-only storage cannot stand in for the lock.
+    let read_only = open_store(&layout, Access::Read).unwrap();
     assert!(matches!(
-        delete_store_files(&root, &proof),
-        Err(DeleteStoreError::WriterActive)
+        plan_store_delete(read_only, &a),
+        Err(DeleteStoreError::ReadOnly)
     ));
-    assert!(root.exists());
-    drop(writer);
-    delete_store_files(&root, &proof).unwrap();
-    assert!(!root.exists());
+    drop(writer_storage);
+    let plan = plan_store_delete(writable(&layout), &a).unwrap();
+    let proof = destroy_namespace(&provider, &a).unwrap();
+    delete_store_files(plan, &proof).unwrap();
+    assert!(!layout.history_root().exists());
 }

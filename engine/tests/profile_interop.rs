@@ -3,16 +3,22 @@
 
 mod common;
 
-use annal_engine::profile::{ChunkVerdict, RecordSealer, read_chunk};
+use annal_engine::keys::HistoryKeys;
+use annal_engine::profile::{ChunkVerdict, RecordSealer, TailRule, read_chunk};
 use chacha20poly1305::aead::{Aead, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, KeyInit, Nonce};
 use ciborium::Value;
-use common::{fixture, fixture_key, hex, unhex};
+use common::{fixture, fixture_key, fixture_keys, hex, unhex};
 
 #[test]
 fn reference_chunk_reads_complete_with_byte_identical_events() {
     let fx = fixture();
-    let reading = read_chunk(&fx.chunk_bytes, &fixture_key(), Some(fx.chunk_id));
+    let reading = read_chunk(
+        &fx.chunk_bytes,
+        &fixture_keys(),
+        Some(fx.chunk_id),
+        TailRule::MustBeClean,
+    );
     let ChunkVerdict::Complete { records } = &reading.verdict else {
         panic!("expected Complete, got {:?}", reading.verdict);
     };
@@ -42,7 +48,7 @@ fn annal_sealer_reproduces_the_reference_chunk_byte_for_byte() {
     // ChaCha20-Poly1305 is deterministic for a fixed key, IV, AAD and plaintext, so sealing the
     // fixture's plaintexts under the fixture's header must give the reference file exactly.
     let fx = fixture();
-    let mut sealer = RecordSealer::new(&fixture_key(), &fx.header()).unwrap();
+    let mut sealer = RecordSealer::new(&fixture_keys(), &fx.header()).unwrap();
     let mut chunk = sealer.header_bytes().to_vec();
     for record in &fx.records {
         chunk.extend(sealer.seal(record.plaintext.as_bytes()).unwrap());
@@ -111,6 +117,7 @@ fn independent_decode(chunk: &[u8], chunk_key: &[u8; 32]) -> Vec<Vec<u8>> {
 fn annal_chunk_decodes_through_an_independent_path() {
     let fx = fixture();
     let root = fixture_key();
+    let keys = HistoryKeys::from_root(fixture_key());
     // A header annal chose itself (other chunk id, prefix and epoch), not the fixture's.
     let header = annal_engine::profile::ChunkHeader::new(
         3,
@@ -120,7 +127,7 @@ fn annal_chunk_decodes_through_an_independent_path() {
         [1, 2, 3, 4],
     )
     .unwrap();
-    let mut sealer = RecordSealer::new(&root, &header).unwrap();
+    let mut sealer = RecordSealer::new(&keys, &header).unwrap();
     let mut chunk = sealer.header_bytes().to_vec();
     for record in &fx.records[..5] {
         chunk.extend(sealer.seal(record.plaintext.as_bytes()).unwrap());

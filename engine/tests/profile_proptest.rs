@@ -3,12 +3,12 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use annal_engine::entropy::SeededEntropy;
-use annal_engine::profile::{ChunkVerdict, CorruptReason, RecordSealer, read_chunk};
-use annal_engine::store::{StoreReader, StoreWriter, WriterConfig, create_store};
-use common::{fixture, fixture_key};
+use annal_engine::profile::{ChunkVerdict, CorruptReason, RecordSealer, TailRule, read_chunk};
+use annal_engine::store::{History, StoreWriter};
+use common::{
+    clock, content, fixture, fixture_drafts, fixture_keys, new_store, open_write, read_events,
+    writer_config,
+};
 use proptest::prelude::*;
 
 /// Builds valid v0 events from the fixture's templates: template `t`, new sequence and id.
@@ -46,12 +46,12 @@ proptest! {
         let events = events_from(&spec);
         let header = annal_engine::profile::ChunkHeader::new(
             1, &fx.key_reference, &fx.stream_id, fx.chunk_id, prefix).unwrap();
-        let mut sealer = RecordSealer::new(&fixture_key(), &header).unwrap();
+        let mut sealer = RecordSealer::new(&fixture_keys(), &header).unwrap();
         let mut chunk = sealer.header_bytes().to_vec();
         for e in &events {
             chunk.extend(sealer.seal(e.as_bytes()).unwrap());
         }
-        let reading = read_chunk(&chunk, &fixture_key(), Some(fx.chunk_id));
+        let reading = read_chunk(&chunk, &fixture_keys(), Some(fx.chunk_id), TailRule::MustBeClean);
         let ChunkVerdict::Complete { records } = reading.verdict else {
             panic!("not complete: {:?}", reading.verdict);
         };
@@ -63,32 +63,28 @@ proptest! {
 
     #[test]
     fn store_writer_round_trips_any_batches(
-        spec in spec_strategy(),
+        templates in prop::collection::vec(0usize..16, 0..24),
         split in 0usize..24,
         max_records in 1u64..6,
-        seed in any::<u64>(),
     ) {
-        let events = events_from(&spec);
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("s");
-        create_store(&root).unwrap();
-        let mut config = WriterConfig::new(&fixture().stream_id, "k", 1);
+        let all = fixture_drafts();
+        let drafts: Vec<_> = templates.iter().map(|t| all[*t].clone()).collect();
+        let (_dir, layout) = new_store();
+        let mut config = writer_config();
         config.max_records_per_chunk = max_records;
-        let key = Arc::new(fixture_key());
-        let split = split.min(events.len());
-        let mut entropy = SeededEntropy::new(seed);
+        let split = split.min(drafts.len());
         // Two writer generations, each with one batch.
-        for part in [&events[..split], &events[split..]] {
-            let mut writer = StoreWriter::open(&root, key.clone(), config.clone()).unwrap();
-            let batch: Vec<&[u8]> = part.iter().map(|e| e.as_bytes()).collect();
-            writer.append(&batch, &mut entropy).unwrap();
+        for part in [&drafts[..split], &drafts[split..]] {
+            let mut writer =
+                StoreWriter::<History>::open(open_write(&layout), fixture_keys(), config.clone(), clock())
+                    .unwrap();
+            writer.append(part.to_vec()).unwrap();
             writer.sync().unwrap();
         }
-        let report = StoreReader::open(&root).unwrap().read(&fixture_key()).unwrap();
-        prop_assert!(!report.has_corruption());
-        let read: Vec<Vec<u8>> = report.records().map(|r| r.plaintext.clone()).collect();
-        let expected: Vec<Vec<u8>> = events.iter().map(|e| e.as_bytes().to_vec()).collect();
-        prop_assert_eq!(read, expected);
+        let events = read_events(&layout);
+        prop_assert_eq!(content(&events), drafts.clone());
+        let sequences: Vec<u64> = events.iter().map(|e| e.data.sequence.get()).collect();
+        prop_assert_eq!(sequences, (1..=drafts.len() as u64).collect::<Vec<_>>());
     }
 }
 
@@ -96,11 +92,16 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn a_flipped_byte_never_changes_the_valid_events(at in 0usize..11_046, mask in 1u8..=255) {
+    fn a_flipped_byte_never_changes_the_valid_events(
+        at in 0usize..11_046,
+        mask in 1u8..=255,
+        newest in any::<bool>(),
+    ) {
+        let rule = if newest { TailRule::MayBeTorn } else { TailRule::MustBeClean };
         let fx = fixture();
         let mut bytes = fx.chunk_bytes.clone();
         bytes[at] ^= mask;
-        let reading = read_chunk(&bytes, &fixture_key(), Some(fx.chunk_id));
+        let reading = read_chunk(&bytes, &fixture_keys(), Some(fx.chunk_id), rule);
         // Every byte of this chunk is inside the header or a record, so the verdict is never
         // Complete...
         prop_assert!(!matches!(reading.verdict, ChunkVerdict::Complete { .. }),
@@ -115,7 +116,13 @@ proptest! {
     #[test]
     fn any_truncation_is_torn_complete_or_a_short_header(len in 0usize..=11_046) {
         let fx = fixture();
-        let reading = read_chunk(&fx.chunk_bytes[..len], &fixture_key(), Some(fx.chunk_id));
+        let reading =
+            read_chunk(&fx.chunk_bytes[..len], &fixture_keys(), Some(fx.chunk_id), TailRule::MayBeTorn);
+        let older =
+            read_chunk(&fx.chunk_bytes[..len], &fixture_keys(), Some(fx.chunk_id), TailRule::MustBeClean);
+        // Outside the newest chunk a cut inside a record is corruption, never a torn tail.
+        let older_is_torn = matches!(older.verdict, ChunkVerdict::TornTail { .. });
+        prop_assert!(!older_is_torn, "a cut to {} was torn outside the newest chunk", len);
         let boundaries: Vec<usize> = std::iter::once(97)
             .chain(fx.records.iter().map(|r| r.offset + r.len))
             .collect();
@@ -149,7 +156,9 @@ proptest! {
         let fx = fixture();
         let mut bytes = if with_header { fx.chunk_bytes[..97].to_vec() } else { Vec::new() };
         bytes.extend(&tail);
-        let reading = read_chunk(&bytes, &fixture_key(), Some(fx.chunk_id));
-        prop_assert!(reading.verdict.records().is_empty());
+        for rule in [TailRule::MayBeTorn, TailRule::MustBeClean] {
+            let reading = read_chunk(&bytes, &fixture_keys(), Some(fx.chunk_id), rule);
+            prop_assert!(reading.verdict.records().is_empty());
+        }
     }
 }

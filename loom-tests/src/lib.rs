@@ -2,12 +2,13 @@
 //!
 //! The engine as a whole cannot be compiled under `--cfg loom` (its credential-store
 //! dependencies do not build there), so each concurrent piece of the engine lives in a file that
-//! uses only the `crate::sync` facade, and this crate includes that very file under its own
-//! facade. What is model-checked is the source that ships, not a copy.
+//! uses only the `crate::sync` facade, and this crate includes that very file beside the same
+//! facade file. What is model-checked is the source that ships, not a copy.
 //!
 //! # Layout
 //!
-//! - [`sync`]: the facade, `loom::sync` under `--cfg loom` and `std::sync` otherwise.
+//! - [`sync`]: `engine/src/sync.rs`, the engine's own facade (`loom::sync` under `--cfg loom`,
+//!   `std::sync` otherwise), included verbatim so there is one facade, not two.
 //! - [`first_use`]: `engine/src/keys/first_use.rs` (load-or-create of a namespace key under one
 //!   lock), included verbatim.
 //! - `tests/first_use.rs`: its model: concurrent first uses create exactly one key and everyone
@@ -18,6 +19,7 @@
 //! (`.ci/test` does).
 #![forbid(unsafe_code)]
 
+#[path = "../../engine/src/sync.rs"]
 pub mod sync;
 
 #[path = "../../engine/src/keys/first_use.rs"]

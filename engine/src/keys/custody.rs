@@ -2,7 +2,9 @@
 //! purpose keys; and the cryptographic delete of a namespace.
 
 use super::error::KeyError;
-use super::material::{CHUNK_ID_LEN_BYTES, ChunkKey, ChunkKeys, PurposeKey, RootKey, SessionIdKey};
+use std::sync::Arc;
+
+use super::material::{HistoryKeys, JournalKeys, PurposeKey, RootKey, SessionIdKey};
 use super::names::{KeyReference, Namespace};
 use super::provider::{KeyProvider, LoadedKey};
 
@@ -13,8 +15,9 @@ pub struct KeyCustody {
     namespace: Namespace,
     /// The reference the key is stored under (written into chunk headers).
     reference: KeyReference,
-    /// The root key.
-    root: RootKey,
+    /// The root key; shared only with the [`HistoryKeys`] this custody hands out, which can do
+    /// nothing with it but derive history chunk keys.
+    root: Arc<RootKey>,
 }
 
 impl std::fmt::Debug for KeyCustody {
@@ -50,7 +53,7 @@ impl KeyCustody {
         Self {
             namespace,
             reference: loaded.reference,
-            root: loaded.root,
+            root: Arc::new(loaded.root),
         }
     }
 
@@ -79,31 +82,14 @@ impl KeyCustody {
         self.root.index_key()
     }
 
-    /// The key of one engine-journal chunk: derived like a history chunk key, but from the
-    /// journal root (itself derived from the namespace root), so journal and history keys never
-    /// coincide.
-    pub fn journal_chunk_key(
-        &self,
-        chunk_id: &[u8; CHUNK_ID_LEN_BYTES],
-        stream_id: &str,
-        key_epoch: u64,
-    ) -> ChunkKey {
-        self.root
-            .journal_root_key()
-            .chunk_key(chunk_id, stream_id, key_epoch)
+    /// The chunk keys of the history stream (what the history writer and reader hold).
+    pub fn history_keys(&self) -> HistoryKeys {
+        HistoryKeys::shared(Arc::clone(&self.root))
     }
-}
 
-/// The key of one history chunk (profile v1 contract): how the codec and the store reach chunk
-/// keys without the root key.
-impl ChunkKeys for KeyCustody {
-    fn chunk_key(
-        &self,
-        chunk_id: &[u8; CHUNK_ID_LEN_BYTES],
-        stream_id: &str,
-        key_epoch: u64,
-    ) -> ChunkKey {
-        self.root.chunk_key(chunk_id, stream_id, key_epoch)
+    /// The chunk keys of the engine journal (what the journal writer and reader hold).
+    pub fn journal_keys(&self) -> JournalKeys {
+        JournalKeys::from_namespace_root(&self.root)
     }
 }
 

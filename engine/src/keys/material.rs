@@ -37,9 +37,10 @@ pub const JOURNAL_KEY_INFO: &[u8] = b"annal/v1/journal-root-key";
 
 /// Derives per-chunk keys without exposing the root they come from.
 ///
-/// The codec and the store take this rather than a [`RootKey`], so the engine can hand them its
-/// [`KeyCustody`](crate::keys::KeyCustody) (which never gives up the root key), while offline
-/// tools and tests hand them a bare [`RootKey`].
+/// The codec and the store take this rather than a [`RootKey`]. Its two implementations are
+/// distinct types, one per stream, so a writer handed the journal's keys cannot seal history
+/// chunks with them (and the reverse): [`HistoryKeys`] (the profile v1 contract derivation from
+/// the namespace root) and [`JournalKeys`] (the same derivation from the journal root).
 pub trait ChunkKeys {
     /// The key of one chunk (see [`RootKey::chunk_key`]).
     fn chunk_key(
@@ -50,14 +51,79 @@ pub trait ChunkKeys {
     ) -> ChunkKey;
 }
 
-impl ChunkKeys for RootKey {
+/// The chunk keys of the history stream. Holds the namespace root (the contract derives every
+/// history chunk key from it with the chunk id as salt, so no narrower key exists) but never
+/// gives it out: the only thing it does is derive chunk keys.
+#[derive(Clone)]
+pub struct HistoryKeys {
+    /// The namespace root key, shared with the custody that handed this out.
+    root: std::sync::Arc<RootKey>,
+}
+
+impl HistoryKeys {
+    /// History chunk keys from a bare root key: for offline tools that were given the key
+    /// (`annal inspect --key-hex-file`) and for tests. The engine gets its keys from
+    /// [`KeyCustody::history_keys`](crate::keys::KeyCustody::history_keys).
+    pub fn from_root(root: RootKey) -> Self {
+        Self {
+            root: std::sync::Arc::new(root),
+        }
+    }
+
+    pub(crate) fn shared(root: std::sync::Arc<RootKey>) -> Self {
+        Self { root }
+    }
+}
+
+impl ChunkKeys for HistoryKeys {
     fn chunk_key(
         &self,
         chunk_id: &[u8; CHUNK_ID_LEN_BYTES],
         stream_id: &str,
         key_epoch: u64,
     ) -> ChunkKey {
-        RootKey::chunk_key(self, chunk_id, stream_id, key_epoch)
+        self.root.chunk_key(chunk_id, stream_id, key_epoch)
+    }
+}
+
+impl std::fmt::Debug for HistoryKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HistoryKeys(<redacted>)")
+    }
+}
+
+/// The chunk keys of the engine journal: derived like history chunk keys, but from the journal
+/// root (itself derived from the namespace root with its own info string), so journal and
+/// history keys never coincide. Holds only the journal root, never the namespace root.
+#[derive(Clone)]
+pub struct JournalKeys {
+    /// The journal root key.
+    journal_root: std::sync::Arc<RootKey>,
+}
+
+impl JournalKeys {
+    /// The journal keys of the namespace whose root is `root`.
+    pub fn from_namespace_root(root: &RootKey) -> Self {
+        Self {
+            journal_root: std::sync::Arc::new(root.journal_root_key()),
+        }
+    }
+}
+
+impl ChunkKeys for JournalKeys {
+    fn chunk_key(
+        &self,
+        chunk_id: &[u8; CHUNK_ID_LEN_BYTES],
+        stream_id: &str,
+        key_epoch: u64,
+    ) -> ChunkKey {
+        self.journal_root.chunk_key(chunk_id, stream_id, key_epoch)
+    }
+}
+
+impl std::fmt::Debug for JournalKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JournalKeys(<redacted>)")
     }
 }
 
@@ -113,7 +179,7 @@ impl RootKey {
 
     /// Derives the root of the engine journal stream (its chunks derive from it like history
     /// chunks derive from the namespace root).
-    pub fn journal_root_key(&self) -> RootKey {
+    fn journal_root_key(&self) -> RootKey {
         RootKey(self.purpose_key(JOURNAL_KEY_INFO))
     }
 

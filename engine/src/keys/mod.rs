@@ -73,7 +73,10 @@ pub mod selection;
 pub use custody::{KeyCustody, NamespaceKeysDestroyed, destroy_namespace};
 pub use error::KeyError;
 pub use keyutils::{KeyutilsProvider, establish_session_keyring};
-pub use material::{ChunkKey, ChunkKeys, PurposeKey, RootKey, SessionIdKey, WrongKeyLength};
+pub use material::{
+    ChunkKey, ChunkKeys, HistoryKeys, JournalKeys, PurposeKey, RootKey, SessionIdKey,
+    WrongKeyLength,
+};
 pub use memory::InMemoryProvider;
 pub use names::{CredentialNaming, KeyReference, NameError, Namespace};
 pub use provider::{DestroyedKey, KeyProvider, KeyStoreKind, LoadedKey};

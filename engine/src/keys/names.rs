@@ -10,9 +10,9 @@ use std::fmt;
 /// Longest namespace, in bytes (ASCII). Matches the reference implementation's limit.
 pub const NAMESPACE_MAX_LEN_BYTES: usize = 64;
 
-/// Longest key reference, in bytes (ASCII). Fixed by the storage profile's chunk header
-/// (`key_reference`, a text string of 1..128 characters).
-pub const KEY_REFERENCE_MAX_LEN_BYTES: usize = 128;
+/// Longest key reference, in bytes (ASCII): the storage profile's limit on the header's
+/// `key_reference` text, defined once with the header.
+pub const KEY_REFERENCE_MAX_LEN_BYTES: usize = crate::profile::header::MAX_HEADER_TEXT_LEN_BYTES;
 
 /// Service name prefix of annal's own credentials. The namespace follows it.
 pub const ANNAL_SERVICE_PREFIX: &str = "annal.history.v1.";

@@ -310,7 +310,10 @@ fn custody_hands_out_the_material_derivations() {
     let reference = RootKey::from_slice(&root).unwrap();
     let chunk_id = [3u8; 16];
     assert_eq!(
-        custody.chunk_key(&chunk_id, "s", 1).as_bytes(),
+        custody
+            .history_keys()
+            .chunk_key(&chunk_id, "s", 1)
+            .as_bytes(),
         reference.chunk_key(&chunk_id, "s", 1).as_bytes()
     );
     assert_eq!(
@@ -322,15 +325,32 @@ fn custody_hands_out_the_material_derivations() {
         reference.index_key().as_bytes()
     );
     assert_eq!(
-        custody.journal_chunk_key(&chunk_id, "s", 1).as_bytes(),
-        reference
-            .journal_root_key()
+        custody
+            .journal_keys()
+            .chunk_key(&chunk_id, "s", 1)
+            .as_bytes(),
+        JournalKeys::from_namespace_root(&reference)
             .chunk_key(&chunk_id, "s", 1)
             .as_bytes()
     );
+    // The two streams' keys are distinct types and never coincide for the same chunk.
     assert_ne!(
-        custody.journal_chunk_key(&chunk_id, "s", 1).as_bytes(),
-        custody.chunk_key(&chunk_id, "s", 1).as_bytes()
+        custody
+            .journal_keys()
+            .chunk_key(&chunk_id, "s", 1)
+            .as_bytes(),
+        custody
+            .history_keys()
+            .chunk_key(&chunk_id, "s", 1)
+            .as_bytes()
+    );
+    assert_eq!(
+        format!("{:?}", custody.history_keys()),
+        "HistoryKeys(<redacted>)"
+    );
+    assert_eq!(
+        format!("{:?}", custody.journal_keys()),
+        "JournalKeys(<redacted>)"
     );
     let shown = format!("{custody:?}");
     assert!(shown.contains("redacted"), "{shown}");

@@ -13,19 +13,26 @@
 //! - [`record`]: [`RecordSealer`], which encrypts records for one chunk and owns the position
 //!   counter, and the single-record opener used by the reader.
 //! - [`plaintext`]: validation of a decrypted plaintext as a v0 history event.
-//! - [`reader`]: [`read_chunk`], which classifies a whole chunk as complete, torn or corrupt.
+//! - [`schema`]: [`RecordSchema`], what a stream's plaintexts are, so the history stream and
+//!   the engine journal share this codec; [`HistorySchema`] for v0 events.
+//! - [`reader`]: [`scan_chunk`], one pass over a chunk, and the verdicts it turns into under a
+//!   [`TailRule`]: complete, torn tail, corrupt (unreadable is the store's verdict on a file it
+//!   could not read).
 
 pub mod header;
 pub mod plaintext;
 pub mod reader;
 pub mod record;
+pub mod schema;
 
 pub use header::{ChunkHeader, ChunkId, HeaderFieldError, NoncePrefixForm, ParsedHeader};
 pub use plaintext::{PlaintextFault, validate_plaintext};
 pub use reader::{
-    ChunkReading, ChunkVerdict, CorruptReason, Record, RecordOpener, read_chunk, read_header,
+    ChunkReading, ChunkScan, ChunkVerdict, CorruptReason, Record, RecordOpener, ScanEnd, TailRule,
+    UnreadableReason, read_chunk, read_header, scan_chunk,
 };
 pub use record::{RecordSealer, SealError};
+pub use schema::{HistorySchema, RecordSchema};
 
 /// Profile version written in header item 0.
 pub const PROFILE_VERSION: u64 = 1;
@@ -53,6 +60,12 @@ pub const TAG_LEN_BYTES: usize = 16;
 /// metadata only and a few hundred bytes long; 64 KiB leaves a wide margin while keeping a single
 /// record small enough that a batch stays one bounded write.
 pub const MAX_PLAINTEXT_LEN_BYTES: usize = 64 * 1024;
+
+/// Upper bound of a record's size beyond its plaintext, in bytes: the fixed framing before the
+/// ciphertext (tag, array, headers, IV), the ciphertext byte-string head (at most 5 bytes for a
+/// ciphertext under 4 GiB) and the tag.
+pub const RECORD_OVERHEAD_MAX_BYTES: u64 =
+    (record::RECORD_FIXED_PREFIX_LEN_BYTES + 5 + TAG_LEN_BYTES) as u64;
 
 /// Largest encoded record item, in bytes: the plaintext limit plus the tag and the fixed COSE
 /// framing (tag, array, protected and unprotected headers, byte-string heads), rounded up.

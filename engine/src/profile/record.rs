@@ -435,7 +435,7 @@ impl RecordSealer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::RootKey;
+    use crate::keys::{HistoryKeys, RootKey};
     use chacha20poly1305::aead::{Aead, Payload};
     use chacha20poly1305::{ChaCha20Poly1305, Key, KeyInit};
     use coset::{CoseEncrypt0Builder, TaggedCborSerializable};
@@ -451,15 +451,15 @@ mod tests {
         .unwrap()
     }
 
-    fn root() -> RootKey {
-        RootKey::from_bytes([0x24; 32])
+    fn root() -> HistoryKeys {
+        HistoryKeys::from_root(RootKey::from_bytes([0x24; 32]))
     }
 
     /// The record the previous, coset-built sealer produced for the same inputs (coset for the
     /// COSE structure, RustCrypto's AEAD): the reference that `seal_into` must reproduce byte for
     /// byte.
     fn coset_reference(
-        root: &RootKey,
+        root: &HistoryKeys,
         header: &ChunkHeader,
         position: u64,
         plaintext: &[u8],

@@ -1,132 +1,216 @@
-//! Cryptographic delete, step two: removing a store's files once its keys are verifiably gone.
+//! Cryptographic delete: plan, destroy the keys, then remove the files.
 //!
-//! Step one is [`destroy_namespace`](crate::keys::destroy_namespace), which destroys every key
-//! of a namespace, verifies each is absent, and only then returns a
-//! [`NamespaceKeysDestroyed`] proof. [`delete_store_files`] requires that proof, so files are
-//! never removed while a key that decrypts them may still exist. It also refuses to remove a
-//! store that holds a chunk of another namespace: a store is bound to its namespace by the key
-//! reference in every chunk header, and delete touches only its own namespace.
+//! 1. [`plan_store_delete`] reads every chunk header of the store (history and journal) while
+//!    holding the writer lock and records which key references they name. Any header it cannot
+//!    read, or any reference that does not parse, stops the delete here, before a key is
+//!    touched: once the keys are gone an unreadable header could never be attributed again.
+//! 2. The caller destroys the namespace's keys with
+//!    [`destroy_namespace`](crate::keys::destroy_namespace), which verifies each is absent and
+//!    returns a [`NamespaceKeysDestroyed`] proof.
+//! 3. [`delete_store_files`] takes the plan and the proof, checks that the proof is for the
+//!    plan's namespace and covers every reference the plan found (so deleting one namespace
+//!    never touches another's data), and only then removes the contract store and the sidecar.
 
-use std::io::Read;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::read::{ReadStoreError, list_chunk_files};
-use super::{CHUNKS_DIR_NAME, OpenStoreError, WRITER_LOCK_FILE_NAME, check_store_root, fsutil};
-use crate::keys::NamespaceKeysDestroyed;
+use super::read::HEADER_READ_LIMIT_BYTES;
+use super::{CHUNK_FILE_EXTENSION, parse_chunk_file_name};
+use crate::keys::{KeyReference, Namespace, NamespaceKeysDestroyed};
 use crate::profile::read_header;
+use crate::storage::{Area, EntryKind, FsStorage, Storage, StorageError};
 
-/// Most bytes read from the front of a chunk to learn its header. A header is seven short
-/// fields (at most a few hundred bytes); 4 KiB leaves room for any conforming header.
-pub const HEADER_READ_LIMIT_BYTES: u64 = 4096;
+/// What a delete will remove, learned before any key is destroyed.
+#[derive(Debug)]
+pub struct DeletePlan {
+    /// The store, still open for writing: the writer lock is held from the plan to the removal,
+    /// so no writer can add a chunk in between.
+    storage: FsStorage,
+    /// The namespace the caller is deleting.
+    namespace: Namespace,
+    /// Every key reference a chunk header names.
+    references: BTreeSet<KeyReference>,
+    /// How many chunk files (history and journal) the plan found.
+    chunks: usize,
+}
+
+impl DeletePlan {
+    /// The key references the store's chunks name (all must be destroyed).
+    pub fn references(&self) -> &BTreeSet<KeyReference> {
+        &self.references
+    }
+
+    /// How many chunk files will be removed.
+    pub fn chunks(&self) -> usize {
+        self.chunks
+    }
+}
 
 /// What [`delete_store_files`] removed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeletedStore {
-    /// The store root that no longer exists.
+    /// The contract store root that no longer exists.
     pub root: PathBuf,
-    /// How many chunk files were removed with it.
+    /// The sidecar that no longer exists.
+    pub sidecar: Option<PathBuf>,
+    /// How many chunk files were removed with them.
     pub chunks_removed: usize,
 }
 
-/// The store's files could not be removed. Nothing was removed unless the variant says so.
+/// A delete step failed. Nothing was removed unless the variant says so.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DeleteStoreError {
-    /// The root is not a store (or is a symlink).
-    #[error(transparent)]
-    Store(#[from] OpenStoreError),
-    /// The chunk directory could not be listed (or holds a symlinked entry). Nothing was removed.
-    #[error(transparent)]
-    List(#[from] ReadStoreError),
-    /// A writer holds the store's writer lock; delete would pull files from under it.
-    #[error("a writer holds the store's writer lock; stop it before deleting")]
-    WriterActive,
-    /// A chunk belongs to a key reference the proof does not cover (another namespace, or a key
-    /// that was not destroyed). Nothing was removed.
-    #[error("chunk {file} belongs to a key that was not destroyed; nothing was removed")]
-    ForeignChunk {
-        /// The chunk file name.
-        file: String,
+    /// The storage was opened read-only; planning a delete needs the writer lock.
+    #[error("the store was opened read-only; delete needs the writer lock")]
+    ReadOnly,
+    /// A chunk directory could not be listed. Nothing was removed.
+    #[error("listing the {area:?} directory: {source}")]
+    List {
+        /// The directory.
+        area: Area,
+        /// The storage error.
+        source: StorageError,
     },
-    /// A chunk header cannot be read, so its namespace is unknown. Nothing was removed.
-    #[error("chunk {file} has an unreadable header; nothing was removed")]
+    /// A chunk's header cannot be read, so its namespace is unknown. Nothing was destroyed or
+    /// removed: repair (quarantine) the chunk first.
+    #[error("chunk {file} has an unreadable header; nothing was destroyed or removed")]
     UnreadableHeader {
         /// The chunk file name.
         file: String,
     },
-    /// A filesystem call failed. Files may have been partly removed only when `operation` is
-    /// `remove`; the keys are already gone, so what is left cannot be decrypted.
-    #[error("{operation} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        operation: &'static str,
-        /// On which path.
+    /// The proof is for another namespace than the plan.
+    #[error("the destroy proof is for namespace {proof}, not {plan}; nothing was removed")]
+    WrongNamespace {
+        /// The plan's namespace.
+        plan: String,
+        /// The proof's namespace.
+        proof: String,
+    },
+    /// A chunk names a key reference the proof does not cover (another namespace's key, or one
+    /// that was not destroyed). Nothing was removed.
+    #[error("a chunk belongs to key {reference}, which was not destroyed; nothing was removed")]
+    ForeignChunk {
+        /// The uncovered reference.
+        reference: String,
+    },
+    /// Removing the directories failed part-way. The keys are already gone, so what is left
+    /// cannot be decrypted; running the delete again removes it.
+    #[error("removing {}: {source}", path.display())]
+    Remove {
+        /// The directory being removed.
         path: PathBuf,
         /// The OS error.
         source: std::io::Error,
     },
 }
 
-fn io(operation: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> DeleteStoreError {
-    let path = path.to_owned();
-    move |source| DeleteStoreError::Io {
-        operation,
-        path,
-        source,
+/// Step 1: reads every chunk header of the store behind `storage` (opened for writing, so the
+/// writer lock is held until the delete ends) and plans the delete of `namespace`.
+pub fn plan_store_delete(
+    storage: FsStorage,
+    namespace: &Namespace,
+) -> Result<DeletePlan, DeleteStoreError> {
+    if !storage.writable() {
+        return Err(DeleteStoreError::ReadOnly);
     }
-}
-
-/// Removes the store at `root` after its namespace's keys were destroyed and verified absent.
-///
-/// Checks first, removes second: every chunk header must name a key reference the proof covers,
-/// and no writer may hold the lock. Only then is the whole root removed (without following
-/// symlinks) and the parent directory synced.
-pub fn delete_store_files(
-    root: &Path,
-    proof: &NamespaceKeysDestroyed,
-) -> Result<DeletedStore, DeleteStoreError> {
-    check_store_root(root)?;
-    // Hold the writer lock while checking and removing, so no writer starts in between.
-    let lock_path = root.join(WRITER_LOCK_FILE_NAME);
-    let lock = match fsutil::try_lock_exclusive(&lock_path) {
-        Ok(Some(lock)) => lock,
-        Ok(None) => return Err(DeleteStoreError::WriterActive),
-        Err(e) if fsutil::is_symlink_refusal(&e) => {
-            return Err(OpenStoreError::Symlink { path: lock_path }.into());
-        }
-        Err(e) => return Err(io("lock", &lock_path)(e)),
-    };
-
-    // The same chunk files a reader would read (temp files of a crashed chunk creation are
-    // never read, so they carry no data a reader returns); a symlinked entry is refused.
-    let chunks_dir = root.join(CHUNKS_DIR_NAME);
-    let names = list_chunk_files(&chunks_dir)?;
-    for name in &names {
-        let reference = chunk_key_reference(&chunks_dir.join(name))
-            .ok_or_else(|| DeleteStoreError::UnreadableHeader { file: name.clone() })?;
-        if !proof.destroyed().iter().any(|r| r.as_str() == reference) {
-            return Err(DeleteStoreError::ForeignChunk { file: name.clone() });
+    let mut references = BTreeSet::new();
+    let mut chunks = 0usize;
+    for area in [Area::Chunks, Area::Journal] {
+        let entries = storage
+            .list(area)
+            .map_err(|source| DeleteStoreError::List { area, source })?;
+        for entry in entries {
+            let Some(name) = entry.file_name() else {
+                continue;
+            };
+            if !name.as_str().ends_with(CHUNK_FILE_EXTENSION) {
+                continue;
+            }
+            let unreadable = || DeleteStoreError::UnreadableHeader {
+                file: name.as_str().to_owned(),
+            };
+            if entry.kind != EntryKind::File || parse_chunk_file_name(name.as_str()).is_none() {
+                return Err(unreadable());
+            }
+            let reference = chunk_key_reference(&storage, area, &name).ok_or_else(unreadable)?;
+            references.insert(reference);
+            chunks += 1;
         }
     }
-
-    std::fs::remove_dir_all(root).map_err(io("remove", root))?;
-    drop(lock);
-    if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
-        fsutil::fsync_dir(parent).map_err(io("sync directory", parent))?;
-    }
-    Ok(DeletedStore {
-        root: root.to_owned(),
-        chunks_removed: names.len(),
+    Ok(DeletePlan {
+        storage,
+        namespace: namespace.clone(),
+        references,
+        chunks,
     })
 }
 
-/// The key reference named by a chunk's header, or `None` if the header cannot be read.
-fn chunk_key_reference(path: &Path) -> Option<String> {
-    let file = fsutil::open_read(path).ok()?;
-    let mut front = Vec::new();
-    file.take(HEADER_READ_LIMIT_BYTES)
-        .read_to_end(&mut front)
-        .ok()?;
+/// The key reference a chunk's header names, or `None` if the header cannot be read.
+fn chunk_key_reference(
+    storage: &FsStorage,
+    area: Area,
+    name: &crate::storage::FileName,
+) -> Option<KeyReference> {
+    let file = storage.open_read(area, name).ok()?;
+    let mut front = vec![0u8; file.len().min(HEADER_READ_LIMIT_BYTES) as usize];
+    file.read_exact_at(0, &mut front).ok()?;
     let (parsed, _) = read_header(&front).ok()?;
-    Some(parsed.header.key_reference().to_owned())
+    KeyReference::new(parsed.header.key_reference()).ok()
+}
+
+/// Step 3: removes the store of `plan` after its namespace's keys were destroyed and verified
+/// absent (`proof`). Checks first, removes second: the proof must be for the plan's namespace
+/// and cover every key reference the plan found. Then the contract store and the sidecar are
+/// removed (never following symlinks) and their parent synced.
+pub fn delete_store_files(
+    plan: DeletePlan,
+    proof: &NamespaceKeysDestroyed,
+) -> Result<DeletedStore, DeleteStoreError> {
+    if proof.namespace() != &plan.namespace {
+        return Err(DeleteStoreError::WrongNamespace {
+            plan: plan.namespace.as_str().to_owned(),
+            proof: proof.namespace().as_str().to_owned(),
+        });
+    }
+    if let Some(uncovered) = plan
+        .references
+        .iter()
+        .find(|r| !proof.destroyed().contains(r))
+    {
+        return Err(DeleteStoreError::ForeignChunk {
+            reference: uncovered.as_str().to_owned(),
+        });
+    }
+    let layout = plan.storage.layout().clone();
+    let root = layout.history_root().to_owned();
+    let sidecar = layout.sidecar().map(Path::to_owned);
+    // The sidecar first: a crash in between leaves a bare contract store no key can decrypt,
+    // which a repeated delete removes.
+    for dir in sidecar.iter().chain(std::iter::once(&root)) {
+        // `remove_dir_all` does not follow symlinks inside the tree.
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(DeleteStoreError::Remove {
+                    path: dir.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    // The writer lock (inside the removed root) is released only now.
+    drop(plan.storage);
+    if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty())
+        && let Ok(dir) = std::fs::File::open(parent)
+    {
+        // Best effort: the delete already happened; a failed parent sync only delays it on disk.
+        let _ = dir.sync_all();
+    }
+    Ok(DeletedStore {
+        root,
+        sidecar,
+        chunks_removed: plan.chunks,
+    })
 }

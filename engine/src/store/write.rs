@@ -1,157 +1,87 @@
-//! Creating a store and appending to it.
+//! Appending to a stream: [`StoreWriter`].
 //!
-//! A [`StoreWriter`] holds an exclusive `flock` on `writer.lock` for its whole life, so only one
-//! writer appends at a time. Each writer generation writes to chunks it created itself (never to
-//! an older chunk, never to a torn tail), so an IV can only repeat if one writer reused its own
-//! position counter, which [`RecordSealer`] makes impossible. A chunk is created as a hidden
-//! temporary file holding only the header, synced, then renamed into place without replacing
-//! anything, and the directory is synced: a chunk file under its final name always has a
-//! complete header.
+//! A writer runs on a storage opened for writing, which holds the store's exclusive writer lock,
+//! so one writer appends at a time (annal's or the reference's). Rules it keeps, each for a
+//! reason given in `docs/design.md`:
+//!
+//! - **Sequences are burned once handed out.** The writer assigns `sequence` itself, at
+//!   dequeue, from a high-water mark that never goes backwards: it starts above every sequence
+//!   any authenticated record carries (even in a damaged chunk) and above the journal's mark
+//!   ([`WriterConfig::sequence_floor`]), and it advances before anything is written, so a failed
+//!   write never makes a sequence reusable.
+//! - **Every generation writes its own stream** (a fresh random stream id, so a fresh `source`),
+//!   to chunks it created itself; an existing chunk is never reopened for writing.
+//! - **Any error once a record was sealed abandons the chunk**: its length or its next IV
+//!   position is no longer known, so the next record goes into a new chunk of a new stream. A
+//!   failed sync is never retried (what it covered is reported lost).
+//! - Chunk ids, nonce prefixes, stream ids and the event-id key come from the operating
+//!   system's random source; a seeded source exists only under `cfg(test)` and the
+//!   `simulation` feature.
+//!
+//! A chunk is created in the sidecar's `tmp/` holding only its header, synced, renamed into the
+//! stream's directory without replacing anything, and that directory synced: a chunk under its
+//! final name always has a complete header, and the contract store never holds a temporary file.
 
-use std::fs::File;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::num::NonZeroU64;
+use std::ops::RangeInclusive;
 use std::sync::Arc;
+use std::time::Duration;
+
+use annal_schema::{HealthCategory, OpaqueId, Sequence, WriteRuleViolation};
 
 use super::read::{ReadStoreError, StoreReader};
-use super::{
-    ANNAL_MARKER_CONTENTS, ANNAL_MARKER_FILE_NAME, CHUNK_FILE_EXTENSION, CHUNK_SIZE_LIMIT_BYTES,
-    CHUNKS_DIR_NAME, DIR_MODE, OpenStoreError, WRITER_LOCK_FILE_NAME, check_store_root, fsutil,
-};
-use crate::entropy::{Entropy, EntropyError};
-use crate::keys::ChunkKeys;
+use super::stream::{EventOf, RecordIdentity, Stream};
+use super::{CHUNK_FILE_EXTENSION, CHUNK_SIZE_LIMIT_BYTES, TEMP_FILE_EXTENSION, chunk_file_name};
+use crate::clock::Clock;
+use crate::entropy::{Entropy, EntropyError, OsEntropy};
+use crate::keys::KeyReference;
 use crate::keys::material::CHUNK_ID_LEN_BYTES;
 use crate::profile::{
-    ChunkHeader, ChunkId, HeaderFieldError, MAX_PLAINTEXT_LEN_BYTES, MAX_RECORDS_PER_CHUNK,
-    NONCE_PREFIX_LEN_BYTES, PlaintextFault, RecordSealer, SealError, TAG_LEN_BYTES,
-    validate_plaintext,
+    ChunkHeader, ChunkId, MAX_PLAINTEXT_LEN_BYTES, MAX_RECORDS_PER_CHUNK, NONCE_PREFIX_LEN_BYTES,
+    RECORD_OVERHEAD_MAX_BYTES, RecordSchema, RecordSealer, SealError,
 };
+use crate::storage::{Area, FileName, Replace, Storage, StorageError, WriteFile};
 
-/// Upper bound of a record's size beyond its plaintext, in bytes: the fixed framing before the
-/// ciphertext (22), the ciphertext byte-string head (at most 5 for our sizes) and the tag.
-const RECORD_OVERHEAD_MAX_BYTES: u64 = 22 + 5 + TAG_LEN_BYTES as u64;
+/// Longest a chunk stays open for appends, in seconds, measured on the wall clock (and, so a
+/// clock set backwards cannot keep a chunk open forever, on the monotonic clock too). Under an
+/// hour, so a chunk's records span at most one retention step and seals come often.
+pub const CHUNK_MAX_AGE_SECS: u64 = 30 * 60;
 
-/// Creating a store failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum CreateStoreError {
-    /// The root is a symbolic link.
-    #[error("{} is a symbolic link; refusing to follow it", path.display())]
-    Symlink {
-        /// The root.
-        path: PathBuf,
-    },
-    /// The root already holds a store.
-    #[error("{} already holds a history store", path.display())]
-    AlreadyExists {
-        /// The root.
-        path: PathBuf,
-    },
-    /// The root exists, is not empty and is not a store: annal does not adopt foreign
-    /// directories.
-    #[error("{} exists and is not empty", path.display())]
-    NotEmpty {
-        /// The root.
-        path: PathBuf,
-    },
-    /// A filesystem call failed.
-    #[error("{operation} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        operation: &'static str,
-        /// On which path.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-}
+/// Length of the key that derives event ids, in bytes.
+const EVENT_ID_KEY_LEN_BYTES: usize = 32;
 
-/// Creates an empty annal store at `root` (the root itself may exist if it is an empty
-/// directory). Writes the ownership marker and `chunks/`, with modes 0700/0600, and syncs the
-/// directories.
-pub fn create_store(root: &Path) -> Result<(), CreateStoreError> {
-    use std::os::unix::fs::DirBuilderExt;
-    let io = |operation, path: &Path| {
-        let path = path.to_owned();
-        move |source| CreateStoreError::Io {
-            operation,
-            path,
-            source,
-        }
-    };
-    match fsutil::lstat(root) {
-        Ok(meta) if meta.file_type().is_symlink() => {
-            return Err(CreateStoreError::Symlink {
-                path: root.to_owned(),
-            });
-        }
-        Ok(_) => {
-            if check_store_root(root).is_ok() {
-                return Err(CreateStoreError::AlreadyExists {
-                    path: root.to_owned(),
-                });
-            }
-            if std::fs::read_dir(root)
-                .map_err(io("list", root))?
-                .next()
-                .is_some()
-            {
-                return Err(CreateStoreError::NotEmpty {
-                    path: root.to_owned(),
-                });
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::DirBuilder::new()
-                .mode(DIR_MODE)
-                .create(root)
-                .map_err(io("create directory", root))?;
-            if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
-                fsutil::fsync_dir(parent).map_err(io("sync directory", parent))?;
-            }
-        }
-        Err(e) => return Err(io("stat", root)(e)),
-    }
-    let chunks = root.join(CHUNKS_DIR_NAME);
-    std::fs::DirBuilder::new()
-        .mode(DIR_MODE)
-        .create(&chunks)
-        .map_err(io("create directory", &chunks))?;
-    let marker = root.join(ANNAL_MARKER_FILE_NAME);
-    let mut file = fsutil::create_new(&marker).map_err(io("create", &marker))?;
-    file.write_all(ANNAL_MARKER_CONTENTS)
-        .and_then(|()| file.sync_all())
-        .map_err(io("write", &marker))?;
-    fsutil::fsync_dir(root).map_err(io("sync directory", root))?;
-    Ok(())
-}
-
-/// What a writer generation writes into every chunk header, and its rotation limits.
+/// What a writer generation writes into every chunk header, its rotation limits, and the floor
+/// of the sequences it may hand out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriterConfig {
-    /// The stream id (1..=128 bytes); part of every chunk key.
-    pub stream_id: String,
     /// The credential-store name of the root key, recorded in every header.
-    pub key_reference: String,
-    /// The key epoch (> 0).
-    pub key_epoch: u64,
+    pub key_reference: KeyReference,
+    /// The key epoch; part of every chunk key.
+    pub key_epoch: NonZeroU64,
     /// Rotate before a chunk would exceed this many bytes (at most [`CHUNK_SIZE_LIMIT_BYTES`]).
-    /// A chunk always takes at least one record, so a single record larger than this limit
-    /// gets a chunk of its own.
+    /// A chunk always takes at least one record, so a record larger than the limit gets a chunk
+    /// of its own.
     pub chunk_size_limit_bytes: u64,
-    /// Rotate before a chunk would hold more records (at most [`MAX_RECORDS_PER_CHUNK`]).
+    /// Rotate before a chunk would hold more records (1..=[`MAX_RECORDS_PER_CHUNK`]).
     pub max_records_per_chunk: u64,
+    /// Rotate a chunk this old (at most [`CHUNK_MAX_AGE_SECS`]).
+    pub chunk_max_age: Duration,
+    /// The highest sequence ever handed out, as the engine journal recorded it: the writer
+    /// never assigns one at or below it, even if the chunks that held it are gone (deleted,
+    /// pruned, unreadable).
+    pub sequence_floor: Option<Sequence>,
 }
 
 impl WriterConfig {
-    /// A configuration with the default limits.
-    pub fn new(stream_id: &str, key_reference: &str, key_epoch: u64) -> Self {
+    /// A configuration with the default limits and no journal floor.
+    pub fn new(key_reference: KeyReference, key_epoch: NonZeroU64) -> Self {
         Self {
-            stream_id: stream_id.to_owned(),
-            key_reference: key_reference.to_owned(),
+            key_reference,
             key_epoch,
             chunk_size_limit_bytes: CHUNK_SIZE_LIMIT_BYTES,
             max_records_per_chunk: MAX_RECORDS_PER_CHUNK,
+            chunk_max_age: Duration::from_secs(CHUNK_MAX_AGE_SECS),
+            sequence_floor: None,
         }
     }
 }
@@ -160,22 +90,13 @@ impl WriterConfig {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenWriterError {
-    /// The root is not a usable store.
-    #[error(transparent)]
-    Store(#[from] OpenStoreError),
-    /// Another writer holds `writer.lock`.
-    #[error("another writer holds the store's writer lock")]
-    Locked,
-    /// The store root or `chunks/` is writable by group or others.
-    #[error("{} is writable by group or others", path.display())]
-    InsecurePermissions {
-        /// The offending directory.
-        path: PathBuf,
-    },
-    /// The writer configuration breaks the contract or the limits.
+    /// The storage was opened read-only (it does not hold the writer lock).
+    #[error("the store was opened read-only; a writer needs write access")]
+    ReadOnly,
+    /// The configuration exceeds the profile's limits.
     #[error("invalid writer configuration: {0}")]
     Config(&'static str),
-    /// Reading the existing chunks failed.
+    /// Listing the stream's chunks failed.
     #[error(transparent)]
     Read(#[from] ReadStoreError),
     /// Every chunk with records fails authentication at record 0: probably the wrong key.
@@ -184,445 +105,705 @@ pub enum OpenWriterError {
         "every existing chunk fails authentication at its first record: probably the wrong key"
     )]
     ProbableWrongKey,
-    /// A filesystem call failed.
-    #[error("{operation} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        operation: &'static str,
-        /// On which path.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
+    /// Removing an abandoned temporary chunk failed.
+    #[error("removing an abandoned temporary chunk: {0}")]
+    Cleanup(StorageError),
+    /// The random source failed.
+    #[error(transparent)]
+    Entropy(#[from] EntropyError),
 }
 
-/// An append failed. Nothing of the batch was written unless `written_records` says so.
+/// An append or sync failed.
+///
+/// Nothing of a refused batch was written when the variant is [`AppendError::InvalidDraft`];
+/// the others abandon the chunk being written, and `lost` names the sequences that can never
+/// be acknowledged (they may or may not be found on disk later).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AppendError {
-    /// Record `index` of the batch is not a valid v0 event (nothing was written).
-    #[error("record {index} of the batch is not a valid history event")]
-    InvalidEvent {
+    /// Draft `index` breaks annal's write rules. Nothing was written, no sequence was used.
+    #[error("record {index} of the batch breaks the write rules: {violation}")]
+    InvalidDraft {
         /// Index in the batch.
         index: usize,
-        /// What is wrong.
-        fault: PlaintextFault,
+        /// Which rule.
+        violation: WriteRuleViolation,
     },
-    /// Record `index` does not continue the strictly increasing sequence (nothing was written).
-    #[error("record {index} has sequence {sequence}, not after {after}")]
-    SequenceNotIncreasing {
-        /// Index in the batch.
-        index: usize,
-        /// Its sequence.
-        sequence: u64,
-        /// The last sequence already in the store or earlier in the batch.
-        after: u64,
-    },
-    /// Record `index` is larger than a record may be (nothing was written).
+    /// Record `index` serialized larger than a record may be.
     #[error("record {index} of the batch is {len_bytes} bytes, above the plaintext limit")]
     TooLarge {
         /// Index in the batch.
         index: usize,
-        /// Its length.
+        /// Its serialized length.
         len_bytes: usize,
+        /// Sequences that can never be acknowledged.
+        lost: Option<RangeInclusive<u64>>,
     },
+    /// No sequence is left (the stream reached `u64::MAX`).
+    #[error("the stream has no sequence numbers left")]
+    SequencesExhausted,
     /// Sealing failed.
-    #[error("sealing a record: {0}")]
-    Seal(#[from] SealError),
+    #[error("sealing a record: {source}")]
+    Seal {
+        /// What failed.
+        source: SealError,
+        /// Sequences that can never be acknowledged.
+        lost: Option<RangeInclusive<u64>>,
+    },
     /// The random source failed while creating a chunk.
-    #[error(transparent)]
-    Entropy(#[from] EntropyError),
-    /// A filesystem call failed. The first `written_records` records of the batch reached the
-    /// file; the chunk being written is abandoned and the next append starts a new one.
-    #[error("{operation} {}: {source} ({written_records} records written)", path.display())]
-    Io {
-        /// What was being done.
+    #[error("the random source failed while creating a chunk")]
+    Entropy {
+        /// Sequences that can never be acknowledged.
+        lost: Option<RangeInclusive<u64>>,
+    },
+    /// A storage operation failed (`ENOSPC` shows as [`StorageError::NoSpace`]).
+    #[error("{operation} failed: {source}")]
+    Storage {
+        /// What was being done (`create`, `write`, `sync`, `rename`, `sync directory`).
         operation: &'static str,
-        /// On which path.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-        /// How many records of the batch were written before the failure.
-        written_records: usize,
+        /// The storage error.
+        source: StorageError,
+        /// Sequences that can never be acknowledged.
+        lost: Option<RangeInclusive<u64>>,
     },
 }
 
-/// What an append did.
+impl AppendError {
+    /// The sequences this failure made impossible to acknowledge.
+    pub fn lost(&self) -> Option<&RangeInclusive<u64>> {
+        match self {
+            Self::InvalidDraft { .. } | Self::SequencesExhausted => None,
+            Self::TooLarge { lost, .. }
+            | Self::Seal { lost, .. }
+            | Self::Entropy { lost }
+            | Self::Storage { lost, .. } => lost.as_ref(),
+        }
+    }
+
+    /// The health category this failure shows in status: `storage_unavailable` for anything
+    /// the disk or the random source did (the writer stays usable and the next batch starts a
+    /// new chunk once the fault clears), `writer_stopped` when no sequence is left, none for a
+    /// refused draft (a caller's bug, not the store's state).
+    pub fn health_category(&self) -> Option<HealthCategory> {
+        match self {
+            Self::InvalidDraft { .. } | Self::TooLarge { .. } => None,
+            Self::SequencesExhausted => Some(HealthCategory::WriterStopped),
+            Self::Seal { .. } | Self::Entropy { .. } | Self::Storage { .. } => {
+                Some(HealthCategory::StorageUnavailable)
+            }
+        }
+    }
+
+    /// Whether the disk is full (capture should count drops until space returns).
+    pub fn is_no_space(&self) -> bool {
+        matches!(
+            self,
+            Self::Storage {
+                source: StorageError::NoSpace,
+                ..
+            }
+        )
+    }
+
+    fn with_lost(mut self, range: Option<RangeInclusive<u64>>) -> Self {
+        match &mut self {
+            Self::TooLarge { lost, .. }
+            | Self::Seal { lost, .. }
+            | Self::Entropy { lost }
+            | Self::Storage { lost, .. } => *lost = range,
+            Self::InvalidDraft { .. } | Self::SequencesExhausted => {}
+        }
+        self
+    }
+}
+
+fn storage_error(operation: &'static str) -> impl FnOnce(StorageError) -> AppendError {
+    move |source| AppendError::Storage {
+        operation,
+        source,
+        lost: None,
+    }
+}
+
+/// Where one record was written: what the derived index and the seals need, and what
+/// [`ChunkHandle::read_at`](super::ChunkHandle::read_at) takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RecordLocation {
+    /// The chunk holding it.
+    pub chunk_id: ChunkId,
+    /// Its position in the chunk (its IV counter).
+    pub position: u64,
+    /// Byte offset of the record item in the chunk file.
+    pub offset: u64,
+    /// Length of the record item in bytes.
+    pub len: u64,
+    /// Its sequence.
+    pub sequence: u64,
+}
+
+/// A chunk the writer closed: complete and synced; the seal of a later issue is written from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedChunk {
+    /// The chunk.
+    pub chunk_id: ChunkId,
+    /// Its stream.
+    pub stream_id: OpaqueId,
+    /// How many records it holds.
+    pub records: u64,
+    /// Its file length in bytes.
+    pub len_bytes: u64,
+    /// Sequence of its first record.
+    pub first_sequence: u64,
+    /// Sequence of its last record.
+    pub last_sequence: u64,
+    /// Event time of its first record (since the epoch).
+    pub first_time: Duration,
+    /// Event time of its last record (since the epoch).
+    pub last_time: Duration,
+}
+
+/// What an append did. The records are written, not yet durable: [`StoreWriter::sync`] makes
+/// them so (group commit).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AppendReceipt {
-    /// Records written.
-    pub records: usize,
-    /// Chunk files created by this append (rotation).
-    pub chunks_created: usize,
-    /// The last sequence now in the store.
-    pub last_sequence: Option<u64>,
+    /// Where each record of the batch went, in batch order.
+    pub records: Vec<RecordLocation>,
+    /// Chunks closed (rotated away from, synced) during this append.
+    pub closed: Vec<ClosedChunk>,
+    /// Chunks created during this append.
+    pub created: Vec<ChunkId>,
 }
 
 /// The chunk the writer is appending to.
 struct OpenChunk {
-    /// The file, opened for appending; this writer generation created it.
-    file: File,
-    /// Its path, for errors.
-    path: PathBuf,
-    /// Encrypts the next records of this chunk; owns the position counter.
+    /// The file, created by this writer generation.
+    file: Box<dyn WriteFile>,
+    /// Its id.
+    chunk_id: ChunkId,
+    /// Encrypts its next records; owns the position counter.
     sealer: RecordSealer,
-    /// Current file length in bytes.
+    /// Its file length in bytes.
     len_bytes: u64,
+    /// Wall-clock time it was created, for rotation by age.
+    created_wall: Duration,
+    /// Monotonic time it was created, for rotation by age.
+    created_monotonic: Duration,
+    /// Sequence and time of its first record.
+    first: Option<(u64, Duration)>,
+    /// Sequence and time of its last record.
+    last: Option<(u64, Duration)>,
+    /// First sequence written to it since its last successful sync.
+    unsynced_first: Option<u64>,
 }
 
-/// The single writer of a store.
-pub struct StoreWriter {
-    /// The store root.
-    root: PathBuf,
-    /// `writer.lock`, holding the exclusive flock until drop.
-    _lock: File,
-    /// Derives the key of each chunk this writer creates (the engine passes its key custody).
-    root_key: Arc<dyn ChunkKeys + Send + Sync>,
+/// One writer generation's identity: its stream and the key its event ids are derived with.
+struct Generation {
+    /// The stream id of this generation's chunks (and the `source` of its records).
+    stream_id: OpaqueId,
+    /// Event ids are `BLAKE3-keyed(this key, u64_be(sequence))[..16]`: unique within the
+    /// stream (sequences never repeat) and unguessable, with no system call per event.
+    id_key: [u8; EVENT_ID_KEY_LEN_BYTES],
+}
+
+/// The single writer of one stream of a store.
+pub struct StoreWriter<S: Stream> {
+    /// The store's storage, opened for writing.
+    storage: Arc<dyn Storage>,
+    /// The stream's keys (never the root key).
+    keys: S::Keys,
     /// Header fields and limits.
     config: WriterConfig,
-    /// Highest sequence in the store (from the existing chunks, then from appends).
-    last_sequence: Option<u64>,
-    /// The chunk being appended to; `None` before the first append of this generation and
-    /// after a write failure (the failed chunk is never appended to again).
+    /// For rotation by age.
+    clock: Arc<dyn Clock>,
+    /// Chunk ids, nonce prefixes, stream ids, event-id keys.
+    entropy: Box<dyn Entropy + Send>,
+    /// The current generation.
+    generation: Generation,
+    /// Set when a chunk of the current generation was abandoned: the next chunk must start a
+    /// new generation first.
+    generation_spent: bool,
+    /// Highest sequence handed out (burned); never decreases.
+    high_water: Option<Sequence>,
+    /// Highest sequence covered by a successful sync of this writer.
+    durable_through: Option<Sequence>,
+    /// The chunk being appended to; `None` before the first append of a generation.
     current: Option<OpenChunk>,
+    /// Scratch: the plaintext of the record being sealed.
+    plaintext: Vec<u8>,
+    /// Scratch: the sealed records of the current chunk not yet written.
+    batch: Vec<u8>,
 }
 
-impl std::fmt::Debug for StoreWriter {
+impl<S: Stream> std::fmt::Debug for StoreWriter<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StoreWriter")
-            .field("root", &self.root)
-            .field("last_sequence", &self.last_sequence)
+            .field("stream", &S::NAME)
+            .field("stream_id", &self.generation.stream_id)
+            .field("high_water", &self.high_water)
+            .field("durable_through", &self.durable_through)
             .finish_non_exhaustive()
     }
 }
 
-fn group_or_other_writable(meta: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    meta.permissions().mode() & 0o022 != 0
+/// The temporary name of chunk `id` of stream `S` in `tmp/`. The stream's name comes first, so
+/// the history and journal writers (which share `tmp/`) each clean up only their own.
+fn temp_file_name<S: Stream>(id: ChunkId) -> FileName {
+    FileName::from_known(format!(
+        "{}.{}{CHUNK_FILE_EXTENSION}{TEMP_FILE_EXTENSION}",
+        S::NAME,
+        id.to_hex()
+    ))
 }
 
-impl StoreWriter {
-    /// Opens the writer of the store at `root`: takes the writer lock (failing fast if another
-    /// writer holds it) and reads the existing chunks to learn the last sequence.
+fn is_temp_file_of<S: Stream>(name: &str) -> bool {
+    name.strip_prefix(S::NAME)
+        .and_then(|n| n.strip_prefix('.'))
+        .and_then(|n| n.strip_suffix(TEMP_FILE_EXTENSION))
+        .and_then(super::parse_chunk_file_name)
+        .is_some()
+}
+
+impl<S: Stream> StoreWriter<S> {
+    /// Opens the writer of stream `S` on `storage` (which must hold the writer lock), with
+    /// chunk ids and nonces from the operating system's random source. Removes this stream's
+    /// abandoned temporary chunks, reads the existing chunks to learn the highest sequence, and
+    /// refuses a probably wrong key.
     pub fn open(
-        root: &Path,
-        root_key: Arc<dyn ChunkKeys + Send + Sync>,
+        storage: Arc<dyn Storage>,
+        keys: S::Keys,
         config: WriterConfig,
+        clock: Arc<dyn Clock>,
     ) -> Result<Self, OpenWriterError> {
-        if config.chunk_size_limit_bytes > CHUNK_SIZE_LIMIT_BYTES
-            || config.max_records_per_chunk > MAX_RECORDS_PER_CHUNK
-            || config.max_records_per_chunk == 0
-        {
-            return Err(OpenWriterError::Config("limits above the profile limits"));
+        Self::open_inner(storage, keys, config, clock, Box::new(OsEntropy))
+    }
+
+    /// [`Self::open`] with an injected random source, for tests and deterministic simulation
+    /// only: a seeded source repeats chunk ids, and with them (key, IV) pairs, across runs.
+    #[cfg(any(test, feature = "simulation"))]
+    pub fn open_with_entropy(
+        storage: Arc<dyn Storage>,
+        keys: S::Keys,
+        config: WriterConfig,
+        clock: Arc<dyn Clock>,
+        entropy: Box<dyn Entropy + Send>,
+    ) -> Result<Self, OpenWriterError> {
+        Self::open_inner(storage, keys, config, clock, entropy)
+    }
+
+    fn open_inner(
+        storage: Arc<dyn Storage>,
+        keys: S::Keys,
+        config: WriterConfig,
+        clock: Arc<dyn Clock>,
+        mut entropy: Box<dyn Entropy + Send>,
+    ) -> Result<Self, OpenWriterError> {
+        if !storage.writable() {
+            return Err(OpenWriterError::ReadOnly);
         }
-        if let Err(e) = ChunkHeader::new(
-            config.key_epoch,
-            &config.key_reference,
-            &config.stream_id,
-            ChunkId([0; CHUNK_ID_LEN_BYTES]),
-            [0; NONCE_PREFIX_LEN_BYTES],
-        ) {
-            return Err(OpenWriterError::Config(match e {
-                HeaderFieldError::ZeroEpoch => "key epoch must be > 0",
-                HeaderFieldError::KeyReferenceLength => "key reference must be 1..=128 bytes",
-                HeaderFieldError::StreamIdLength => "stream id must be 1..=128 bytes",
-                _ => "header fields",
-            }));
+        if config.chunk_size_limit_bytes > CHUNK_SIZE_LIMIT_BYTES {
+            return Err(OpenWriterError::Config(
+                "chunk size limit above the store's limit",
+            ));
         }
-        check_store_root(root)?;
-        let io = open_writer_io;
-        let chunks = root.join(CHUNKS_DIR_NAME);
-        for dir in [root, chunks.as_path()] {
-            let meta = fsutil::lstat(dir).map_err(io("stat", dir))?;
-            if meta.file_type().is_symlink() {
-                return Err(OpenStoreError::Symlink {
-                    path: dir.to_owned(),
-                }
-                .into());
-            }
-            if group_or_other_writable(&meta) {
-                return Err(OpenWriterError::InsecurePermissions {
-                    path: dir.to_owned(),
-                });
-            }
+        if !(1..=MAX_RECORDS_PER_CHUNK).contains(&config.max_records_per_chunk) {
+            return Err(OpenWriterError::Config(
+                "records per chunk must be 1..=2^20",
+            ));
         }
-        let lock_path = root.join(WRITER_LOCK_FILE_NAME);
-        let lock = match fsutil::try_lock_exclusive(&lock_path) {
-            Ok(Some(lock)) => lock,
-            Ok(None) => return Err(OpenWriterError::Locked),
-            Err(e) if fsutil::is_symlink_refusal(&e) => {
-                return Err(OpenStoreError::Symlink { path: lock_path }.into());
-            }
-            Err(e) => return Err(open_writer_io("lock", &lock_path)(e)),
-        };
-        remove_abandoned_temp_chunks(&chunks)?;
-        let report = StoreReader::open(root)?.read(root_key.as_ref())?;
+        if config.chunk_max_age > Duration::from_secs(CHUNK_MAX_AGE_SECS) {
+            return Err(OpenWriterError::Config(
+                "chunk age above CHUNK_MAX_AGE_SECS",
+            ));
+        }
+        remove_abandoned_temp_chunks::<S>(storage.as_ref())?;
+        let report = StoreReader::<S>::new(Arc::clone(&storage)).read(&keys)?;
         if report.probable_wrong_key {
             return Err(OpenWriterError::ProbableWrongKey);
         }
+        let on_disk = report.last_authenticated_sequence().and_then(Sequence::new);
+        let high_water = on_disk.max(config.sequence_floor);
+        let generation = new_generation(entropy.as_mut())?;
         Ok(Self {
-            root: root.to_owned(),
-            _lock: lock,
-            root_key,
+            storage,
+            keys,
             config,
-            last_sequence: report.last_sequence(),
+            clock,
+            entropy,
+            generation,
+            generation_spent: false,
+            high_water,
+            durable_through: None,
             current: None,
+            plaintext: Vec::with_capacity(1024),
+            batch: Vec::new(),
         })
     }
 
-    /// The highest sequence in the store.
-    pub fn last_sequence(&self) -> Option<u64> {
-        self.last_sequence
+    /// The highest sequence handed out so far (the mark the journal persists).
+    pub fn high_water(&self) -> Option<Sequence> {
+        self.high_water
     }
 
-    /// Appends a batch of plaintexts (compact CloudEvents JSON, `data.sequence` strictly
-    /// increasing after [`Self::last_sequence`]). The whole batch is validated before anything is
-    /// written; then each chunk touched gets exactly one `write`. Creates a chunk on the first
-    /// append of this generation and rotates at the size and record limits. Not synced: call
-    /// [`Self::sync`] to make it durable (group commit).
-    pub fn append(
-        &mut self,
-        plaintexts: &[&[u8]],
-        entropy: &mut dyn Entropy,
-    ) -> Result<AppendReceipt, AppendError> {
-        let mut after = self.last_sequence;
-        let mut sequences = Vec::with_capacity(plaintexts.len());
-        for (index, plaintext) in plaintexts.iter().enumerate() {
-            if plaintext.len() > MAX_PLAINTEXT_LEN_BYTES {
-                return Err(AppendError::TooLarge {
-                    index,
-                    len_bytes: plaintext.len(),
-                });
-            }
-            let event = validate_plaintext(plaintext)
-                .map_err(|fault| AppendError::InvalidEvent { index, fault })?;
-            if let Some(last) = after
-                && event.data.sequence.get() <= last
-            {
-                return Err(AppendError::SequenceNotIncreasing {
-                    index,
-                    sequence: event.data.sequence.get(),
-                    after: last,
-                });
-            }
-            after = Some(event.data.sequence.get());
-            sequences.push(event.data.sequence.get());
+    /// The highest sequence made durable by this writer. Every record this writer wrote with a
+    /// sequence at or below it is durable, except those an error reported `lost`.
+    pub fn durable_through(&self) -> Option<Sequence> {
+        self.durable_through
+    }
+
+    /// The stream id of the current generation.
+    pub fn stream_id(&self) -> &OpaqueId {
+        &self.generation.stream_id
+    }
+
+    /// Appends a batch. Checks every draft against the write rules first (nothing is written or
+    /// burned if one fails); then assigns the next sequences (burned from here on, whatever
+    /// happens), serializes each event once, seals it into one buffer per chunk and writes
+    /// that buffer with one write. Rotates at the size, count and age limits. Not synced.
+    pub fn append(&mut self, drafts: Vec<S::Draft>) -> Result<AppendReceipt, AppendError> {
+        for (index, draft) in drafts.iter().enumerate() {
+            S::check_write_rules(draft)
+                .map_err(|violation| AppendError::InvalidDraft { index, violation })?;
         }
-        match self.write_batch(plaintexts, entropy) {
-            Ok((written, chunks_created)) => {
-                assert_eq!(
-                    written,
-                    plaintexts.len(),
-                    "a successful append writes every record"
-                );
-                self.last_sequence = after;
-                Ok(AppendReceipt {
-                    records: written,
-                    chunks_created,
-                    last_sequence: self.last_sequence,
+        let Some(count) = NonZeroU64::new(drafts.len() as u64) else {
+            return Ok(AppendReceipt::default());
+        };
+        let first = match self.high_water {
+            None => Some(Sequence::FIRST),
+            Some(mark) => mark.next(),
+        }
+        .ok_or(AppendError::SequencesExhausted)?;
+        let last = first
+            .get()
+            .checked_add(count.get() - 1)
+            .and_then(Sequence::new)
+            .ok_or(AppendError::SequencesExhausted)?;
+        self.high_water = Some(last);
+        let batch = first.get()..=last.get();
+        match self.write_batch(drafts, first.get()) {
+            Ok(receipt) => Ok(receipt),
+            Err(error) => {
+                let unsynced = self.abandon();
+                let lost_first = unsynced.map_or(*batch.start(), |u| u.min(*batch.start()));
+                Err(error.with_lost(Some(lost_first..=*batch.end())))
+            }
+        }
+    }
+
+    /// Makes everything appended durable (`fdatasync` of the current chunk; earlier chunks were
+    /// synced when the writer rotated away from them) and returns the durable mark. A failed
+    /// sync abandons the chunk: it is never retried, and what it covered is reported lost.
+    pub fn sync(&mut self) -> Result<Option<Sequence>, AppendError> {
+        let Some(current) = self.current.as_mut() else {
+            return Ok(self.durable_through);
+        };
+        if current.unsynced_first.is_none() {
+            return Ok(self.durable_through);
+        }
+        match current.file.sync() {
+            Ok(()) => {
+                current.unsynced_first = None;
+                self.durable_through = current
+                    .last
+                    .and_then(|(sequence, _)| Sequence::new(sequence))
+                    .max(self.durable_through);
+                Ok(self.durable_through)
+            }
+            Err(source) => {
+                let last = current.last.map(|(s, _)| s);
+                let unsynced = self.abandon();
+                let lost = unsynced.zip(last).map(|(a, b)| a..=b);
+                Err(AppendError::Storage {
+                    operation: "sync",
+                    source,
+                    lost,
                 })
             }
-            Err(e) => {
-                if let AppendError::Io {
-                    written_records, ..
-                } = &e
-                    && let Some(last) = written_records.checked_sub(1)
-                {
-                    self.last_sequence = sequences.get(last).copied().or(self.last_sequence);
-                }
-                Err(e)
-            }
         }
     }
 
-    /// Seals and writes an already validated batch; returns (records written, chunks created).
+    /// Closes the current chunk if it has reached its age limit (the writer actor calls this on
+    /// its tick, so an idle chunk does not stay open past its age). Returns the closed chunk.
+    pub fn rotate_if_due(&mut self) -> Result<Option<ClosedChunk>, AppendError> {
+        let due = self
+            .current
+            .as_ref()
+            .is_some_and(|c| c.first.is_some() && self.is_aged(c));
+        if !due {
+            return Ok(None);
+        }
+        self.close_current().map_err(|e| {
+            let unsynced = self.abandon();
+            e.with_lost(unsynced.map(|u| u..=self.high_water.map_or(u, Sequence::get)))
+        })
+    }
+
+    /// Drops the current chunk (never to be appended to again) and starts a new generation, so
+    /// the next chunk belongs to a new stream: the abandoned chunk stays the newest of its own
+    /// stream, the one place a torn tail is a crash. Returns the first unsynced sequence it
+    /// held.
+    fn abandon(&mut self) -> Option<u64> {
+        self.batch.clear();
+        let unsynced = self.current.take().and_then(|c| c.unsynced_first);
+        self.generation_spent = true;
+        unsynced
+    }
+
+    fn is_aged(&self, chunk: &OpenChunk) -> bool {
+        let max = self.config.chunk_max_age;
+        self.clock
+            .now_since_epoch()
+            .saturating_sub(chunk.created_wall)
+            >= max
+            || self
+                .clock
+                .monotonic()
+                .saturating_sub(chunk.created_monotonic)
+                >= max
+    }
+
+    fn event_id(&self, sequence: u64) -> OpaqueId {
+        let hash = blake3::keyed_hash(&self.generation.id_key, &sequence.to_be_bytes());
+        let mut id = [0u8; CHUNK_ID_LEN_BYTES];
+        id.copy_from_slice(&hash.as_bytes()[..CHUNK_ID_LEN_BYTES]);
+        OpaqueId::from_bytes(id)
+    }
+
+    /// Serializes, seals and writes the batch whose first sequence is `first`.
     fn write_batch(
         &mut self,
-        plaintexts: &[&[u8]],
-        entropy: &mut dyn Entropy,
-    ) -> Result<(usize, usize), AppendError> {
-        let mut buffer = Vec::new();
-        let mut written = 0usize;
-        let mut pending = 0usize;
-        let mut chunks_created = 0usize;
-        for plaintext in plaintexts {
-            let bound = plaintext.len() as u64 + RECORD_OVERHEAD_MAX_BYTES;
-            let fits = self.current.as_ref().is_some_and(|c| {
-                c.sealer.next_position() < self.config.max_records_per_chunk
-                    && c.len_bytes + buffer.len() as u64 + bound
-                        <= self.config.chunk_size_limit_bytes
-            });
-            if !fits {
-                self.flush_buffer(&mut buffer, &mut written, &mut pending)?;
-                self.rotate(entropy, written)?;
-                chunks_created += 1;
-            }
-            let Some(current) = self.current.as_mut() else {
-                // `rotate` always leaves a current chunk or returns an error.
-                return Err(AppendError::Seal(SealError::ChunkFull));
-            };
-            let record = current.sealer.seal(plaintext)?;
-            assert!(
-                record.len() as u64 <= bound,
-                "record exceeds its size bound"
-            );
-            buffer.extend_from_slice(&record);
-            pending += 1;
+        drafts: Vec<S::Draft>,
+        first: u64,
+    ) -> Result<AppendReceipt, AppendError> {
+        let mut receipt = AppendReceipt::default();
+        let mut pending: Vec<RecordLocation> = Vec::with_capacity(drafts.len());
+        self.batch.clear();
+        // The chunk first: starting one may start a new generation, and each record's `source`
+        // must name the stream of the chunk it goes into. Rotation below keeps the generation.
+        if self.current.is_none() {
+            receipt.created.push(self.create_chunk()?);
         }
-        self.flush_buffer(&mut buffer, &mut written, &mut pending)?;
-        Ok((written, chunks_created))
+        for (index, draft) in drafts.into_iter().enumerate() {
+            let sequence = first + index as u64;
+            let identity = RecordIdentity {
+                id: self.event_id(sequence),
+                stream_id: self.generation.stream_id.clone(),
+                sequence: Sequence::new(sequence).ok_or(AppendError::SequencesExhausted)?,
+            };
+            let event: EventOf<S> = S::finish(draft, &identity);
+            self.plaintext.clear();
+            S::encode(&event, &mut self.plaintext);
+            if self.plaintext.len() > MAX_PLAINTEXT_LEN_BYTES {
+                return Err(AppendError::TooLarge {
+                    index,
+                    len_bytes: self.plaintext.len(),
+                    lost: None,
+                });
+            }
+            let bound = self.plaintext.len() as u64 + RECORD_OVERHEAD_MAX_BYTES;
+            if !self.fits(bound) {
+                self.flush(&mut pending, &mut receipt)?;
+                if let Some(closed) = self.close_current()? {
+                    receipt.closed.push(closed);
+                }
+                receipt.created.push(self.create_chunk()?);
+            }
+            let current = self.current.as_mut().ok_or(AppendError::Seal {
+                source: SealError::ChunkFull,
+                lost: None,
+            })?;
+            let position = current.sealer.next_position();
+            let range = current
+                .sealer
+                .seal_into(&self.plaintext, &mut self.batch)
+                .map_err(|source| AppendError::Seal { source, lost: None })?;
+            debug_assert!(range.len() as u64 <= bound, "record exceeds its size bound");
+            let time = <S::Schema as RecordSchema>::time_since_epoch(&event);
+            current.first.get_or_insert((sequence, time));
+            current.last = Some((sequence, time));
+            current.unsynced_first.get_or_insert(sequence);
+            pending.push(RecordLocation {
+                chunk_id: current.chunk_id,
+                position,
+                offset: current.len_bytes + range.start as u64,
+                len: range.len() as u64,
+                sequence,
+            });
+        }
+        self.flush(&mut pending, &mut receipt)?;
+        Ok(receipt)
     }
 
-    /// Writes the buffered records of the current chunk with one `write_all`.
-    fn flush_buffer(
+    /// Whether a record of at most `bound` bytes still goes into the current chunk.
+    fn fits(&self, bound: u64) -> bool {
+        let Some(current) = self.current.as_ref() else {
+            return false;
+        };
+        if current.sealer.next_position() == 0 {
+            // A fresh chunk takes at least one record, whatever its size.
+            return true;
+        }
+        current.sealer.next_position() < self.config.max_records_per_chunk
+            && current.len_bytes + self.batch.len() as u64 + bound
+                <= self.config.chunk_size_limit_bytes
+            && !self.is_aged(current)
+    }
+
+    /// Writes the sealed records of the current chunk with one append.
+    fn flush(
         &mut self,
-        buffer: &mut Vec<u8>,
-        written: &mut usize,
-        pending: &mut usize,
+        pending: &mut Vec<RecordLocation>,
+        receipt: &mut AppendReceipt,
     ) -> Result<(), AppendError> {
-        if buffer.is_empty() {
+        if self.batch.is_empty() {
             return Ok(());
         }
         let Some(current) = self.current.as_mut() else {
             return Ok(());
         };
-        if let Err(source) = current.file.write_all(buffer) {
-            let path = current.path.clone();
-            // Never append to a chunk whose length is now unknown.
-            self.current = None;
-            return Err(AppendError::Io {
-                operation: "write",
-                path,
-                source,
-                written_records: *written,
-            });
-        }
-        current.len_bytes += buffer.len() as u64;
-        assert!(
-            current.len_bytes <= CHUNK_SIZE_LIMIT_BYTES,
-            "chunk exceeds CHUNK_SIZE_LIMIT_BYTES"
-        );
-        *written += *pending;
-        *pending = 0;
-        buffer.clear();
+        current
+            .file
+            .append(&self.batch)
+            .map_err(storage_error("write"))?;
+        current.len_bytes += self.batch.len() as u64;
+        self.batch.clear();
+        receipt.records.append(pending);
         Ok(())
     }
 
-    /// Makes every appended record durable (`fdatasync` of the current chunk; earlier chunks
-    /// were synced when the writer rotated away from them).
-    pub fn sync(&mut self) -> Result<(), AppendError> {
-        if let Some(current) = self.current.as_mut()
-            && let Err(source) = current.file.sync_data()
-        {
-            let path = current.path.clone();
-            self.current = None;
-            return Err(AppendError::Io {
-                operation: "sync",
-                path,
-                source,
-                written_records: 0,
-            });
-        }
-        Ok(())
-    }
-
-    /// Closes the current chunk (synced) and creates a new one: random id and nonce prefix,
-    /// header written to a hidden temporary file, synced, renamed into place without replacing
-    /// anything, directory synced.
-    fn rotate(&mut self, entropy: &mut dyn Entropy, written: usize) -> Result<(), AppendError> {
-        let io = |operation, path: &Path| {
-            let path = path.to_owned();
-            move |source| AppendError::Io {
-                operation,
-                path,
-                source,
-                written_records: written,
-            }
+    /// Syncs and closes the current chunk, if any.
+    fn close_current(&mut self) -> Result<Option<ClosedChunk>, AppendError> {
+        let Some(mut chunk) = self.current.take() else {
+            return Ok(None);
         };
-        if let Some(old) = self.current.take() {
-            old.file.sync_data().map_err(io("sync", &old.path))?;
+        if chunk.unsynced_first.is_some() {
+            if let Err(source) = chunk.file.sync() {
+                let lost = chunk.unsynced_first.zip(chunk.last.map(|(s, _)| s));
+                // Put it back so `abandon` sees what it held.
+                self.current = Some(chunk);
+                return Err(AppendError::Storage {
+                    operation: "sync",
+                    source,
+                    lost: lost.map(|(a, b)| a..=b),
+                });
+            }
+            self.durable_through = chunk
+                .last
+                .and_then(|(s, _)| Sequence::new(s))
+                .max(self.durable_through);
+        }
+        Ok(match (chunk.first, chunk.last) {
+            (Some((first_sequence, first_time)), Some((last_sequence, last_time))) => {
+                Some(ClosedChunk {
+                    chunk_id: chunk.chunk_id,
+                    stream_id: self.generation.stream_id.clone(),
+                    records: chunk.sealer.next_position(),
+                    len_bytes: chunk.len_bytes,
+                    first_sequence,
+                    last_sequence,
+                    first_time,
+                    last_time,
+                })
+            }
+            _ => None,
+        })
+    }
+
+    /// Creates a new chunk of the current generation: random id and nonce prefix, the header
+    /// written to `tmp/`, synced, renamed into the stream's directory (never replacing a
+    /// file), that directory synced.
+    fn create_chunk(&mut self) -> Result<ChunkId, AppendError> {
+        if self.generation_spent {
+            self.generation = new_generation(self.entropy.as_mut())
+                .map_err(|EntropyError| AppendError::Entropy { lost: None })?;
+            self.generation_spent = false;
         }
         let mut id = [0u8; CHUNK_ID_LEN_BYTES];
-        entropy.fill(&mut id)?;
         let mut prefix = [0u8; NONCE_PREFIX_LEN_BYTES];
-        entropy.fill(&mut prefix)?;
+        self.entropy
+            .fill(&mut id)
+            .and_then(|()| self.entropy.fill(&mut prefix))
+            .map_err(|EntropyError| AppendError::Entropy { lost: None })?;
         let chunk_id = ChunkId(id);
         let header = ChunkHeader::new(
-            self.config.key_epoch,
-            &self.config.key_reference,
-            &self.config.stream_id,
+            self.config.key_epoch.get(),
+            self.config.key_reference.as_str(),
+            self.generation.stream_id.as_str(),
             chunk_id,
             prefix,
         )
-        .map_err(SealError::from)?;
-        let sealer = RecordSealer::new(self.root_key.as_ref(), &header)?;
-        let dir = self.root.join(CHUNKS_DIR_NAME);
-        let name = format!("{}{CHUNK_FILE_EXTENSION}", chunk_id.to_hex());
-        let tmp_name = format!(".{name}.tmp");
-        let tmp_path = dir.join(&tmp_name);
-        let path = dir.join(&name);
-        let mut file = fsutil::create_new(&tmp_path).map_err(io("create", &tmp_path))?;
-        file.write_all(sealer.header_bytes())
-            .and_then(|()| file.sync_all())
-            .map_err(io("write", &tmp_path))?;
-        let dir_file = fsutil::open_dir(&dir).map_err(io("open", &dir))?;
-        rustix::fs::renameat_with(
-            &dir_file,
-            tmp_name.as_str(),
-            &dir_file,
-            name.as_str(),
-            rustix::fs::RenameFlags::NOREPLACE,
-        )
-        .map_err(|e| io("rename", &path)(e.into()))?;
-        dir_file.sync_all().map_err(io("sync directory", &dir))?;
+        .map_err(|e| AppendError::Seal {
+            source: SealError::from(e),
+            lost: None,
+        })?;
+        let sealer = RecordSealer::new(&self.keys, &header)
+            .map_err(|source| AppendError::Seal { source, lost: None })?;
+        let tmp = temp_file_name::<S>(chunk_id);
+        let mut file = self
+            .storage
+            .create_new(Area::Tmp, &tmp)
+            .map_err(storage_error("create"))?;
+        file.append(sealer.header_bytes())
+            .map_err(storage_error("write"))?;
+        file.sync().map_err(storage_error("sync"))?;
+        self.storage
+            .rename(
+                Area::Tmp,
+                &tmp,
+                S::AREA,
+                &chunk_file_name(chunk_id),
+                Replace::Never,
+            )
+            .map_err(storage_error("rename"))?;
+        self.storage
+            .sync_dir(S::AREA)
+            .map_err(storage_error("sync directory"))?;
         self.current = Some(OpenChunk {
             file,
-            path,
+            chunk_id,
             len_bytes: sealer.header_bytes().len() as u64,
             sealer,
+            created_wall: self.clock.now_since_epoch(),
+            created_monotonic: self.clock.monotonic(),
+            first: None,
+            last: None,
+            unsynced_first: None,
         });
-        Ok(())
+        Ok(chunk_id)
     }
 }
 
-/// The [`OpenWriterError::Io`] of `operation` on `path`.
-fn open_writer_io(
-    operation: &'static str,
-    path: &Path,
-) -> impl FnOnce(std::io::Error) -> OpenWriterError {
-    let path = path.to_owned();
-    move |source| OpenWriterError::Io {
-        operation,
-        path,
-        source,
-    }
+fn new_generation(entropy: &mut dyn Entropy) -> Result<Generation, EntropyError> {
+    let mut stream = [0u8; CHUNK_ID_LEN_BYTES];
+    entropy.fill(&mut stream)?;
+    let mut id_key = [0u8; EVENT_ID_KEY_LEN_BYTES];
+    entropy.fill(&mut id_key)?;
+    Ok(Generation {
+        stream_id: OpaqueId::from_bytes(stream),
+        id_key,
+    })
 }
 
-/// Removes the hidden temporary files of chunk creations that a crashed writer left behind
-/// (`.<chunk id>.cborseq.tmp`). Safe only under the writer lock: no live writer can be creating
-/// one. Such a file was never renamed into place, so no reader ever returned its records. Only
-/// names of exactly that shape are touched.
-fn remove_abandoned_temp_chunks(chunks: &Path) -> Result<(), OpenWriterError> {
-    let io = open_writer_io;
+/// Removes the temporary files of chunk creations of stream `S` that a crashed writer left in
+/// `tmp/` (`<stream>.<chunk id>.cborseq.tmp`). Safe only under the writer lock: no live writer
+/// can be creating one. Such a file was never renamed into place, so no reader ever returned
+/// its records. Only names of exactly that shape are touched.
+fn remove_abandoned_temp_chunks<S: Stream>(storage: &dyn Storage) -> Result<(), OpenWriterError> {
     let mut removed = false;
-    for entry in std::fs::read_dir(chunks).map_err(io("list", chunks))? {
-        let entry = entry.map_err(io("list", chunks))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let is_abandoned_temp = name
-            .strip_prefix('.')
-            .and_then(|n| n.strip_suffix(".tmp"))
-            .and_then(|n| n.strip_suffix(CHUNK_FILE_EXTENSION))
-            .and_then(ChunkId::from_hex)
-            .is_some();
-        if is_abandoned_temp && entry.file_type().map_err(io("stat", chunks))?.is_file() {
-            let path = entry.path();
-            std::fs::remove_file(&path).map_err(io("remove", &path))?;
+    for entry in storage.list(Area::Tmp).map_err(OpenWriterError::Cleanup)? {
+        let Some(name) = entry.file_name() else {
+            continue;
+        };
+        if entry.kind == crate::storage::EntryKind::File && is_temp_file_of::<S>(name.as_str()) {
+            storage
+                .remove(Area::Tmp, &name)
+                .map_err(OpenWriterError::Cleanup)?;
             removed = true;
         }
     }
     if removed {
-        fsutil::fsync_dir(chunks).map_err(io("sync directory", chunks))?;
+        storage
+            .sync_dir(Area::Tmp)
+            .map_err(OpenWriterError::Cleanup)?;
     }
     Ok(())
 }

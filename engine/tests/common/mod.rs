@@ -133,3 +133,97 @@ pub fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
         }
     }
 }
+
+/// The fixture's events as drafts (what capture would hand the writer: no id, source or
+/// sequence).
+pub fn fixture_drafts() -> Vec<annal_schema::EventDraft> {
+    fixture()
+        .records
+        .iter()
+        .map(|r| {
+            annal_schema::Event::from_json_slice(r.plaintext.as_bytes())
+                .unwrap()
+                .to_draft()
+        })
+        .collect()
+}
+
+/// The fixture's history keys.
+pub fn fixture_keys() -> annal_engine::keys::HistoryKeys {
+    annal_engine::keys::HistoryKeys::from_root(fixture_key())
+}
+
+/// A writer configuration with the fixture's key reference and epoch 1.
+pub fn writer_config() -> annal_engine::store::WriterConfig {
+    annal_engine::store::WriterConfig::new(
+        annal_engine::keys::KeyReference::new("fixture.history.v1").unwrap(),
+        std::num::NonZeroU64::MIN,
+    )
+}
+
+/// A fresh store in a temporary namespace directory.
+pub fn new_store() -> (tempfile::TempDir, annal_engine::storage::StoreLayout) {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = annal_engine::storage::StoreLayout::in_namespace_dir(&dir.path().join("ns"));
+    annal_engine::store::create_store(&layout).unwrap();
+    (dir, layout)
+}
+
+/// The store of `layout` opened for writing.
+pub fn open_write(
+    layout: &annal_engine::storage::StoreLayout,
+) -> std::sync::Arc<dyn annal_engine::storage::Storage> {
+    std::sync::Arc::new(
+        annal_engine::store::open_store(layout, annal_engine::storage::Access::Write).unwrap(),
+    )
+}
+
+/// The store of `layout` opened for reading.
+pub fn open_read(
+    layout: &annal_engine::storage::StoreLayout,
+) -> std::sync::Arc<dyn annal_engine::storage::Storage> {
+    std::sync::Arc::new(
+        annal_engine::store::open_store(layout, annal_engine::storage::Access::Read).unwrap(),
+    )
+}
+
+/// A system clock, shared.
+pub fn clock() -> std::sync::Arc<dyn annal_engine::clock::Clock> {
+    std::sync::Arc::new(annal_engine::clock::SystemClock)
+}
+
+/// A history writer on `storage` with a seeded random source.
+pub fn writer(
+    storage: std::sync::Arc<dyn annal_engine::storage::Storage>,
+    seed: u64,
+) -> annal_engine::store::StoreWriter<annal_engine::store::History> {
+    annal_engine::store::StoreWriter::open_with_entropy(
+        storage,
+        fixture_keys(),
+        writer_config(),
+        clock(),
+        Box::new(annal_engine::entropy::SeededEntropy::new(seed)),
+    )
+    .unwrap()
+}
+
+/// Reads the history stream of `layout` with the fixture key.
+pub fn read_report(
+    layout: &annal_engine::storage::StoreLayout,
+) -> annal_engine::store::StoreReport<annal_schema::Event> {
+    annal_engine::store::StoreReader::<annal_engine::store::History>::new(open_read(layout))
+        .read(&fixture_keys())
+        .unwrap()
+}
+
+/// The events of `layout`'s history, in sequence order, asserting the store is clean.
+pub fn read_events(layout: &annal_engine::storage::StoreLayout) -> Vec<annal_schema::Event> {
+    let report = read_report(layout);
+    assert!(!report.has_corruption(), "{report:#?}");
+    report.records().map(|r| r.event.clone()).collect()
+}
+
+/// The fixture draft's content as it must read back: the draft of the stored event.
+pub fn content(events: &[annal_schema::Event]) -> Vec<annal_schema::EventDraft> {
+    events.iter().map(|e| e.to_draft()).collect()
+}

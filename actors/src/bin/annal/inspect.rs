@@ -8,7 +8,7 @@
 //! whose events are the decrypted plaintexts embedded byte for byte.
 //!
 //! Exit codes: 0 when every chunk is complete or torn (a torn tail is a crash, not a fault);
-//! 1 when a chunk is corrupt, chunks conflict, or the key is probably wrong; 2 for bad usage or
+//! 1 when a chunk is corrupt or unreadable, chunks conflict, or the key is probably wrong; 2 for bad usage or
 //! input (unsafe or malformed key file, not a store, unreadable store).
 
 use std::io::{Read, Write};
@@ -19,7 +19,12 @@ use std::process::ExitCode;
 use annal_engine::keys::RootKey;
 use annal_engine::keys::material::KEY_LEN_BYTES;
 use annal_engine::profile::ChunkVerdict;
-use annal_engine::store::{StoreReader, StoreReport};
+use std::sync::Arc;
+
+use annal_engine::keys::HistoryKeys;
+use annal_engine::storage::{Access, StoreLayout};
+use annal_engine::store::{History, StoreReader, StoreReport, open_store};
+use annal_schema::Event;
 use annal_schema::ids::{HexCase, decode_hex_into};
 
 use serde::Serialize;
@@ -78,21 +83,24 @@ pub fn run(args: &InspectArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let reader = match StoreReader::open(&args.store) {
-        Ok(reader) => reader,
+    // Read-only, as the store is: no sidecar is needed, no lock is taken, nothing is created.
+    let storage = match open_store(&StoreLayout::contract_store_only(&args.store), Access::Read) {
+        Ok(storage) => storage,
         Err(e) => {
             eprintln!("annal inspect: {e}");
             return ExitCode::from(2);
         }
     };
-    let report = match reader.read(&key) {
+    let reader = StoreReader::<History>::new(Arc::new(storage));
+    let keys = HistoryKeys::from_root(key);
+    let report = match reader.read(&keys) {
         Ok(report) => report,
         Err(e) => {
             eprintln!("annal inspect: {e}");
             return ExitCode::from(2);
         }
     };
-    drop(key);
+    drop(keys);
     let printed = if args.json {
         print_json(&report)
     } else {
@@ -113,7 +121,7 @@ pub fn run(args: &InspectArgs) -> ExitCode {
             "annal inspect: every chunk fails authentication at record 0: probably the wrong key"
         );
     }
-    if report.has_corruption() || report.probable_wrong_key {
+    if report.has_corruption() || report.has_unreadable() || report.probable_wrong_key {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
@@ -124,7 +132,7 @@ pub fn run(args: &InspectArgs) -> ExitCode {
 /// group or others read or write it.
 fn load_key(path: &Path) -> Result<RootKey, String> {
     // Read-only and O_NOFOLLOW: a symlink planted in place of the key file is refused.
-    let file = annal_engine::store::fsutil::open_read(path)
+    let file = annal_engine::storage::fs::open_regular_file_no_follow(path)
         .map_err(|e| format!("cannot open key file: {e}"))?;
     let meta = file
         .metadata()
@@ -164,11 +172,20 @@ fn load_key(path: &Path) -> Result<RootKey, String> {
 fn detail(verdict: &ChunkVerdict) -> Option<&'static str> {
     match verdict {
         ChunkVerdict::Corrupt { reason, .. } => Some(reason.as_str()),
+        ChunkVerdict::Unreadable { reason } => Some(reason.as_str()),
         _ => None,
     }
 }
 
-fn print_json(report: &StoreReport) -> Result<(), String> {
+/// The first and last sequence of a chunk's valid records.
+fn sequence_range(chunk: &annal_engine::store::ChunkReport<Event>) -> (Option<u64>, Option<u64>) {
+    (
+        chunk.first_record().map(|r| r.sequence()),
+        chunk.last_record().map(|r| r.sequence()),
+    )
+}
+
+fn print_json(report: &StoreReport<Event>) -> Result<(), String> {
     let chunks = report
         .chunks
         .iter()
@@ -176,8 +193,8 @@ fn print_json(report: &StoreReport) -> Result<(), String> {
             file: &c.file_name,
             verdict: c.verdict.name(),
             records: c.verdict.records().len(),
-            first_sequence: c.first_sequence(),
-            last_sequence: c.last_sequence(),
+            first_sequence: sequence_range(c).0,
+            last_sequence: sequence_range(c).1,
             detail: detail(&c.verdict),
         })
         .collect();
@@ -195,11 +212,11 @@ fn print_json(report: &StoreReport) -> Result<(), String> {
     writeln!(stdout).map_err(|e| e.to_string())
 }
 
-fn print_text(report: &StoreReport) -> Result<(), String> {
+fn print_text(report: &StoreReport<Event>) -> Result<(), String> {
     let mut stdout = std::io::stdout().lock();
     let mut out = |line: String| writeln!(stdout, "{line}").map_err(|e| e.to_string());
     for chunk in &report.chunks {
-        let range = match (chunk.first_sequence(), chunk.last_sequence()) {
+        let range = match sequence_range(chunk) {
             (Some(first), Some(last)) => format!(" sequences {first}..={last}"),
             _ => String::new(),
         };
@@ -216,6 +233,7 @@ fn print_text(report: &StoreReport) -> Result<(), String> {
                 Some(index) => format!(" ({reason} at record {index}, byte {offset})"),
                 None => format!(" ({reason} in the header)"),
             },
+            ChunkVerdict::Unreadable { reason } => format!(" ({})", reason.as_str()),
         };
         out(format!(
             "chunk {} {} records {}{range}{extra}",

@@ -1,0 +1,256 @@
+//! Write and sync failures through `FaultyStorage`: a failed write or sync leaves the batch
+//! unacknowledged and abandons the chunk (never appended to again, never a retried fsync taken
+//! for success), shows `storage_unavailable`, and the next batch starts a new chunk of a new
+//! stream once the fault clears; ENOSPC is reported as such and is never a loop; a crash keeps
+//! every acknowledged record.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use annal_engine::profile::ChunkVerdict;
+use annal_engine::storage::{Access, FaultKind, FaultOp, FaultyStorage, StoreLayout};
+use annal_engine::store::{AppendError, History, StoreWriter, open_store};
+use annal_schema::HealthCategory;
+use common::*;
+
+fn faulty(layout: &StoreLayout) -> FaultyStorage {
+    FaultyStorage::new(open_store(layout, Access::Write).unwrap())
+}
+
+fn writer_on(storage: &FaultyStorage) -> StoreWriter<History> {
+    StoreWriter::<History>::open(
+        Arc::new(storage.clone()),
+        fixture_keys(),
+        writer_config(),
+        clock(),
+    )
+    .unwrap()
+}
+
+fn sequences(events: &[annal_schema::Event]) -> Vec<u64> {
+    events.iter().map(|e| e.data.sequence.get()).collect()
+}
+
+#[test]
+fn a_failed_write_abandons_the_chunk_and_the_next_batch_starts_a_new_one() {
+    let (_dir, layout) = new_store();
+    let storage = faulty(&layout);
+    let drafts = fixture_drafts();
+    let mut w = writer_on(&storage);
+    w.append(drafts[..4].to_vec()).unwrap();
+    assert_eq!(w.sync().unwrap().map(|s| s.get()), Some(4));
+    let first_stream = w.stream_id().clone();
+
+    storage.fail_nth(FaultOp::Write, 1, FaultKind::Eio);
+    let error = w.append(drafts[4..8].to_vec()).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            AppendError::Storage {
+                operation: "write",
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert_eq!(error.lost(), Some(&(5..=8)));
+    assert_eq!(
+        error.health_category(),
+        Some(HealthCategory::StorageUnavailable)
+    );
+    assert!(!error.is_no_space());
+    // Nothing of the failed batch is durable, and the mark did not move.
+    assert_eq!(w.sync().unwrap().map(|s| s.get()), Some(4));
+
+    // The fault is gone: the next batch goes into a new chunk of a new stream, with new
+    // sequences (the failed batch's are burned).
+    let receipt = w.append(drafts[8..10].to_vec()).unwrap();
+    assert_eq!(receipt.created.len(), 1);
+    assert_ne!(w.stream_id(), &first_stream);
+    let new_sequences: Vec<u64> = receipt.records.iter().map(|r| r.sequence).collect();
+    assert_eq!(new_sequences, [9, 10]);
+    assert_eq!(w.sync().unwrap().map(|s| s.get()), Some(10));
+    drop(w);
+    let events = read_events(&layout);
+    assert_eq!(sequences(&events), [1, 2, 3, 4, 9, 10]);
+    let report = read_report(&layout);
+    assert_eq!(report.chunks.len(), 2);
+}
+
+#[test]
+fn a_short_write_leaves_a_torn_tail_in_the_abandoned_chunk_only() {
+    let (_dir, layout) = new_store();
+    let storage = faulty(&layout);
+    let drafts = fixture_drafts();
+    let mut w = writer_on(&storage);
+    w.append(drafts[..3].to_vec()).unwrap();
+    w.sync().unwrap();
+    // Half a record reaches the file, then the device fails.
+    storage.short_write_nth(1, 300, FaultKind::Eio);
+    let error = w.append(drafts[3..5].to_vec()).unwrap_err();
+    assert_eq!(error.lost(), Some(&(4..=5)));
+    w.append(drafts[5..7].to_vec()).unwrap();
+    w.sync().unwrap();
+    drop(w);
+    let report = read_report(&layout);
+    assert!(!report.has_corruption(), "{report:#?}");
+    let verdicts: Vec<_> = report.chunks.iter().map(|c| c.verdict.name()).collect();
+    assert_eq!(verdicts, ["torn_tail", "complete"]);
+    assert_eq!(
+        sequences(
+            &report
+                .records()
+                .map(|r| r.event.clone())
+                .collect::<Vec<_>>()
+        ),
+        [1, 2, 3, 6, 7]
+    );
+    // The abandoned chunk was never appended to after the failure.
+    let ChunkVerdict::TornTail { valid_len, .. } = report.chunks[0].verdict else {
+        unreachable!()
+    };
+    assert_eq!(report.chunks[0].len_bytes, valid_len + 300);
+}
+
+#[test]
+fn a_failed_sync_is_never_retried_into_success() {
+    let (_dir, layout) = new_store();
+    let storage = faulty(&layout);
+    let drafts = fixture_drafts();
+    let mut w = writer_on(&storage);
+    w.append(drafts[..2].to_vec()).unwrap();
+    w.sync().unwrap();
+    w.append(drafts[2..5].to_vec()).unwrap();
+    storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
+    let error = w.sync().unwrap_err();
+    assert!(
+        matches!(
+            error,
+            AppendError::Storage {
+                operation: "sync",
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert_eq!(error.lost(), Some(&(3..=5)));
+    // Asking again does not turn the lost records durable.
+    assert_eq!(w.sync().unwrap().map(|s| s.get()), Some(2));
+    assert_eq!(w.durable_through().map(|s| s.get()), Some(2));
+    let receipt = w.append(drafts[5..6].to_vec()).unwrap();
+    assert_eq!(
+        receipt.created.len(),
+        1,
+        "the next batch starts a new chunk"
+    );
+    assert_eq!(receipt.records[0].sequence, 6);
+    assert_eq!(w.sync().unwrap().map(|s| s.get()), Some(6));
+    drop(w);
+    // The page-cache-dropped model: what the failed sync covered is gone.
+    assert_eq!(sequences(&read_events(&layout)), [1, 2, 6]);
+}
+
+#[test]
+fn enospc_is_reported_as_such_until_space_returns_and_never_loops() {
+    let (_dir, layout) = new_store();
+    let storage = faulty(&layout);
+    let drafts = fixture_drafts();
+    let mut w = writer_on(&storage);
+    w.append(drafts[..2].to_vec()).unwrap();
+    w.sync().unwrap();
+    // The disk fills up and stays full.
+    storage.fail_from_nth(FaultOp::Write, 1, FaultKind::NoSpace);
+    for batch in [2..4, 4..6, 6..8] {
+        let error = w.append(drafts[batch].to_vec()).unwrap_err();
+        assert!(error.is_no_space(), "{error}");
+        assert_eq!(
+            error.health_category(),
+            Some(HealthCategory::StorageUnavailable)
+        );
+    }
+    // Each refused batch cost a bounded number of operations: no retry loop.
+    assert!(
+        storage.count(FaultOp::Write) <= 6,
+        "{}",
+        storage.count(FaultOp::Write)
+    );
+    storage.clear_faults();
+    let receipt = w.append(drafts[8..10].to_vec()).unwrap();
+    assert_eq!(receipt.records[0].sequence, 9);
+    w.sync().unwrap();
+    drop(w);
+    assert_eq!(sequences(&read_events(&layout)), [1, 2, 9, 10]);
+}
+
+#[test]
+fn a_failed_chunk_creation_writes_nothing_into_the_contract_store() {
+    let (_dir, layout) = new_store();
+    let storage = faulty(&layout);
+    let mut w = writer_on(&storage);
+    for op in [
+        FaultOp::Create,
+        FaultOp::Sync,
+        FaultOp::Rename,
+        FaultOp::SyncDir,
+    ] {
+        storage.fail_nth(op, 1, FaultKind::Eio);
+        let error = w.append(fixture_drafts()[..1].to_vec()).unwrap_err();
+        assert_eq!(
+            error.health_category(),
+            Some(HealthCategory::StorageUnavailable),
+            "{op:?}"
+        );
+    }
+    let receipt = w.append(fixture_drafts()[..1].to_vec()).unwrap();
+    w.sync().unwrap();
+    drop(w);
+    // Four failed creations burned four sequences; only complete chunks ever reached chunks/.
+    assert_eq!(receipt.records[0].sequence, 5);
+    let report = read_report(&layout);
+    assert!(!report.has_corruption(), "{report:#?}");
+    assert_eq!(sequences(&read_events(&layout)), [5]);
+}
+
+#[test]
+fn after_a_crash_every_acknowledged_record_reads_back() {
+    for keep_fraction in [0u64, 1, 2, 3, 4] {
+        let (_dir, layout) = new_store();
+        let storage = faulty(&layout);
+        let drafts = fixture_drafts();
+        let mut w = writer_on(&storage);
+        w.append(drafts[..6].to_vec()).unwrap();
+        let durable = w.sync().unwrap().map(|s| s.get());
+        assert_eq!(durable, Some(6));
+        w.append(drafts[6..12].to_vec()).unwrap();
+        storage
+            .crash(&mut |unsynced| unsynced * keep_fraction / 4)
+            .unwrap();
+        // The process is gone: its writer and its lock with it.
+        drop(w);
+        drop(storage);
+        let report = read_report(&layout);
+        assert!(
+            !report.has_corruption(),
+            "keep {keep_fraction}/4: {report:#?}"
+        );
+        let read = sequences(
+            &report
+                .records()
+                .map(|r| r.event.clone())
+                .collect::<Vec<_>>(),
+        );
+        // Every acknowledged record, then a prefix of the unacknowledged ones.
+        assert_eq!(&read[..6], [1, 2, 3, 4, 5, 6]);
+        assert!(read.len() <= 12);
+        assert!(read.windows(2).all(|p| p[1] == p[0] + 1));
+        let mut w = writer(open_write(&layout), 77);
+        assert_eq!(w.high_water().map(|s| s.get()), read.last().copied());
+        let receipt = w.append(drafts[12..].to_vec()).unwrap();
+        assert_eq!(receipt.records[0].sequence, *read.last().unwrap() + 1);
+        w.sync().unwrap();
+        drop(w);
+        assert!(!read_report(&layout).has_corruption());
+    }
+}
