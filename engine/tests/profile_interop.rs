@@ -158,3 +158,133 @@ fn fixture_ivs_match_records_json() {
         assert_eq!(hex(&iv), record.iv_hex);
     }
 }
+
+/// The fixture's plaintexts with values the reference writes for real applications but annal
+/// never writes itself: a process-name bundle id with a space (Linux), a Windows executable
+/// name, a capability outside annal's charset, a non-`Z` offset, an integer written as a float.
+fn reference_shaped_plaintexts() -> Vec<String> {
+    let fx = fixture();
+    let mut plaintexts: Vec<String> = fx.records.iter().map(|r| r.plaintext.clone()).collect();
+    let edits: [(usize, &str, &str); 5] = [
+        (
+            2,
+            "\"bundle_id\":\"com.example.TextEditor\"",
+            "\"bundle_id\":\"Web Content\"",
+        ),
+        (
+            4,
+            "\"bundle_id\":\"org.example.terminal\"",
+            "\"bundle_id\":\"Code - Insiders.exe\"",
+        ),
+        (
+            6,
+            "\"capability\":\"browser.input.click\"",
+            "\"capability\":\"Browser Input.Click\"",
+        ),
+        (
+            7,
+            "\"time\":\"2026-11-30T22:14:04.270813878Z\"",
+            "\"time\":\"2026-12-01T00:14:04.270813878+02:00\"",
+        ),
+        (8, "\"sequence\":9,", "\"sequence\":9.0,"),
+    ];
+    for (index, from, to) in edits {
+        assert!(
+            plaintexts[index].contains(from),
+            "record {index} lacks {from}"
+        );
+        plaintexts[index] = plaintexts[index].replace(from, to);
+    }
+    plaintexts
+}
+
+#[test]
+fn reference_shaped_values_read_as_the_reference_writes_them() {
+    let fx = fixture();
+    let plaintexts = reference_shaped_plaintexts();
+    let mut sealer = RecordSealer::new(&fixture_keys(), &fx.header()).unwrap();
+    let mut chunk = sealer.header_bytes().to_vec();
+    for plaintext in &plaintexts {
+        chunk.extend(sealer.seal(plaintext.as_bytes()).unwrap());
+    }
+    let reading = read_chunk(
+        &chunk,
+        &fixture_keys(),
+        Some(fx.chunk_id),
+        TailRule::MustBeClean,
+    );
+    let ChunkVerdict::Complete { records } = &reading.verdict else {
+        panic!(
+            "one reference-shaped record refused the chunk: {:?}",
+            reading.verdict
+        );
+    };
+    assert_eq!(records.len(), 16);
+    for (record, plaintext) in records.iter().zip(&plaintexts) {
+        assert_eq!(
+            record.plaintext,
+            plaintext.as_bytes(),
+            "returned byte for byte"
+        );
+    }
+    let app = |i: usize| {
+        records[i]
+            .event
+            .data
+            .application
+            .as_ref()
+            .and_then(|a| a.bundle_id())
+            .map(|b| b.as_str().to_owned())
+    };
+    assert_eq!(app(2).as_deref(), Some("Web Content"));
+    assert_eq!(app(4).as_deref(), Some("Code - Insiders.exe"));
+    assert_eq!(records[8].sequence(), 9);
+    // The offset is honoured: the same instant as the fixture's `Z` time.
+    let original =
+        annal_schema::Event::from_json_slice(fx.records[7].plaintext.as_bytes()).unwrap();
+    assert_eq!(
+        records[7].event.time.since_epoch(),
+        original.time.since_epoch()
+    );
+    // What annal reads it does not necessarily write: the write rules refuse these values.
+    for i in [2, 4, 6, 7] {
+        assert!(records[i].event.check_write_rules().is_err(), "record {i}");
+    }
+    assert!(records[0].event.check_write_rules().is_ok());
+}
+
+#[test]
+fn values_the_reference_never_accepts_are_still_refused() {
+    let fx = fixture();
+    for (from, to) in [
+        (
+            "\"bundle_id\":\"com.example.TextEditor\"",
+            "\"bundle_id\":\" padded\"",
+        ),
+        (
+            "\"bundle_id\":\"com.example.TextEditor\"",
+            "\"bundle_id\":\"two\\nlines\"",
+        ),
+        ("\"sequence\":3,", "\"sequence\":3.5,"),
+    ] {
+        let bad = fx.records[2].plaintext.replace(from, to);
+        let mut sealer = RecordSealer::new(&fixture_keys(), &fx.header()).unwrap();
+        let mut chunk = sealer.header_bytes().to_vec();
+        chunk.extend(sealer.seal(bad.as_bytes()).unwrap());
+        assert_eq!(
+            read_chunk(
+                &chunk,
+                &fixture_keys(),
+                Some(fx.chunk_id),
+                TailRule::MayBeTorn
+            )
+            .verdict,
+            ChunkVerdict::Corrupt {
+                record_index: Some(0),
+                offset: 97,
+                reason: annal_engine::profile::CorruptReason::InvalidEvent
+            },
+            "{to}"
+        );
+    }
+}
