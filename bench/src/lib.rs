@@ -2,17 +2,28 @@
 //!
 //! # Layout
 //!
-//! - `benches/profile.rs`: encode+encrypt and decode+decrypt+validate of one ~700-byte event.
-//! - `examples/profile_counts.rs`: drives the profile codec N times for callgrind counts.
-//! - `src/lib.rs`: shared helpers: the bench event and chunk header, and printing
-//!   `FIGURE <name> <value> <unit>` lines after criterion's own output.
+//! - `benches/profile.rs`: encode+encrypt and decode+decrypt+validate of one ~700-byte event;
+//!   the whole append of a batch through `StoreWriter::append` (with and without its sync); a
+//!   record read by offset through `ChunkHandle::read_at`.
+//! - `examples/profile_counts.rs`: drives the profile codec, the writer or the reader N times
+//!   for callgrind counts.
+//! - `src/lib.rs`: shared helpers: the bench event and chunk header, a fresh store with a
+//!   history writer on it, and printing `FIGURE <name> <value> <unit>` lines after criterion's
+//!   own output.
 //!
-//! Later benches cover capture, append throughput, queries and store open (ARCHITECTURE.md
-//! section 11).
+//! Later benches cover capture, queries and store open (ARCHITECTURE.md section 11).
 #![forbid(unsafe_code)]
 
-use annal_engine::keys::{HistoryKeys, RootKey};
+use std::num::NonZeroU64;
+use std::path::Path;
+use std::sync::Arc;
+
+use annal_engine::clock::{Clock, SystemClock};
+use annal_engine::keys::{HistoryKeys, KeyReference, RootKey};
 use annal_engine::profile::{ChunkHeader, ChunkId};
+use annal_engine::storage::{Access, Storage, StoreLayout};
+use annal_engine::store::{History, StoreWriter, WriterConfig, create_store, open_store};
+use annal_schema::{Event, EventDraft};
 
 /// A 664-byte `action_started` event from the reference fixture (`records.json`, record 10):
 /// the ~650-byte event the profile budgets are stated for.
@@ -22,6 +33,13 @@ pub const EVENT_JSON: &str = r#"{"specversion":"1.0","id":"43b3ae612880fe657c86f
 pub const EVENT_JSON_LEN_BYTES: usize = 664;
 
 const _: () = assert!(EVENT_JSON.len() == EVENT_JSON_LEN_BYTES);
+
+/// Events per batch the append benches hand the writer (one writer dequeue; one sync in the
+/// synced figure).
+pub const APPEND_BATCH_EVENTS: usize = 1_000;
+
+/// The key reference written into the headers of the bench writer's chunks.
+pub const BENCH_KEY_REFERENCE: &str = "bench.history.v1";
 
 /// The history keys of the benches, from a fixed root key (never a real key).
 pub fn bench_keys() -> HistoryKeys {
@@ -41,6 +59,39 @@ pub fn bench_header() -> ChunkHeader {
         [1, 2, 3, 4],
     )
     .unwrap_or_else(|e| panic!("bench header: {e}"))
+}
+
+/// `count` drafts of [`EVENT_JSON`] (what capture hands the writer: no id, source or sequence).
+///
+/// # Panics
+/// Never: [`EVENT_JSON`] is a valid v0 event (a failure is a bug in this crate).
+pub fn bench_drafts(count: usize) -> Vec<EventDraft> {
+    let draft = Event::from_json_slice(EVENT_JSON.as_bytes())
+        .unwrap_or_else(|e| panic!("bench event: {e}"))
+        .to_draft();
+    vec![draft; count]
+}
+
+/// A store the benches write to, opened for writing, with its history writer.
+pub struct BenchWriter {
+    /// The store, opened for writing (it holds the writer lock); readers may share it.
+    pub storage: Arc<dyn Storage>,
+    /// The history writer, with the OS random source and the system clock.
+    pub writer: StoreWriter<History>,
+}
+
+/// Creates a fresh store in `namespace_dir` (missing or empty), opens it for writing and opens
+/// a history writer on it with [`bench_keys`] and the default limits (4 MiB chunks).
+pub fn create_bench_writer(
+    namespace_dir: &Path,
+) -> Result<BenchWriter, Box<dyn std::error::Error + Send + Sync>> {
+    let layout = StoreLayout::in_namespace_dir(namespace_dir);
+    create_store(&layout)?;
+    let storage: Arc<dyn Storage> = Arc::new(open_store(&layout, Access::Write)?);
+    let config = WriterConfig::new(KeyReference::new(BENCH_KEY_REFERENCE)?, NonZeroU64::MIN);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let writer = StoreWriter::<History>::open(Arc::clone(&storage), bench_keys(), config, clock)?;
+    Ok(BenchWriter { storage, writer })
 }
 
 /// The `FIGURE <name> <value> <unit>` line for one figure.
