@@ -330,6 +330,13 @@ fn rotation_at_the_size_count_and_age_limits() {
     assert_eq!((closed.first_sequence, closed.last_sequence), (1, 2));
     let receipt = w.append(drafts[2..3].to_vec()).unwrap();
     assert_eq!(receipt.created.len(), 1);
+    // An aged chunk rotates once, at the start of the next batch, not once per record.
+    manual.advance(std::time::Duration::from_secs(
+        annal_engine::store::write::CHUNK_MAX_AGE_SECS,
+    ));
+    let receipt = w.append(drafts[3..9].to_vec()).unwrap();
+    assert_eq!(receipt.created.len(), 1, "{receipt:?}");
+    assert_eq!(receipt.closed.len(), 1);
 }
 
 #[test]

@@ -200,3 +200,25 @@ fn records_read_back_by_location_and_bad_locations_are_refused() {
         Err(ReadAtError::OutOfBounds)
     ));
 }
+
+#[test]
+fn a_chunk_handle_reads_records_appended_after_it_was_opened() {
+    let (_dir, layout) = new_store();
+    let mut w = writer(open_write(&layout), 31);
+    let drafts = fixture_drafts();
+    let first = w.append(drafts[..2].to_vec()).unwrap();
+    w.sync().unwrap();
+    let reader = StoreReader::<History>::new(open_read(&layout));
+    let handle = reader
+        .open_chunk(&fixture_keys(), first.records[0].chunk_id)
+        .unwrap();
+    let later = w.append(drafts[2..4].to_vec()).unwrap();
+    w.sync().unwrap();
+    assert_eq!(later.records[0].chunk_id, first.records[0].chunk_id);
+    for location in later.records.iter().chain(&first.records) {
+        assert_eq!(
+            handle.read_at(location).unwrap().sequence(),
+            location.sequence
+        );
+    }
+}

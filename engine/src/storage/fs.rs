@@ -564,6 +564,10 @@ impl ReadFile for FsReadFile {
         self.len
     }
 
+    fn current_len(&self) -> Result<u64, StorageError> {
+        Ok(self.file.metadata()?.len())
+    }
+
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StorageError> {
         self.file.read_exact_at(buf, offset)?;
         Ok(())

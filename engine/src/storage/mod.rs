@@ -317,6 +317,12 @@ pub trait ReadFile: Send + Sync + fmt::Debug {
     /// The file's length in bytes when it was opened.
     fn len(&self) -> u64;
 
+    /// The file's length now (it may have grown since it was opened: a chunk the writer is
+    /// still appending to).
+    fn current_len(&self) -> Result<u64, StorageError> {
+        Ok(self.len())
+    }
+
     /// Whether the file was empty when opened.
     fn is_empty(&self) -> bool {
         self.len() == 0

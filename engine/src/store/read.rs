@@ -375,7 +375,12 @@ impl<S: Stream> ChunkHandle<S> {
             .offset
             .checked_add(location.len)
             .ok_or(ReadAtError::OutOfBounds)?;
-        if end > self.file.len() || location.len == 0 {
+        if location.len == 0 {
+            return Err(ReadAtError::OutOfBounds);
+        }
+        // Past the length seen at open: the writer may have appended since (one fstat, only
+        // then).
+        if end > self.file.len() && end > self.file.current_len().map_err(ReadAtError::Storage)? {
             return Err(ReadAtError::OutOfBounds);
         }
         let mut item = vec![0u8; location.len as usize];

@@ -582,6 +582,8 @@ impl<S: Stream> StoreWriter<S> {
         if self.current.is_none() {
             receipt.created.push(self.create_chunk()?);
         }
+        // The age limit is checked once per batch (two clock reads), not per record.
+        let mut aged = self.current.as_ref().is_some_and(|c| self.is_aged(c));
         for (index, draft) in drafts.into_iter().enumerate() {
             let sequence = first + index as u64;
             let identity = RecordIdentity {
@@ -600,12 +602,13 @@ impl<S: Stream> StoreWriter<S> {
                 });
             }
             let bound = self.plaintext.len() as u64 + RECORD_OVERHEAD_MAX_BYTES;
-            if !self.fits(bound) {
+            if !self.fits(bound, aged) {
                 self.flush(&mut pending, &mut receipt)?;
                 if let Some(closed) = self.close_current()? {
                     receipt.closed.push(closed);
                 }
                 receipt.created.push(self.create_chunk()?);
+                aged = false;
             }
             let current = self.current.as_mut().ok_or(AppendError::Seal {
                 source: SealError::ChunkFull,
@@ -633,8 +636,9 @@ impl<S: Stream> StoreWriter<S> {
         Ok(receipt)
     }
 
-    /// Whether a record of at most `bound` bytes still goes into the current chunk.
-    fn fits(&self, bound: u64) -> bool {
+    /// Whether a record of at most `bound` bytes still goes into the current chunk (`aged`:
+    /// the chunk had reached its age limit when the batch began).
+    fn fits(&self, bound: u64, aged: bool) -> bool {
         let Some(current) = self.current.as_ref() else {
             return false;
         };
@@ -645,7 +649,7 @@ impl<S: Stream> StoreWriter<S> {
         current.sealer.next_position() < self.config.max_records_per_chunk
             && current.len_bytes + self.batch.len() as u64 + bound
                 <= self.config.chunk_size_limit_bytes
-            && !self.is_aged(current)
+            && !aged
     }
 
     /// Writes the sealed records of the current chunk with one append.

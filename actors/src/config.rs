@@ -1,0 +1,71 @@
+//! How an [`Engine`](crate::Engine) is configured.
+
+use std::time::Duration;
+
+use annal_engine::capture::CAPTURE_QUEUE_CAPACITY_EVENTS;
+use annal_engine::keys::Namespace;
+use annal_engine::storage::StoreLayout;
+use annal_engine::supervision::RestartPolicy;
+use annal_schema::Platform;
+
+use crate::key_custody::KEY_CALL_DEADLINE_MS;
+
+/// How often the writer syncs what it appended (group commit), in milliseconds. Capture to
+/// durable takes at most this plus one drain tick plus one sync.
+pub const SYNC_INTERVAL_MS: u64 = 5;
+
+/// How often the ingress looks at the capture queue, in milliseconds. The capture path never
+/// wakes anyone (a futex wake costs the caller ~7 us), so the drain side polls; at this period
+/// an idle engine wakes 500 times a second, a small fraction of a percent of one core.
+pub const DRAIN_TICK_MS: u64 = 2;
+
+/// Longest a shutdown drains before it gives up and returns, in milliseconds.
+pub const SHUTDOWN_DEADLINE_MS: u64 = 3_000;
+
+/// Longest a control operation (enable, pause, flush, status ...) may take before the caller gets
+/// a timeout, in milliseconds. Above the key call deadline: enabling may create a key.
+pub const CONTROL_DEADLINE_MS: u64 = KEY_CALL_DEADLINE_MS + 5_000;
+
+/// Everything an engine needs to start.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Where the store lives (`StoreLayout::in_namespace_dir` for the default layout).
+    pub layout: StoreLayout,
+    /// The namespace whose key protects the store.
+    pub namespace: Namespace,
+    /// Whether the embedder admits history at all (the daemon's admission). Without it nothing
+    /// is captured, whatever the owner enabled.
+    pub admitted: bool,
+    /// The platform written into every event.
+    pub platform: Platform,
+    /// Capacity of the capture queue, in events.
+    pub capture_capacity_events: usize,
+    /// Group-commit interval.
+    pub sync_interval: Duration,
+    /// Drain tick of the ingress.
+    pub drain_tick: Duration,
+    /// Deadline of one credential-store call.
+    pub key_call_deadline: Duration,
+    /// Restart intensity of the supervisor.
+    pub restart_policy: RestartPolicy,
+    /// How long `shutdown` may drain.
+    pub shutdown_deadline: Duration,
+}
+
+impl EngineConfig {
+    /// The defaults for a store at `layout` in `namespace`, admitted, on Linux.
+    pub fn new(layout: StoreLayout, namespace: Namespace) -> Self {
+        Self {
+            layout,
+            namespace,
+            admitted: true,
+            platform: Platform::Linux,
+            capture_capacity_events: CAPTURE_QUEUE_CAPACITY_EVENTS,
+            sync_interval: Duration::from_millis(SYNC_INTERVAL_MS),
+            drain_tick: Duration::from_millis(DRAIN_TICK_MS),
+            key_call_deadline: Duration::from_millis(KEY_CALL_DEADLINE_MS),
+            restart_policy: RestartPolicy::default(),
+            shutdown_deadline: Duration::from_millis(SHUTDOWN_DEADLINE_MS),
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! [`Engine`]: the embeddable handle.
+//!
+//! An engine owns its runtime: one OS thread runs a small tokio runtime with the actor tree on
+//! it, so `Engine::start` works the same from plain synchronous code and from inside an
+//! embedder's tokio runtime, and nothing of annal ever runs on the embedder's workers. The
+//! capture hook ([`Engine::capture`]) is synchronous and never blocks. Control operations come
+//! in two forms: blocking (`enable`, `flush`, ...: for synchronous code; refused with
+//! [`EngineError::InAsyncContext`] inside a tokio runtime rather than stalling a worker) and
+//! `async` (`enable_async`, ...). Each returns after its change is durable.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use annal_engine::capture::{CaptureHandle, capture_channel};
+use annal_engine::clock::{Clock, SystemClock};
+use annal_engine::entropy::{Entropy, OsEntropy};
+use annal_engine::journal::CallerKind;
+use annal_engine::keys::KeyProvider;
+use annal_engine::storage::Storage;
+use annal_schema::ControlOperation;
+use annal_schema::tools::StatusResponse;
+use ractor::{Actor, ActorRef, RpcReplyPort};
+
+use crate::config::{CONTROL_DEADLINE_MS, EngineConfig};
+use crate::supervisor::{SupervisorActor, SupervisorArgs, SupervisorMsg};
+use crate::writer::ControlError;
+
+/// Worker threads of the engine's own runtime: one for the writer's blocking file I/O, one so
+/// the ingress and the rest keep running meanwhile.
+pub const ENGINE_WORKER_THREADS: usize = 2;
+
+/// Longest `Engine::start` waits for the actor tree to come up, in milliseconds (it reads the
+/// journal and may load the key).
+pub const START_DEADLINE_MS: u64 = CONTROL_DEADLINE_MS;
+
+/// Why an engine call failed. Carries no content.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// A blocking call was made from inside a tokio runtime; use the `_async` form there.
+    #[error("a blocking engine call was made inside an async runtime; use the _async form")]
+    InAsyncContext,
+    /// The engine could not start (its thread, runtime or actor tree).
+    #[error("the engine could not start")]
+    Start,
+    /// The operation failed, with why.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// The engine did not answer in time, or was shut down.
+    #[error("the engine did not answer in time")]
+    Unavailable,
+}
+
+/// What `shutdown` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// The queue was drained and the writer synced within the deadline.
+    pub drained: bool,
+    /// How long shutdown took.
+    pub took: Duration,
+}
+
+/// The running engine.
+pub struct Engine {
+    /// The engine's own runtime (its thread runs it).
+    runtime: tokio::runtime::Handle,
+    /// The root of the actor tree.
+    supervisor: ActorRef<SupervisorMsg>,
+    /// The capture hook handed to the embedder.
+    capture: CaptureHandle,
+    /// Tells the runtime thread to wind down.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Signalled when the runtime thread has ended.
+    ended: Option<std::sync::mpsc::Receiver<()>>,
+    /// The configuration (for deadlines).
+    config: EngineConfig,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("layout", &self.config.layout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The parts `start` hands to the runtime thread.
+struct Startup {
+    config: EngineConfig,
+    provider: Arc<dyn KeyProvider>,
+    clock: Arc<dyn Clock>,
+    storage: Option<Arc<dyn Storage>>,
+}
+
+impl Engine {
+    /// Starts an engine on the store of `config` with the credential store `key_store`. Capture
+    /// starts only when the embedder admitted history (`config.admitted`) and the owner enabled
+    /// it (persisted; see [`Engine::enable`]).
+    pub fn start(config: EngineConfig, key_store: Arc<dyn KeyProvider>) -> Result<Self, EngineError> {
+        Self::start_inner(Startup {
+            config,
+            provider: key_store,
+            clock: Arc::new(SystemClock),
+            storage: None,
+        })
+    }
+
+    /// [`Engine::start`] with an injected clock and storage, for tests (a `FaultyStorage`, a
+    /// manual clock).
+    #[cfg(feature = "testing")]
+    pub fn start_with(
+        config: EngineConfig,
+        key_store: Arc<dyn KeyProvider>,
+        clock: Arc<dyn Clock>,
+        storage: Option<Arc<dyn Storage>>,
+    ) -> Result<Self, EngineError> {
+        Self::start_inner(Startup {
+            config,
+            provider: key_store,
+            clock,
+            storage,
+        })
+    }
+
+    fn start_inner(startup: Startup) -> Result<Self, EngineError> {
+        let mut seed = [0u8; 32];
+        OsEntropy.fill(&mut seed).map_err(|_| EngineError::Start)?;
+        let mut instance = [0u8; 8];
+        OsEntropy.fill(&mut instance).map_err(|_| EngineError::Start)?;
+        let instance = format!("annal-{:016x}", u64::from_be_bytes(instance));
+        let (capture, control, drain) = capture_channel(
+            startup.config.capture_capacity_events,
+            Arc::clone(&startup.clock),
+        );
+        let args = SupervisorArgs {
+            config: startup.config.clone(),
+            clock: startup.clock,
+            provider: startup.provider,
+            capture: control,
+            drain,
+            action_seed: seed,
+            storage: startup.storage,
+            instance: instance.clone(),
+        };
+        type Ready = Result<(ActorRef<SupervisorMsg>, tokio::runtime::Handle), EngineError>;
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Ready>();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (ended_tx, ended_rx) = std::sync::mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("annal-engine".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(ENGINE_WORKER_THREADS)
+                    .thread_name("annal-worker")
+                    .enable_all()
+                    .build();
+                let Ok(runtime) = runtime else {
+                    let _ = ready_tx.send(Err(EngineError::Start));
+                    return;
+                };
+                runtime.block_on(async move {
+                    match Actor::spawn(Some(instance), SupervisorActor, args).await {
+                        Ok((supervisor, join)) => {
+                            let _ = ready_tx
+                                .send(Ok((supervisor.clone(), tokio::runtime::Handle::current())));
+                            let _ = stop_rx.await;
+                            supervisor.stop(None);
+                            let _ = join.await;
+                        }
+                        Err(_) => {
+                            let _ = ready_tx.send(Err(EngineError::Start));
+                        }
+                    }
+                });
+                runtime.shutdown_timeout(Duration::from_millis(500));
+                let _ = ended_tx.send(());
+            })
+            .map_err(|_| EngineError::Start)?;
+        let (supervisor, runtime) = ready_rx
+            .recv_timeout(Duration::from_millis(START_DEADLINE_MS))
+            .map_err(|_| EngineError::Start)??;
+        Ok(Self {
+            runtime,
+            supervisor,
+            capture,
+            stop: Some(stop_tx),
+            ended: Some(ended_rx),
+            config: startup.config,
+        })
+    }
+
+    /// The capture hook: clone it into every thread that dispatches tools.
+    pub fn capture(&self) -> CaptureHandle {
+        self.capture.clone()
+    }
+
+    /// Runs `make(reply)` on the supervisor and waits for the answer, blocking.
+    fn ask_blocking<T: Send + 'static>(
+        &self,
+        make: impl FnOnce(RpcReplyPort<T>) -> SupervisorMsg + Send + 'static,
+    ) -> Result<T, EngineError> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(EngineError::InAsyncContext);
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let supervisor = self.supervisor.clone();
+        self.runtime.spawn(async move {
+            let answer = ractor::call_t!(supervisor, make, CONTROL_DEADLINE_MS);
+            let _ = tx.send(answer.ok());
+        });
+        rx.recv_timeout(Duration::from_millis(CONTROL_DEADLINE_MS + 1_000))
+            .ok()
+            .flatten()
+            .ok_or(EngineError::Unavailable)
+    }
+
+    /// Runs `make(reply)` on the supervisor and awaits the answer (on the engine's runtime, so
+    /// the caller's runtime only awaits).
+    async fn ask_async<T: Send + 'static>(
+        &self,
+        make: impl FnOnce(RpcReplyPort<T>) -> SupervisorMsg + Send + 'static,
+    ) -> Result<T, EngineError> {
+        let supervisor = self.supervisor.clone();
+        let task = self.runtime.spawn(async move {
+            ractor::call_t!(supervisor, make, CONTROL_DEADLINE_MS).ok()
+        });
+        task.await
+            .ok()
+            .flatten()
+            .ok_or(EngineError::Unavailable)
+    }
+
+    fn control(&self, operation: ControlOperation) -> Result<StatusResponse, EngineError> {
+        Ok(self.ask_blocking(move |reply| SupervisorMsg::Control {
+            operation,
+            caller: CallerKind::Embedder,
+            reply,
+        })??)
+    }
+
+    async fn control_async(
+        &self,
+        operation: ControlOperation,
+    ) -> Result<StatusResponse, EngineError> {
+        Ok(self
+            .ask_async(move |reply| SupervisorMsg::Control {
+                operation,
+                caller: CallerKind::Embedder,
+                reply,
+            })
+            .await??)
+    }
+
+    /// The owner opts in: creates the key on first use and starts capture (if admitted).
+    pub fn enable(&self) -> Result<StatusResponse, EngineError> {
+        self.control(ControlOperation::Enable)
+    }
+
+    /// The owner opts out: capture stops; history stays.
+    pub fn disable(&self) -> Result<StatusResponse, EngineError> {
+        self.control(ControlOperation::Disable)
+    }
+
+    /// New capture pauses (completions of admitted actions are still recorded).
+    pub fn pause(&self) -> Result<StatusResponse, EngineError> {
+        self.control(ControlOperation::Pause)
+    }
+
+    /// Capture resumes after a pause.
+    pub fn resume(&self) -> Result<StatusResponse, EngineError> {
+        self.control(ControlOperation::Resume)
+    }
+
+    /// Everything captured before this call is durable when it returns.
+    pub fn flush(&self) -> Result<StatusResponse, EngineError> {
+        Ok(self.ask_blocking(|reply| SupervisorMsg::Flush { reply })??)
+    }
+
+    /// The contract's status (always the 11-field shape).
+    pub fn status(&self) -> Result<StatusResponse, EngineError> {
+        self.ask_blocking(|reply| SupervisorMsg::Status { reply })
+    }
+
+    /// [`Engine::enable`], for async callers.
+    pub async fn enable_async(&self) -> Result<StatusResponse, EngineError> {
+        self.control_async(ControlOperation::Enable).await
+    }
+
+    /// [`Engine::disable`], for async callers.
+    pub async fn disable_async(&self) -> Result<StatusResponse, EngineError> {
+        self.control_async(ControlOperation::Disable).await
+    }
+
+    /// [`Engine::pause`], for async callers.
+    pub async fn pause_async(&self) -> Result<StatusResponse, EngineError> {
+        self.control_async(ControlOperation::Pause).await
+    }
+
+    /// [`Engine::resume`], for async callers.
+    pub async fn resume_async(&self) -> Result<StatusResponse, EngineError> {
+        self.control_async(ControlOperation::Resume).await
+    }
+
+    /// [`Engine::flush`], for async callers.
+    pub async fn flush_async(&self) -> Result<StatusResponse, EngineError> {
+        Ok(self
+            .ask_async(|reply| SupervisorMsg::Flush { reply })
+            .await??)
+    }
+
+    /// [`Engine::status`], for async callers.
+    pub async fn status_async(&self) -> Result<StatusResponse, EngineError> {
+        self.ask_async(|reply| SupervisorMsg::Status { reply }).await
+    }
+
+    /// Test-only: the writer panics inside its handler, as a bug would.
+    #[cfg(feature = "testing")]
+    pub fn inject_writer_panic(&self) {
+        let _ = self.supervisor.cast(SupervisorMsg::InjectWriterPanic);
+    }
+
+    /// Drains the capture queue, syncs, stops every actor and the runtime, within
+    /// `config.shutdown_deadline`. Always returns; from inside an async runtime it does not
+    /// wait for the drain (use [`Engine::shutdown_async`] there).
+    pub fn shutdown(mut self) -> ShutdownReport {
+        let started = std::time::Instant::now();
+        let deadline = self.config.shutdown_deadline;
+        let drained = if tokio::runtime::Handle::try_current().is_ok() {
+            false
+        } else {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let supervisor = self.supervisor.clone();
+            let deadline_ms = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX);
+            self.runtime.spawn(async move {
+                let done = ractor::call_t!(
+                    supervisor,
+                    |reply| SupervisorMsg::Shutdown { reply },
+                    deadline_ms
+                );
+                let _ = tx.send(done.is_ok());
+            });
+            rx.recv_timeout(deadline).unwrap_or(false)
+        };
+        self.wind_down(started, deadline);
+        ShutdownReport {
+            drained,
+            took: started.elapsed(),
+        }
+    }
+
+    /// [`Engine::shutdown`], for async callers.
+    pub async fn shutdown_async(mut self) -> ShutdownReport {
+        let started = std::time::Instant::now();
+        let deadline = self.config.shutdown_deadline;
+        let supervisor = self.supervisor.clone();
+        let deadline_ms = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX);
+        let task = self.runtime.spawn(async move {
+            ractor::call_t!(
+                supervisor,
+                |reply| SupervisorMsg::Shutdown { reply },
+                deadline_ms
+            )
+            .is_ok()
+        });
+        let drained = tokio::time::timeout(deadline, task)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or(false);
+        // The runtime thread ends on its own; do not block this runtime waiting for it.
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.ended = None;
+        ShutdownReport {
+            drained,
+            took: started.elapsed(),
+        }
+    }
+
+    /// Stops the runtime thread and waits for it, within what is left of the deadline.
+    fn wind_down(&mut self, started: std::time::Instant, deadline: Duration) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(ended) = self.ended.take() {
+            let left = deadline.saturating_sub(started.elapsed()) + Duration::from_millis(500);
+            let _ = ended.recv_timeout(left);
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Without `shutdown` the actors still stop (and the writer syncs in its `post_stop`);
+        // nothing here waits.
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

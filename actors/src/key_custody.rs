@@ -1,0 +1,220 @@
+//! The KeyCustody actor: the only holder of the namespace root key.
+//!
+//! Every credential-store call blocks (D-Bus round trips, kernel calls, possibly an unlock
+//! prompt), so none runs on an async worker or on an embedder's blocking pool: they run one at a
+//! time on a dedicated OS thread that this actor owns, which establishes its own kernel session
+//! keyring first. Every call has a deadline (`KEY_CALL_DEADLINE_MS`): a Secret Service that never
+//! answers is `key_unavailable`, not a hang. A thread that missed its deadline is abandoned (it
+//! may still be stuck inside the store) and the next call gets a fresh thread.
+//!
+//! The root key never leaves this actor: callers get only the purpose keys, as
+//! [`StreamKeys`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use annal_engine::keys::{
+    HistoryKeys, JournalKeys, KeyCustody, KeyError, KeyProvider, KeyReference, Namespace,
+    SessionIdKey,
+};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+/// Longest one credential-store call may take before it is reported `key_unavailable`, in
+/// milliseconds. Generous, because an unlock prompt may be on screen; bounded, because a store
+/// that never answers must not stall enable or shutdown.
+pub const KEY_CALL_DEADLINE_MS: u64 = 10_000;
+
+/// The purpose keys of one namespace, handed to the writer. Never the root key.
+#[derive(Clone)]
+pub struct StreamKeys {
+    /// Seals and opens history chunks.
+    pub history: HistoryKeys,
+    /// Seals and opens journal chunks.
+    pub journal: JournalKeys,
+    /// Turns raw session labels into keyed session ids.
+    pub session: Arc<SessionIdKey>,
+    /// The reference the key is stored under (written into chunk headers).
+    pub reference: KeyReference,
+}
+
+impl std::fmt::Debug for StreamKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamKeys")
+            .field("reference", &self.reference)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the actor can be asked.
+pub enum KeyCustodyMsg {
+    /// Load the namespace key, creating it on first use when `create` (enable); only loading it
+    /// otherwise (start-up of an enabled store, reads). Replies with the purpose keys.
+    Open {
+        /// Whether a missing key may be created.
+        create: bool,
+        /// Where the keys (or the failure, with its fixed category) go.
+        reply: RpcReplyPort<Result<StreamKeys, KeyError>>,
+    },
+}
+
+/// A job for the key thread.
+type KeyJob = Box<dyn FnOnce(&dyn KeyProvider) + Send>;
+
+/// The dedicated thread credential-store calls run on.
+struct KeyThread {
+    /// Sends jobs to the thread; dropping it ends the thread once its current job returns.
+    jobs: std::sync::mpsc::Sender<KeyJob>,
+}
+
+impl KeyThread {
+    fn spawn(provider: Arc<dyn KeyProvider>) -> Result<Self, KeyError> {
+        let (jobs, inbox) = std::sync::mpsc::channel::<KeyJob>();
+        std::thread::Builder::new()
+            .name("annal-key-custody".into())
+            .spawn(move || {
+                // Its own kernel session keyring, so the keyutils store works here whatever the
+                // embedder's threads look like (a no-op when the process already has one).
+                let _ = annal_engine::keys::establish_session_keyring();
+                while let Ok(job) = inbox.recv() {
+                    job(provider.as_ref());
+                }
+            })
+            .map_err(|e| KeyError::StoreUnavailable {
+                detail: format!("cannot start the key thread: {e}"),
+            })?;
+        Ok(Self { jobs })
+    }
+}
+
+/// The actor's state.
+pub struct KeyCustodyState {
+    /// The credential store.
+    provider: Arc<dyn KeyProvider>,
+    /// The namespace whose key this actor holds.
+    namespace: Namespace,
+    /// The thread calls run on; replaced when a call misses its deadline.
+    thread: Option<KeyThread>,
+    /// The custody of the loaded key, once loaded.
+    custody: Option<Arc<KeyCustody>>,
+    /// The deadline of each call.
+    deadline: Duration,
+}
+
+/// The KeyCustody actor.
+pub struct KeyCustodyActor;
+
+/// What the actor starts with.
+pub struct KeyCustodyArgs {
+    /// The credential store.
+    pub provider: Arc<dyn KeyProvider>,
+    /// The namespace.
+    pub namespace: Namespace,
+    /// The per-call deadline.
+    pub deadline: Duration,
+}
+
+impl KeyCustodyState {
+    /// Runs `call` on the key thread with the deadline. A missed deadline abandons the thread.
+    async fn run<T: Send + 'static>(
+        &mut self,
+        call: impl FnOnce(&dyn KeyProvider) -> Result<T, KeyError> + Send + 'static,
+    ) -> Result<T, KeyError> {
+        if self.thread.is_none() {
+            self.thread = Some(KeyThread::spawn(Arc::clone(&self.provider))?);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: KeyJob = Box::new(move |provider| {
+            let _ = tx.send(call(provider));
+        });
+        let sent = self
+            .thread
+            .as_ref()
+            .map(|t| t.jobs.send(job).is_ok())
+            .unwrap_or(false);
+        if !sent {
+            self.thread = None;
+            return Err(KeyError::StoreUnavailable {
+                detail: "the key thread ended".into(),
+            });
+        }
+        match tokio::time::timeout(self.deadline, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => {
+                self.thread = None;
+                Err(KeyError::StoreUnavailable {
+                    detail: "the key thread ended during a call".into(),
+                })
+            }
+            Err(_) => {
+                // The store may still be stuck inside this thread; never wait on it again.
+                self.thread = None;
+                Err(KeyError::StoreTimedOut {
+                    timeout_ms: u64::try_from(self.deadline.as_millis()).unwrap_or(u64::MAX),
+                })
+            }
+        }
+    }
+}
+
+impl Actor for KeyCustodyActor {
+    type Msg = KeyCustodyMsg;
+    type State = KeyCustodyState;
+    type Arguments = KeyCustodyArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: KeyCustodyArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(KeyCustodyState {
+            provider: args.provider,
+            namespace: args.namespace,
+            thread: None,
+            custody: None,
+            deadline: args.deadline,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            KeyCustodyMsg::Open { create, reply } => {
+                let result = match &state.custody {
+                    Some(custody) => Ok(Arc::clone(custody)),
+                    None => {
+                        let namespace = state.namespace.clone();
+                        let loaded = state
+                            .run(move |provider| {
+                                if create {
+                                    KeyCustody::open(provider, &namespace)
+                                } else {
+                                    KeyCustody::load(
+                                        provider,
+                                        &namespace,
+                                        &namespace.primary_reference(),
+                                    )
+                                }
+                            })
+                            .await;
+                        loaded.map(|custody| {
+                            let custody = Arc::new(custody);
+                            state.custody = Some(Arc::clone(&custody));
+                            custody
+                        })
+                    }
+                };
+                let _ = reply.send(result.map(|custody| StreamKeys {
+                    history: custody.history_keys(),
+                    journal: custody.journal_keys(),
+                    session: Arc::new(custody.session_id_key()),
+                    reference: custody.reference().clone(),
+                }));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,477 @@
+//! The Supervisor: starts the children, restarts a failed one within the restart intensity,
+//! turns every supervision event into a signal for the journal, and routes the engine's
+//! requests.
+//!
+//! ractor's default stops a supervisor when any child ends; this one overrides it. The restart
+//! decision is the engine's pure `supervision::decide` over the child's restart history (OTP's
+//! sliding window), so the rule is tested without actors. The children, in start order:
+//! KeyCustody, Writer, Ingress (Query and AuditJournal join them with the next issues). Shutdown
+//! stops them in reverse: the ingress closes and drains the capture queue, the writer syncs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use annal_engine::capture::{CaptureControl, CaptureDrain};
+use annal_engine::clock::Clock;
+use annal_engine::health::{Child, Signal, SignalKind};
+use annal_engine::journal::CallerKind;
+use annal_engine::keys::KeyProvider;
+use annal_engine::storage::Storage;
+use annal_engine::supervision::{self, Decision};
+use annal_schema::tools::StatusResponse;
+use annal_schema::{ControlOperation, HealthCategory};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+
+use crate::config::EngineConfig;
+use crate::ingress::{IngressActor, IngressArgs, IngressMsg};
+use crate::key_custody::{KeyCustodyActor, KeyCustodyArgs, KeyCustodyMsg};
+use crate::writer::{ControlError, WriterActor, WriterArgs, WriterMsg};
+
+/// Longest the supervisor waits for a child's answer to a routed request, in milliseconds.
+const CHILD_CALL_DEADLINE_MS: u64 = crate::config::CONTROL_DEADLINE_MS;
+
+/// What the supervisor can be asked.
+pub enum SupervisorMsg {
+    /// An owner's control operation, durable before the reply.
+    Control {
+        /// Which operation.
+        operation: ControlOperation,
+        /// Who asked.
+        caller: CallerKind,
+        /// The status after it.
+        reply: RpcReplyPort<Result<StatusResponse, ControlError>>,
+    },
+    /// Everything captured before this request, durable before the reply.
+    Flush {
+        /// The status after the flush.
+        reply: RpcReplyPort<Result<StatusResponse, ControlError>>,
+    },
+    /// The contract's status.
+    Status {
+        /// The status.
+        reply: RpcReplyPort<StatusResponse>,
+    },
+    /// Drain, sync and stop every child (reverse start order).
+    Shutdown {
+        /// Replies when the children stopped.
+        reply: RpcReplyPort<()>,
+    },
+    /// Test-only: make the writer panic.
+    #[cfg(feature = "testing")]
+    InjectWriterPanic,
+}
+
+/// What the supervisor starts with.
+pub struct SupervisorArgs {
+    /// The engine's configuration.
+    pub config: EngineConfig,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+    /// The credential store.
+    pub provider: Arc<dyn KeyProvider>,
+    /// The capture admission switch.
+    pub capture: CaptureControl,
+    /// The capture queue's consumer side.
+    pub drain: CaptureDrain,
+    /// The action-id seed.
+    pub action_seed: [u8; 32],
+    /// A storage to use instead of opening the store (tests inject a faulty one).
+    pub storage: Option<Arc<dyn Storage>>,
+    /// Names the children uniquely, so several engines can run in one process.
+    pub instance: String,
+}
+
+/// The supervisor's state.
+pub struct SupervisorState {
+    /// The arguments children are (re)started with.
+    config: EngineConfig,
+    /// The clock.
+    clock: Arc<dyn Clock>,
+    /// The capture admission switch.
+    capture: CaptureControl,
+    /// The capture queue's consumer side, lent to every ingress generation.
+    drain: Arc<Mutex<CaptureDrain>>,
+    /// The action-id seed.
+    action_seed: [u8; 32],
+    /// The injected storage, if any.
+    storage: Option<Arc<dyn Storage>>,
+    /// The instance name prefix.
+    instance: String,
+    /// The key custody child.
+    keys: ActorRef<KeyCustodyMsg>,
+    /// The writer child, while one runs.
+    writer: Option<ActorRef<WriterMsg>>,
+    /// The ingress child.
+    ingress: Option<ActorRef<IngressMsg>>,
+    /// Restart times of each child (ms since the epoch), for the intensity window.
+    restarts: HashMap<Child, Vec<u64>>,
+    /// Signals raised while no writer could journal them.
+    pending_signals: Vec<Signal>,
+    /// The last status the writer gave, for answering while it restarts.
+    last_status: Option<StatusResponse>,
+    /// The credential store (for restarting key custody).
+    provider: Arc<dyn KeyProvider>,
+    /// Set once shutdown began: child exits are then expected.
+    stopping: bool,
+}
+
+/// The Supervisor actor.
+pub struct SupervisorActor;
+
+impl SupervisorState {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.clock.now_since_epoch().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn signal(&mut self, kind: SignalKind) {
+        let signal = Signal {
+            at_ms: self.now_ms(),
+            kind,
+        };
+        match &self.writer {
+            Some(writer) => {
+                if let Err(ractor::MessagingErr::SendErr(WriterMsg::Signal(signal))) =
+                    writer.cast(WriterMsg::Signal(signal))
+                {
+                    self.pending_signals.push(signal);
+                }
+            }
+            None => self.pending_signals.push(signal),
+        }
+    }
+
+    fn name(&self, child: &str) -> String {
+        format!("{}-{child}", self.instance)
+    }
+
+    async fn spawn_writer(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
+        let args = WriterArgs {
+            config: self.config.clone(),
+            clock: Arc::clone(&self.clock),
+            keys: self.keys.clone(),
+            capture: self.capture.clone(),
+            action_seed: self.action_seed,
+            pending_signals: std::mem::take(&mut self.pending_signals),
+            storage: self.storage.clone(),
+        };
+        match Actor::spawn_linked(
+            Some(self.name("writer")),
+            WriterActor,
+            args,
+            myself.get_cell(),
+        )
+        .await
+        {
+            Ok((writer, _)) => {
+                if let Some(ingress) = &self.ingress {
+                    let _ = ingress.cast(IngressMsg::Writer(Some(writer.clone())));
+                }
+                self.writer = Some(writer);
+                self.signal(SignalKind::ChildStarted {
+                    child: Child::Writer,
+                });
+                true
+            }
+            Err(_) => {
+                self.writer = None;
+                false
+            }
+        }
+    }
+
+    async fn spawn_ingress(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
+        let args = IngressArgs {
+            drain: Arc::clone(&self.drain),
+            tick: self.config.drain_tick,
+        };
+        match Actor::spawn_linked(
+            Some(self.name("ingress")),
+            IngressActor,
+            args,
+            myself.get_cell(),
+        )
+        .await
+        {
+            Ok((ingress, _)) => {
+                let _ = ingress.cast(IngressMsg::Writer(self.writer.clone()));
+                self.ingress = Some(ingress);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    async fn spawn_keys(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
+        let args = KeyCustodyArgs {
+            provider: Arc::clone(&self.provider),
+            namespace: self.config.namespace.clone(),
+            deadline: self.config.key_call_deadline,
+        };
+        match Actor::spawn_linked(
+            Some(self.name("keys")),
+            KeyCustodyActor,
+            args,
+            myself.get_cell(),
+        )
+        .await
+        {
+            Ok((keys, _)) => {
+                self.keys = keys;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn which(&self, cell: &ActorCell) -> Option<Child> {
+        let id = cell.get_id();
+        if self.writer.as_ref().is_some_and(|w| w.get_id() == id) {
+            Some(Child::Writer)
+        } else if self.ingress.as_ref().is_some_and(|i| i.get_id() == id) {
+            Some(Child::Ingress)
+        } else if self.keys.get_id() == id {
+            Some(Child::KeyCustody)
+        } else {
+            None
+        }
+    }
+
+    /// A child ended unexpectedly: signal it, then restart it or give up.
+    async fn child_ended(&mut self, myself: &ActorRef<SupervisorMsg>, child: Child) {
+        match child {
+            Child::Writer => {
+                self.writer = None;
+                self.capture.set_accepting(false);
+                if let Some(ingress) = &self.ingress {
+                    let _ = ingress.cast(IngressMsg::Writer(None));
+                }
+            }
+            Child::Ingress => self.ingress = None,
+            _ => {}
+        }
+        self.signal(SignalKind::ChildFailed {
+            child,
+            category: HealthCategory::WriterStopped,
+        });
+        let now = self.now_ms();
+        let history = self.restarts.entry(child).or_default();
+        match supervision::decide(history, now, &self.config.restart_policy) {
+            Decision::Restart => {
+                history.push(now);
+                let restarted = match child {
+                    Child::Writer => self.spawn_writer(myself).await,
+                    Child::Ingress => self.spawn_ingress(myself).await,
+                    Child::KeyCustody => self.spawn_keys(myself).await,
+                    _ => false,
+                };
+                if restarted {
+                    self.signal(SignalKind::ChildRestarted { child });
+                } else {
+                    self.signal(SignalKind::RestartLimitReached { child });
+                }
+            }
+            Decision::GiveUp => self.signal(SignalKind::RestartLimitReached { child }),
+        }
+    }
+
+    /// The status while no writer answers: the last one seen, with the writer stopped.
+    fn fallback_status(&self) -> StatusResponse {
+        let mut status = self.last_status.clone().unwrap_or(StatusResponse {
+            supported: true,
+            admitted: self.config.admitted,
+            enabled: false,
+            paused: false,
+            encrypted: true,
+            profile: annal_schema::tools::STORAGE_PROFILE_ID.to_owned(),
+            retention_days: annal_schema::tools::DEFAULT_RETENTION_DAYS,
+            quota_bytes: annal_schema::tools::DEFAULT_QUOTA_BYTES,
+            bytes_used: 0,
+            dropped_events: 0,
+            health: HealthCategory::WriterStopped,
+        });
+        status.dropped_events += self.capture.pending_drops();
+        status.health = if self.config.admitted {
+            HealthCategory::WriterStopped
+        } else {
+            HealthCategory::NotAdmitted
+        };
+        status
+    }
+}
+
+/// Sends `make(reply)` to `actor` and waits at most `deadline_ms` for the answer.
+async fn ask<M: ractor::Message, T: Send + 'static>(
+    actor: &ActorRef<M>,
+    make: impl FnOnce(RpcReplyPort<T>) -> M,
+    deadline_ms: u64,
+) -> Option<T> {
+    ractor::call_t!(actor, make, deadline_ms).ok()
+}
+
+impl Actor for SupervisorActor {
+    type Msg = SupervisorMsg;
+    type State = SupervisorState;
+    type Arguments = SupervisorArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: SupervisorArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let key_args = KeyCustodyArgs {
+            provider: Arc::clone(&args.provider),
+            namespace: args.config.namespace.clone(),
+            deadline: args.config.key_call_deadline,
+        };
+        let (keys, _) = Actor::spawn_linked(
+            Some(format!("{}-keys", args.instance)),
+            KeyCustodyActor,
+            key_args,
+            myself.get_cell(),
+        )
+        .await?;
+        let mut state = SupervisorState {
+            config: args.config,
+            clock: args.clock,
+            capture: args.capture,
+            drain: Arc::new(Mutex::new(args.drain)),
+            action_seed: args.action_seed,
+            storage: args.storage,
+            instance: args.instance,
+            keys,
+            writer: None,
+            ingress: None,
+            restarts: HashMap::new(),
+            pending_signals: Vec::new(),
+            last_status: None,
+            provider: args.provider,
+            stopping: false,
+        };
+        state.spawn_writer(&myself).await;
+        state.spawn_ingress(&myself).await;
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SupervisorMsg::Control {
+                operation,
+                caller,
+                reply,
+            } => {
+                let result = match &state.writer {
+                    Some(writer) => ask(
+                        writer,
+                        |reply| WriterMsg::Control {
+                            operation,
+                            caller,
+                            reply,
+                        },
+                        CHILD_CALL_DEADLINE_MS,
+                    )
+                    .await
+                    .unwrap_or(Err(ControlError::Unavailable)),
+                    None => Err(ControlError::Unavailable),
+                };
+                if let Ok(status) = &result {
+                    state.last_status = Some(status.clone());
+                }
+                let _ = reply.send(result);
+            }
+            SupervisorMsg::Flush { reply } => {
+                if let Some(ingress) = &state.ingress {
+                    let _ = ask(
+                        ingress,
+                        |reply| IngressMsg::DrainNow { reply },
+                        CHILD_CALL_DEADLINE_MS,
+                    )
+                    .await;
+                }
+                let result = match &state.writer {
+                    Some(writer) => ask(
+                        writer,
+                        |reply| WriterMsg::Sync { reply },
+                        CHILD_CALL_DEADLINE_MS,
+                    )
+                    .await
+                    .unwrap_or(Err(ControlError::Unavailable)),
+                    None => Err(ControlError::Unavailable),
+                };
+                let _ = reply.send(result);
+            }
+            SupervisorMsg::Status { reply } => {
+                let status = match &state.writer {
+                    Some(writer) => {
+                        ask(writer, |reply| WriterMsg::Status { reply }, CHILD_CALL_DEADLINE_MS)
+                            .await
+                    }
+                    None => None,
+                };
+                let status = match status {
+                    Some(status) => {
+                        state.last_status = Some(status.clone());
+                        status
+                    }
+                    None => state.fallback_status(),
+                };
+                let _ = reply.send(status);
+            }
+            SupervisorMsg::Shutdown { reply } => {
+                state.stopping = true;
+                let deadline = u64::try_from(state.config.shutdown_deadline.as_millis())
+                    .unwrap_or(u64::MAX);
+                if let Some(ingress) = state.ingress.take() {
+                    let _ = ask(&ingress, |reply| IngressMsg::Close { reply }, deadline).await;
+                    let _ = ingress
+                        .stop_and_wait(None, Some(state.config.shutdown_deadline))
+                        .await;
+                }
+                if let Some(writer) = state.writer.take() {
+                    let _ = ask(&writer, |reply| WriterMsg::Sync { reply }, deadline).await;
+                    let _ = writer
+                        .stop_and_wait(None, Some(state.config.shutdown_deadline))
+                        .await;
+                }
+                let _ = state
+                    .keys
+                    .stop_and_wait(None, Some(Duration::from_millis(deadline)))
+                    .await;
+                let _ = reply.send(());
+            }
+            #[cfg(feature = "testing")]
+            SupervisorMsg::InjectWriterPanic => {
+                if let Some(writer) = &state.writer {
+                    let _ = writer.cast(WriterMsg::InjectPanic);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // Never stop the supervisor because a child ended (ractor's default would).
+        if state.stopping {
+            return Ok(());
+        }
+        match event {
+            SupervisionEvent::ActorFailed(cell, _) | SupervisionEvent::ActorTerminated(cell, _, _) => {
+                if let Some(child) = state.which(&cell) {
+                    state.child_ended(&myself, child).await;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
