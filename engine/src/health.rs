@@ -56,7 +56,8 @@
 //!   every drop is marked.
 //!
 //! Disabling and pausing never stop a child (the writer idles), so a stopped child is always
-//! a fact worth reporting.
+//! a fact worth reporting. `docs/health.md` has the same rules with the state and restart
+//! decisions beside them.
 
 use annal_schema::HealthCategory;
 use serde::{Deserialize, Serialize};

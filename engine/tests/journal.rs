@@ -175,7 +175,11 @@ fn the_journal_rebuilds_the_same_state_from_a_real_store() {
     let flags = rebuilt.status_flags();
     assert!(flags.enabled && !flags.paused);
     assert_eq!(
-        (flags.retention_days, flags.quota_bytes, flags.dropped_events),
+        (
+            flags.retention_days,
+            flags.quota_bytes,
+            flags.dropped_events
+        ),
         (30, 1 << 30, 3)
     );
     assert_eq!(rebuilt.on_quota, OnQuota::EvictOldest);

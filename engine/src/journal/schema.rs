@@ -376,10 +376,15 @@ impl Stream for Journal {
 /// The stored record, as written.
 #[derive(Serialize)]
 struct WireRecordOut<'a> {
+    /// Always [`JOURNAL_DATASCHEMA_V1`].
     dataschema: &'static str,
+    /// [`JournalRecord::sequence`].
     sequence: u64,
+    /// [`JournalRecord::time_ms`].
     time_ms: u64,
+    /// [`JournalRecord::stream`].
     stream: &'a str,
+    /// [`JournalRecord::event`], in its stored form.
     event: WireEvent,
 }
 
@@ -387,11 +392,16 @@ struct WireRecordOut<'a> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WireRecordIn {
+    /// Must be [`JOURNAL_DATASCHEMA_V1`]; checked while parsing, so never read afterwards.
     #[allow(dead_code)]
     dataschema: DataschemaV1,
+    /// [`JournalRecord::sequence`].
     sequence: Sequence,
+    /// [`JournalRecord::time_ms`].
     time_ms: u64,
+    /// [`JournalRecord::stream`].
     stream: OpaqueId,
+    /// [`JournalRecord::event`], in its stored form.
     event: WireEvent,
 }
 
@@ -420,7 +430,8 @@ impl<'de> Deserialize<'de> for DataschemaV1 {
     }
 }
 
-/// The stored event, internally tagged by `kind`.
+/// The stored event, internally tagged by `kind`. Each variant's fields are those of the
+/// [`JournalEvent`] variant of the same name (a signal's `at_ms` is lifted beside it).
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 enum WireEvent {
@@ -464,8 +475,9 @@ enum WireEvent {
     },
 }
 
-/// A stored signal, internally tagged by `kind`. Variants without data are empty structs so
-/// an unknown field beside their tag is refused too.
+/// A stored signal, internally tagged by `kind`; each variant's fields are those of the
+/// [`SignalKind`] variant of the same name. Variants without data are empty structs so an
+/// unknown field beside their tag is refused too.
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 enum WireSignal {
