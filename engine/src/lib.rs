@@ -24,14 +24,27 @@
 //!   remove). The writer assigns sequences, rotates, and abandons a chunk on any error. The
 //!   reader gives per-chunk verdicts and reads records by location.
 //!
-//! Later work adds seals, the derived index, the engine journal, state and health projections,
-//! policy evaluation and the capture queue protocol.
+//! - `journal`: the engine journal's closed schema (`urn:annal:schema:engine-journal:v1`) and
+//!   its `Journal` stream binding, the engine state projected from it (`State::apply`,
+//!   `State::replay`) and the command decisions (`decide`). Pure.
+//! - `health`: supervisor and store signals and the health fold (`health::replay`), with the
+//!   documented precedence among the 13 categories (`docs/health.md`). Pure.
+//! - `supervision`: the restart decision, OTP restart intensity as a sliding window over
+//!   injected time, and the restart history derived from persisted signals. Pure.
+//!
+//! Later work adds seals, the derived index, policy evaluation and the capture queue protocol.
 #![forbid(unsafe_code)]
 
 pub mod clock;
 pub mod entropy;
+pub mod health;
+pub mod journal;
 pub mod keys;
 pub mod profile;
 pub mod storage;
 pub mod store;
+pub mod supervision;
 pub mod sync;
+
+#[cfg(test)]
+mod test_strategies;

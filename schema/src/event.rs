@@ -217,6 +217,10 @@ pub enum WriteRuleViolation {
     BundleId,
     /// `data.application.display_name` holds a control character or is padded.
     DisplayName,
+    /// An engine-journal record's `time_ms` is beyond annal's time range.
+    JournalTime,
+    /// An engine-journal record's `event` holds a value outside its bounds.
+    JournalEvent,
 }
 
 impl WriteRuleViolation {
@@ -228,6 +232,8 @@ impl WriteRuleViolation {
             Self::Capability => "data.capability",
             Self::BundleId => "data.application.bundle_id",
             Self::DisplayName => "data.application.display_name",
+            Self::JournalTime => "time_ms",
+            Self::JournalEvent => "event",
         }
     }
 }

@@ -1,0 +1,24 @@
+//! The engine journal: annal's own encrypted, append-only record of every engine mutation, and
+//! the engine state projected from it (ARCHITECTURE.md section 5).
+//!
+//! - [`schema`](mod@schema): the closed event schema ([`JournalEvent`]), its versioned stored
+//!   form (`urn:annal:schema:engine-journal:v1`) and [`Journal`], its [`Stream`](crate::store::Stream)
+//!   binding, so `StoreWriter::<Journal>` and `StoreReader::<Journal>` write and read
+//!   `engine/journal/` with the journal keys.
+//! - [`state`]: [`State`], the projection ([`State::apply`], [`State::replay`]), and
+//!   [`decide`], which turns a [`Command`] into the events to append.
+//!
+//! Both are pure: no I/O, no clock reads (times arrive in the entries and signals).
+
+pub mod schema;
+pub mod state;
+
+pub use schema::{
+    BoundViolation, CallerKind, JOURNAL_DATASCHEMA_V1, JOURNAL_TIME_MAX_MS, Journal, JournalEntry,
+    JournalEvent, JournalRecord, JournalSchema, OnQuota, QUOTA_MAX_BYTES, QUOTA_MIN_BYTES,
+    RETENTION_MAX_DAYS, RETENTION_MIN_DAYS, TORN_TAIL_MAX_BYTES,
+};
+pub use state::{Command, CommandError, KeyEpoch, State, StatusFlags, decide};
+
+#[cfg(test)]
+mod tests;

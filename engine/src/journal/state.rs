@@ -1,0 +1,419 @@
+//! Engine state: a projection of the journal, and the decisions that append to it.
+//!
+//! [`decide`] takes the current [`State`], a [`Command`] and who asked, and returns the events
+//! to append (or a typed refusal); [`State::apply`] folds one event in and never fails. The
+//! shell appends what `decide` returned, syncs, then applies: state is never changed by anything
+//! but an event, so [`State::replay`] of the journal gives the state back after a restart.
+//!
+//! # Decisions
+//!
+//! | command                      | allowed callers              | refused when                        | no event when        |
+//! |------------------------------|------------------------------|-------------------------------------|----------------------|
+//! | `Enable`                     | owner CLI, embedder          |                                     | already enabled      |
+//! | `Disable`                    | owner CLI, embedder          |                                     | already disabled     |
+//! | `Pause`                      | owner CLI, embedder          | disabled                            | already paused       |
+//! | `Resume`                     | owner CLI, embedder          | disabled                            | not paused           |
+//! | `Flush`                      | owner CLI, embedder, daemon  |                                     | (always an event)    |
+//! | `SetRetention { days }`      | owner CLI, embedder          | days outside 1..=3650               | unchanged            |
+//! | `SetQuota { bytes, .. }`     | owner CLI, embedder          | bytes outside 1 MiB..=1 TiB         | unchanged            |
+//! | `RecordDrops { count }`      | daemon                       |                                     | count 0              |
+//! | `MarkSequence { high_water }`| daemon                       | 0, or below the current mark        | equal to the mark    |
+//! | `StartKeyEpoch { .. }`       | daemon                       | epoch not above the current one     | same epoch and name  |
+//! | `RecordSignal(signal)`       | daemon                       | signal out of bounds                |                      |
+//!
+//! An agent may never change engine state: every command from [`CallerKind::Agent`] is
+//! refused. Repeating a state change is an idempotent no-op with no event, because the journal
+//! records mutations and a repeated `enable` mutates nothing (the audit journal, not this
+//! state, records that the operation was asked for). `Flush` changes no state but is an
+//! acknowledged operation, so it is always recorded. `Disable` also clears `paused`: while
+//! disabled the store is never paused, and a later `Enable` starts capturing.
+//!
+//! # Applying
+//!
+//! `apply` is total. An event outside its bounds (which neither the writer nor the reader lets
+//! through) changes nothing; a `SequenceMarked` below the current mark and a `KeyEpochStarted`
+//! not above the current epoch change nothing (neither ever goes backwards);
+//! `ControlApplied { Delete }` returns capture to disabled and not paused; a torn tail changes no
+//! state (recovery reads it); a quarantine adds the chunk to the quarantined set once.
+
+use std::num::NonZeroU64;
+
+use annal_schema::ControlOperation;
+use annal_schema::tools::{DEFAULT_QUOTA_BYTES, DEFAULT_RETENTION_DAYS};
+
+use super::schema::{
+    CallerKind, JournalEvent, OnQuota, QUOTA_MAX_BYTES, QUOTA_MIN_BYTES, RETENTION_MAX_DAYS,
+    RETENTION_MIN_DAYS, check_signal, quota_in_bounds, retention_in_bounds,
+};
+use annal_schema::HealthCategory;
+
+use crate::health::{Child, HealthInputs, Signal};
+use crate::keys::KeyReference;
+use crate::profile::ChunkId;
+
+/// The key epoch chunks are currently sealed under.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KeyEpoch {
+    /// The epoch (>= 1).
+    pub epoch: NonZeroU64,
+    /// The credential-store name of its root key.
+    pub reference: KeyReference,
+}
+
+/// The engine's state, as the journal's events made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    /// The owner enabled capture.
+    pub enabled: bool,
+    /// The owner paused capture (never while disabled).
+    pub paused: bool,
+    /// Query-visible retention, in days.
+    pub retention_days: u32,
+    /// Encrypted store quota, in bytes.
+    pub quota_bytes: u64,
+    /// What capture does at the quota.
+    pub on_quota: OnQuota,
+    /// Events the capture path dropped, over the store's life.
+    pub dropped_total: u64,
+    /// The highest history sequence ever handed out; never decreases.
+    pub history_high_water: Option<u64>,
+    /// The current key epoch, once one was recorded.
+    pub key_epoch: Option<KeyEpoch>,
+    /// Every supervision and store signal, in journal order (health and the restart decision
+    /// fold over them).
+    pub signals: Vec<Signal>,
+    /// Chunks quarantined by a repair, in the order they were quarantined.
+    pub quarantined: Vec<ChunkId>,
+}
+
+impl Default for State {
+    /// The contract defaults: disabled, not paused, 7 days, 104857600 bytes, capture stops at
+    /// the quota, nothing dropped, no sequence handed out, no key epoch, no signals.
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            paused: false,
+            retention_days: DEFAULT_RETENTION_DAYS,
+            quota_bytes: DEFAULT_QUOTA_BYTES,
+            on_quota: OnQuota::StopCapture,
+            dropped_total: 0,
+            history_high_water: None,
+            key_epoch: None,
+            signals: Vec::new(),
+            quarantined: Vec::new(),
+        }
+    }
+}
+
+/// What `history_status` takes from the journal's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StatusFlags {
+    /// The owner enabled capture.
+    pub enabled: bool,
+    /// Capture is paused.
+    pub paused: bool,
+    /// Query-visible retention, in days.
+    pub retention_days: u32,
+    /// Encrypted store quota, in bytes.
+    pub quota_bytes: u64,
+    /// Events dropped over the store's life.
+    pub dropped_events: u64,
+}
+
+impl State {
+    /// Folds one event in. Never fails (see the module docs for the edge cases).
+    pub fn apply(&mut self, event: &JournalEvent) {
+        if event.check_bounds().is_err() {
+            return;
+        }
+        match event {
+            JournalEvent::ControlApplied { operation, .. } => match operation {
+                ControlOperation::Enable => self.enabled = true,
+                ControlOperation::Disable | ControlOperation::Delete => {
+                    self.enabled = false;
+                    self.paused = false;
+                }
+                ControlOperation::Pause => {
+                    if self.enabled {
+                        self.paused = true;
+                    }
+                }
+                ControlOperation::Resume => self.paused = false,
+                ControlOperation::Flush => {}
+            },
+            JournalEvent::RetentionSet { days, .. } => self.retention_days = *days,
+            JournalEvent::QuotaSet {
+                bytes, on_quota, ..
+            } => {
+                self.quota_bytes = *bytes;
+                self.on_quota = *on_quota;
+            }
+            JournalEvent::KeyEpochStarted { epoch, reference } => {
+                if self.key_epoch.as_ref().is_none_or(|k| *epoch > k.epoch) {
+                    self.key_epoch = Some(KeyEpoch {
+                        epoch: *epoch,
+                        reference: reference.clone(),
+                    });
+                }
+            }
+            JournalEvent::SupervisorSignalled(signal) => self.signals.push(*signal),
+            JournalEvent::DropsRecorded { count } => {
+                self.dropped_total = self.dropped_total.saturating_add(*count);
+            }
+            JournalEvent::SequenceMarked { high_water } => {
+                self.history_high_water = Some(
+                    self.history_high_water
+                        .map_or(*high_water, |h| h.max(*high_water)),
+                );
+            }
+            JournalEvent::TornTailRecorded { .. } => {}
+            JournalEvent::ChunkQuarantined { chunk, .. } => {
+                if !self.quarantined.contains(chunk) {
+                    self.quarantined.push(*chunk);
+                }
+            }
+        }
+    }
+
+    /// The state after `events`, from the defaults.
+    pub fn replay<'a>(events: impl IntoIterator<Item = &'a JournalEvent>) -> State {
+        let mut state = State::default();
+        for event in events {
+            state.apply(event);
+        }
+        state
+    }
+
+    /// What `history_status` needs from this state.
+    pub fn status_flags(&self) -> StatusFlags {
+        StatusFlags {
+            enabled: self.enabled,
+            paused: self.paused,
+            retention_days: self.retention_days,
+            quota_bytes: self.quota_bytes,
+            dropped_events: self.dropped_total,
+        }
+    }
+
+    /// The health inputs of this state, with the facts it does not hold: whether the daemon
+    /// admits the feature and how many drops are still in the capture counter.
+    pub fn health_inputs(&self, admitted: bool, pending_drops: u64) -> HealthInputs {
+        HealthInputs {
+            admitted,
+            enabled: self.enabled,
+            paused: self.paused,
+            pending_drops,
+        }
+    }
+
+    /// The health category of this state (a fold over its signals).
+    pub fn health(&self, admitted: bool, pending_drops: u64) -> HealthCategory {
+        crate::health::replay(self.health_inputs(admitted, pending_drops), &self.signals)
+    }
+
+    /// `child`'s restart history, for [`crate::supervision::decide`].
+    pub fn restart_history(&self, child: Child) -> Vec<u64> {
+        crate::supervision::restart_history(&self.signals, child)
+    }
+}
+
+/// What someone asks the engine to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Command {
+    /// Start capturing.
+    Enable,
+    /// Stop capturing (also clears a pause).
+    Disable,
+    /// Pause capture (only while enabled).
+    Pause,
+    /// Resume a paused capture (only while enabled).
+    Resume,
+    /// Make buffered events durable.
+    Flush,
+    /// Set query-visible retention.
+    SetRetention {
+        /// In days.
+        days: u32,
+    },
+    /// Set the quota and what happens at it.
+    SetQuota {
+        /// In bytes.
+        bytes: u64,
+        /// What capture does at the quota.
+        on_quota: OnQuota,
+    },
+    /// Record that the capture path dropped `count` events.
+    RecordDrops {
+        /// How many.
+        count: u64,
+    },
+    /// Record the history stream's high-water mark.
+    MarkSequence {
+        /// The highest sequence handed out.
+        high_water: u64,
+    },
+    /// Record that a key epoch began.
+    StartKeyEpoch {
+        /// The epoch.
+        epoch: NonZeroU64,
+        /// Its root key's reference.
+        reference: KeyReference,
+    },
+    /// Record a supervision or store signal.
+    RecordSignal(Signal),
+}
+
+/// Why a command was refused. Carries only fixed values, never free-form content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommandError {
+    /// This caller may not ask for this command.
+    #[error("this caller may not do that")]
+    CallerNotPermitted {
+        /// Who asked.
+        caller: CallerKind,
+    },
+    /// Pause or resume while capture is disabled.
+    #[error("capture is not enabled")]
+    NotEnabled,
+    /// The retention is outside its bounds.
+    #[error("retention must be {min_days}..={max_days} days")]
+    RetentionOutOfRange {
+        /// The fewest days allowed.
+        min_days: u32,
+        /// The most days allowed.
+        max_days: u32,
+    },
+    /// The quota is below its minimum.
+    #[error("the quota must be at least {min_bytes} bytes")]
+    QuotaBelowMinimum {
+        /// The smallest quota allowed, in bytes.
+        min_bytes: u64,
+    },
+    /// The quota is above its maximum.
+    #[error("the quota must be at most {max_bytes} bytes")]
+    QuotaAboveMaximum {
+        /// The largest quota allowed, in bytes.
+        max_bytes: u64,
+    },
+    /// A high-water mark of 0 (sequences start at 1).
+    #[error("a high-water mark must be at least 1")]
+    HighWaterZero,
+    /// The mark would go backwards.
+    #[error("the high-water mark never decreases (it is {current})")]
+    HighWaterWouldDecrease {
+        /// The current mark.
+        current: u64,
+    },
+    /// The epoch is not above the current one (or names another key at the same epoch).
+    #[error("a new key epoch must be above the current one ({current})")]
+    KeyEpochNotIncreasing {
+        /// The current epoch.
+        current: NonZeroU64,
+    },
+    /// The signal is outside its bounds (a time beyond annal's range, a zero drop count).
+    #[error("the signal is outside its bounds")]
+    SignalOutOfBounds,
+}
+
+/// Who may ask for what.
+fn permitted(command: &Command, caller: CallerKind) -> bool {
+    match command {
+        Command::Enable
+        | Command::Disable
+        | Command::Pause
+        | Command::Resume
+        | Command::SetRetention { .. }
+        | Command::SetQuota { .. } => {
+            matches!(caller, CallerKind::OwnerCli | CallerKind::Embedder)
+        }
+        Command::Flush => matches!(
+            caller,
+            CallerKind::OwnerCli | CallerKind::Embedder | CallerKind::Daemon
+        ),
+        Command::RecordDrops { .. }
+        | Command::MarkSequence { .. }
+        | Command::StartKeyEpoch { .. }
+        | Command::RecordSignal(_) => caller == CallerKind::Daemon,
+    }
+}
+
+/// The events `command` from `caller` appends to a journal whose state is `state`, or why it is
+/// refused (the table in the module docs). Pure: the same inputs always give the same answer.
+pub fn decide(
+    state: &State,
+    command: Command,
+    caller: CallerKind,
+) -> Result<Vec<JournalEvent>, CommandError> {
+    if !permitted(&command, caller) {
+        return Err(CommandError::CallerNotPermitted { caller });
+    }
+    let control = |operation| Ok(vec![JournalEvent::ControlApplied { operation, caller }]);
+    match command {
+        Command::Enable if state.enabled => Ok(Vec::new()),
+        Command::Enable => control(ControlOperation::Enable),
+        Command::Disable if !state.enabled => Ok(Vec::new()),
+        Command::Disable => control(ControlOperation::Disable),
+        Command::Pause | Command::Resume if !state.enabled => Err(CommandError::NotEnabled),
+        Command::Pause if state.paused => Ok(Vec::new()),
+        Command::Pause => control(ControlOperation::Pause),
+        Command::Resume if !state.paused => Ok(Vec::new()),
+        Command::Resume => control(ControlOperation::Resume),
+        Command::Flush => control(ControlOperation::Flush),
+        Command::SetRetention { days } => {
+            if !retention_in_bounds(days) {
+                Err(CommandError::RetentionOutOfRange {
+                    min_days: RETENTION_MIN_DAYS,
+                    max_days: RETENTION_MAX_DAYS,
+                })
+            } else if days == state.retention_days {
+                Ok(Vec::new())
+            } else {
+                Ok(vec![JournalEvent::RetentionSet { days, caller }])
+            }
+        }
+        Command::SetQuota { bytes, on_quota } => {
+            if bytes < QUOTA_MIN_BYTES {
+                Err(CommandError::QuotaBelowMinimum {
+                    min_bytes: QUOTA_MIN_BYTES,
+                })
+            } else if !quota_in_bounds(bytes) {
+                Err(CommandError::QuotaAboveMaximum {
+                    max_bytes: QUOTA_MAX_BYTES,
+                })
+            } else if bytes == state.quota_bytes && on_quota == state.on_quota {
+                Ok(Vec::new())
+            } else {
+                Ok(vec![JournalEvent::QuotaSet {
+                    bytes,
+                    on_quota,
+                    caller,
+                }])
+            }
+        }
+        Command::RecordDrops { count: 0 } => Ok(Vec::new()),
+        Command::RecordDrops { count } => Ok(vec![JournalEvent::DropsRecorded { count }]),
+        Command::MarkSequence { high_water: 0 } => Err(CommandError::HighWaterZero),
+        Command::MarkSequence { high_water } => match state.history_high_water {
+            Some(current) if high_water < current => {
+                Err(CommandError::HighWaterWouldDecrease { current })
+            }
+            Some(current) if high_water == current => Ok(Vec::new()),
+            _ => Ok(vec![JournalEvent::SequenceMarked { high_water }]),
+        },
+        Command::StartKeyEpoch { epoch, reference } => match &state.key_epoch {
+            Some(current) if current.epoch == epoch && current.reference == reference => {
+                Ok(Vec::new())
+            }
+            Some(current) if epoch <= current.epoch => Err(CommandError::KeyEpochNotIncreasing {
+                current: current.epoch,
+            }),
+            _ => Ok(vec![JournalEvent::KeyEpochStarted { epoch, reference }]),
+        },
+        Command::RecordSignal(signal) => {
+            check_signal(&signal).map_err(|_| CommandError::SignalOutOfBounds)?;
+            Ok(vec![JournalEvent::SupervisorSignalled(signal)])
+        }
+    }
+}

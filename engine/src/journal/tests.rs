@@ -1,0 +1,876 @@
+//! The journal's pure core, through a given/when/then harness: decisions, the projection, the
+//! closed schema, and their properties.
+
+use std::num::NonZeroU64;
+
+use annal_schema::{ControlOperation, HealthCategory, OpaqueId, Sequence, WriteRuleViolation};
+use proptest::prelude::*;
+
+use super::*;
+use crate::health::{Child, FailureCategory, Signal, SignalKind, StorageFault};
+use crate::keys::KeyReference;
+use crate::profile::{ChunkId, PlaintextFault, RecordSchema};
+use crate::store::{RecordIdentity, Stream};
+use crate::test_strategies;
+
+// ---- The harness ----
+
+/// The journal so far.
+struct Given {
+    state: State,
+}
+
+/// A command decided against it.
+struct When {
+    state: State,
+    result: Result<Vec<JournalEvent>, CommandError>,
+}
+
+/// Starts from the state `events` project to.
+fn given(events: &[JournalEvent]) -> Given {
+    Given {
+        state: State::replay(events),
+    }
+}
+
+impl Given {
+    /// The owner asks for `command` through the CLI.
+    fn when(self, command: Command) -> When {
+        self.when_by(CallerKind::OwnerCli, command)
+    }
+
+    /// `caller` asks for `command`.
+    fn when_by(self, caller: CallerKind, command: Command) -> When {
+        let result = decide(&self.state, command, caller);
+        When {
+            state: self.state,
+            result,
+        }
+    }
+}
+
+impl When {
+    /// The decision appends exactly `events`; returns the state after applying them.
+    #[track_caller]
+    fn then_expect(self, events: &[JournalEvent]) -> State {
+        let got = self.result.expect("the command was refused");
+        assert_eq!(got, events);
+        let mut state = self.state;
+        for event in &got {
+            state.apply(event);
+        }
+        state
+    }
+
+    /// The decision is an idempotent no-op.
+    #[track_caller]
+    fn then_expect_nothing(self) {
+        self.then_expect(&[]);
+    }
+
+    /// The decision refuses with `error`.
+    #[track_caller]
+    fn then_expect_error(self, error: CommandError) {
+        assert_eq!(self.result, Err(error));
+    }
+}
+
+fn control(operation: ControlOperation) -> JournalEvent {
+    JournalEvent::ControlApplied {
+        operation,
+        caller: CallerKind::OwnerCli,
+    }
+}
+
+fn enabled() -> JournalEvent {
+    control(ControlOperation::Enable)
+}
+
+fn paused() -> JournalEvent {
+    control(ControlOperation::Pause)
+}
+
+fn reference(text: &str) -> KeyReference {
+    KeyReference::new(text).unwrap()
+}
+
+fn epoch(n: u64) -> NonZeroU64 {
+    NonZeroU64::new(n).unwrap()
+}
+
+// ---- Defaults and status ----
+
+#[test]
+fn the_default_state_is_the_contract_defaults() {
+    let state = State::default();
+    assert_eq!(
+        state.status_flags(),
+        StatusFlags {
+            enabled: false,
+            paused: false,
+            retention_days: 7,
+            quota_bytes: 104_857_600,
+            dropped_events: 0,
+        }
+    );
+    assert_eq!(state.on_quota, OnQuota::StopCapture);
+    assert_eq!(state.history_high_water, None);
+    assert_eq!(state.key_epoch, None);
+    assert_eq!(State::replay([]), state);
+    assert_eq!(state.health(true, 0), HealthCategory::Disabled);
+    assert_eq!(state.health(false, 0), HealthCategory::NotAdmitted);
+}
+
+// ---- Lifecycle decisions ----
+
+#[test]
+fn enable_from_disabled_is_recorded_and_repeating_it_is_a_no_op() {
+    let state = given(&[]).when(Command::Enable).then_expect(&[enabled()]);
+    assert!(state.enabled && !state.paused);
+    assert_eq!(state.health(true, 0), HealthCategory::Ready);
+    given(&[enabled()])
+        .when(Command::Enable)
+        .then_expect_nothing();
+}
+
+#[test]
+fn disable_clears_a_pause_and_repeating_it_is_a_no_op() {
+    let state = given(&[enabled(), paused()])
+        .when(Command::Disable)
+        .then_expect(&[control(ControlOperation::Disable)]);
+    assert!(!state.enabled && !state.paused);
+    given(&[]).when(Command::Disable).then_expect_nothing();
+    // A later enable captures at once.
+    let state = given(&[enabled(), paused(), control(ControlOperation::Disable)])
+        .when(Command::Enable)
+        .then_expect(&[enabled()]);
+    assert!(state.enabled && !state.paused);
+}
+
+#[test]
+fn pause_and_resume_need_capture_enabled() {
+    given(&[])
+        .when(Command::Pause)
+        .then_expect_error(CommandError::NotEnabled);
+    given(&[])
+        .when(Command::Resume)
+        .then_expect_error(CommandError::NotEnabled);
+    let state = given(&[enabled()])
+        .when(Command::Pause)
+        .then_expect(&[paused()]);
+    assert!(state.paused);
+    assert_eq!(state.health(true, 0), HealthCategory::Paused);
+    given(&[enabled(), paused()])
+        .when(Command::Pause)
+        .then_expect_nothing();
+    let state = given(&[enabled(), paused()])
+        .when(Command::Resume)
+        .then_expect(&[control(ControlOperation::Resume)]);
+    assert!(!state.paused);
+    given(&[enabled()])
+        .when(Command::Resume)
+        .then_expect_nothing();
+}
+
+#[test]
+fn flush_is_always_recorded_and_changes_no_state() {
+    for history in [vec![], vec![enabled()], vec![enabled(), paused()]] {
+        let before = State::replay(&history);
+        let after = given(&history)
+            .when(Command::Flush)
+            .then_expect(&[control(ControlOperation::Flush)]);
+        assert_eq!(after, before);
+    }
+    given(&[])
+        .when_by(CallerKind::Daemon, Command::Flush)
+        .then_expect(&[JournalEvent::ControlApplied {
+            operation: ControlOperation::Flush,
+            caller: CallerKind::Daemon,
+        }]);
+}
+
+#[test]
+fn the_caller_is_recorded_as_a_closed_kind() {
+    given(&[])
+        .when_by(CallerKind::Embedder, Command::Enable)
+        .then_expect(&[JournalEvent::ControlApplied {
+            operation: ControlOperation::Enable,
+            caller: CallerKind::Embedder,
+        }]);
+}
+
+/// Who may ask for what: every command against every caller kind.
+#[test]
+fn caller_decision_table() {
+    let signal = Signal {
+        at_ms: 1,
+        kind: SignalKind::QuotaReached,
+    };
+    let owner = [CallerKind::OwnerCli, CallerKind::Embedder];
+    let all_but_agent = [
+        CallerKind::OwnerCli,
+        CallerKind::Embedder,
+        CallerKind::Daemon,
+    ];
+    let daemon = [CallerKind::Daemon];
+    let table: Vec<(Command, &[CallerKind])> = vec![
+        (Command::Enable, &owner),
+        (Command::Disable, &owner),
+        (Command::Pause, &owner),
+        (Command::Resume, &owner),
+        (Command::SetRetention { days: 30 }, &owner),
+        (
+            Command::SetQuota {
+                bytes: 1 << 30,
+                on_quota: OnQuota::EvictOldest,
+            },
+            &owner,
+        ),
+        (Command::Flush, &all_but_agent),
+        (Command::RecordDrops { count: 1 }, &daemon),
+        (Command::MarkSequence { high_water: 9 }, &daemon),
+        (
+            Command::StartKeyEpoch {
+                epoch: epoch(1),
+                reference: reference("ns.history.v1"),
+            },
+            &daemon,
+        ),
+        (Command::RecordSignal(signal), &daemon),
+    ];
+    // An enabled, paused journal, so pause and resume are not refused for state.
+    let state = State::replay(&[enabled()]);
+    for (command, allowed) in table {
+        for caller in CallerKind::ALL {
+            let result = decide(&state, command.clone(), caller);
+            if allowed.contains(&caller) {
+                assert!(result.is_ok(), "{command:?} by {caller:?}: {result:?}");
+            } else {
+                assert_eq!(
+                    result,
+                    Err(CommandError::CallerNotPermitted { caller }),
+                    "{command:?} by {caller:?}"
+                );
+            }
+        }
+    }
+}
+
+// ---- Settings ----
+
+#[test]
+fn retention_decision_table() {
+    let set = |days, caller| JournalEvent::RetentionSet { days, caller };
+    let out_of_range = CommandError::RetentionOutOfRange {
+        min_days: RETENTION_MIN_DAYS,
+        max_days: RETENTION_MAX_DAYS,
+    };
+    for days in [0, RETENTION_MAX_DAYS + 1, u32::MAX] {
+        given(&[])
+            .when(Command::SetRetention { days })
+            .then_expect_error(out_of_range);
+    }
+    for days in [RETENTION_MIN_DAYS, 30, RETENTION_MAX_DAYS] {
+        let state = given(&[])
+            .when(Command::SetRetention { days })
+            .then_expect(&[set(days, CallerKind::OwnerCli)]);
+        assert_eq!(state.status_flags().retention_days, days);
+    }
+    // The default, or the current value, is a no-op.
+    given(&[])
+        .when(Command::SetRetention { days: 7 })
+        .then_expect_nothing();
+    given(&[set(30, CallerKind::Embedder)])
+        .when(Command::SetRetention { days: 30 })
+        .then_expect_nothing();
+}
+
+#[test]
+fn quota_decision_table() {
+    let command = |bytes, on_quota| Command::SetQuota { bytes, on_quota };
+    let set = |bytes, on_quota| JournalEvent::QuotaSet {
+        bytes,
+        on_quota,
+        caller: CallerKind::OwnerCli,
+    };
+    for bytes in [0, 1, QUOTA_MIN_BYTES - 1] {
+        given(&[])
+            .when(command(bytes, OnQuota::StopCapture))
+            .then_expect_error(CommandError::QuotaBelowMinimum {
+                min_bytes: QUOTA_MIN_BYTES,
+            });
+    }
+    given(&[])
+        .when(command(QUOTA_MAX_BYTES + 1, OnQuota::StopCapture))
+        .then_expect_error(CommandError::QuotaAboveMaximum {
+            max_bytes: QUOTA_MAX_BYTES,
+        });
+    let state = given(&[])
+        .when(command(QUOTA_MIN_BYTES, OnQuota::EvictOldest))
+        .then_expect(&[set(QUOTA_MIN_BYTES, OnQuota::EvictOldest)]);
+    assert_eq!(state.quota_bytes, QUOTA_MIN_BYTES);
+    assert_eq!(state.on_quota, OnQuota::EvictOldest);
+    given(&[])
+        .when(command(104_857_600, OnQuota::StopCapture))
+        .then_expect_nothing();
+    // The same bytes with another policy is a change.
+    given(&[])
+        .when(command(104_857_600, OnQuota::EvictOldest))
+        .then_expect(&[set(104_857_600, OnQuota::EvictOldest)]);
+    given(&[])
+        .when(command(QUOTA_MAX_BYTES, OnQuota::StopCapture))
+        .then_expect(&[set(QUOTA_MAX_BYTES, OnQuota::StopCapture)]);
+}
+
+// ---- Engine facts ----
+
+#[test]
+fn drops_add_to_the_lifetime_total() {
+    let daemon = CallerKind::Daemon;
+    let state = given(&[JournalEvent::DropsRecorded { count: 3 }])
+        .when_by(daemon, Command::RecordDrops { count: 4 })
+        .then_expect(&[JournalEvent::DropsRecorded { count: 4 }]);
+    assert_eq!(state.status_flags().dropped_events, 7);
+    given(&[])
+        .when_by(daemon, Command::RecordDrops { count: 0 })
+        .then_expect_nothing();
+    // The total saturates rather than wrapping.
+    let state = State::replay(&[
+        JournalEvent::DropsRecorded { count: u64::MAX },
+        JournalEvent::DropsRecorded { count: 5 },
+    ]);
+    assert_eq!(state.dropped_total, u64::MAX);
+}
+
+#[test]
+fn the_high_water_mark_never_goes_backwards() {
+    let daemon = CallerKind::Daemon;
+    let mark = |high_water| JournalEvent::SequenceMarked { high_water };
+    let state = given(&[])
+        .when_by(daemon, Command::MarkSequence { high_water: 10 })
+        .then_expect(&[mark(10)]);
+    assert_eq!(state.history_high_water, Some(10));
+    given(&[mark(10)])
+        .when_by(daemon, Command::MarkSequence { high_water: 9 })
+        .then_expect_error(CommandError::HighWaterWouldDecrease { current: 10 });
+    given(&[mark(10)])
+        .when_by(daemon, Command::MarkSequence { high_water: 10 })
+        .then_expect_nothing();
+    given(&[])
+        .when_by(daemon, Command::MarkSequence { high_water: 0 })
+        .then_expect_error(CommandError::HighWaterZero);
+    // A lower mark in a journal (never decided) changes nothing.
+    assert_eq!(
+        State::replay(&[mark(10), mark(3)]).history_high_water,
+        Some(10)
+    );
+}
+
+#[test]
+fn key_epochs_only_go_up() {
+    let daemon = CallerKind::Daemon;
+    let start = |n, r: &str| Command::StartKeyEpoch {
+        epoch: epoch(n),
+        reference: reference(r),
+    };
+    let started = |n, r: &str| JournalEvent::KeyEpochStarted {
+        epoch: epoch(n),
+        reference: reference(r),
+    };
+    let state = given(&[])
+        .when_by(daemon, start(1, "a.history.v1"))
+        .then_expect(&[started(1, "a.history.v1")]);
+    assert_eq!(
+        state.key_epoch,
+        Some(KeyEpoch {
+            epoch: epoch(1),
+            reference: reference("a.history.v1")
+        })
+    );
+    let history = [started(2, "a.history.v1")];
+    given(&history)
+        .when_by(daemon, start(2, "a.history.v1"))
+        .then_expect_nothing();
+    let refused = CommandError::KeyEpochNotIncreasing { current: epoch(2) };
+    given(&history)
+        .when_by(daemon, start(2, "b.history.v1"))
+        .then_expect_error(refused);
+    given(&history)
+        .when_by(daemon, start(1, "a.history.v1"))
+        .then_expect_error(refused);
+    given(&history)
+        .when_by(daemon, start(3, "b.history.v1"))
+        .then_expect(&[started(3, "b.history.v1")]);
+    // An older epoch in a journal (never decided) changes nothing.
+    let state = State::replay(&[started(2, "a.history.v1"), started(1, "b.history.v1")]);
+    assert_eq!(state.key_epoch.map(|k| k.epoch), Some(epoch(2)));
+}
+
+#[test]
+fn signals_are_journaled_and_health_folds_over_them() {
+    let daemon = CallerKind::Daemon;
+    let failed = Signal {
+        at_ms: 5,
+        kind: SignalKind::StorageFailed {
+            category: StorageFault::StorageCorrupt,
+        },
+    };
+    let state = given(&[enabled()])
+        .when_by(daemon, Command::RecordSignal(failed))
+        .then_expect(&[JournalEvent::SupervisorSignalled(failed)]);
+    assert_eq!(state.signals, [failed]);
+    assert_eq!(state.health(true, 0), HealthCategory::StorageCorrupt);
+    let restarted = Signal {
+        at_ms: 6,
+        kind: SignalKind::ChildRestarted {
+            child: Child::Writer,
+        },
+    };
+    let state = given(&[JournalEvent::SupervisorSignalled(restarted)]).state;
+    assert_eq!(state.restart_history(Child::Writer), [6]);
+    for bad in [
+        Signal {
+            at_ms: JOURNAL_TIME_MAX_MS + 1,
+            kind: SignalKind::QuotaReached,
+        },
+        Signal {
+            at_ms: 1,
+            kind: SignalKind::DropsObserved { count: 0 },
+        },
+        Signal {
+            at_ms: 1,
+            kind: SignalKind::DropsMarked { count: 0 },
+        },
+    ] {
+        given(&[])
+            .when_by(daemon, Command::RecordSignal(bad))
+            .then_expect_error(CommandError::SignalOutOfBounds);
+    }
+}
+
+#[test]
+fn applying_covers_every_event_deterministically() {
+    let chunk = ChunkId([3; 16]);
+    let events = [
+        JournalEvent::ControlApplied {
+            operation: ControlOperation::Delete,
+            caller: CallerKind::OwnerCli,
+        },
+        JournalEvent::TornTailRecorded {
+            chunk,
+            bytes_left_out: 17,
+        },
+        JournalEvent::ChunkQuarantined {
+            chunk,
+            caller: CallerKind::OwnerCli,
+        },
+        JournalEvent::ChunkQuarantined {
+            chunk,
+            caller: CallerKind::OwnerCli,
+        },
+    ];
+    let state = State::replay(
+        &[enabled(), paused()]
+            .iter()
+            .chain(&events)
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    assert!(
+        !state.enabled && !state.paused,
+        "delete returns to disabled"
+    );
+    assert_eq!(state.quarantined, [chunk]);
+    // A pause recorded while disabled (never decided) changes nothing.
+    assert!(!State::replay(&[paused()]).paused);
+    // Events out of bounds (never written, never read) change nothing.
+    let out_of_bounds = [
+        JournalEvent::RetentionSet {
+            days: 0,
+            caller: CallerKind::OwnerCli,
+        },
+        JournalEvent::QuotaSet {
+            bytes: 1,
+            on_quota: OnQuota::EvictOldest,
+            caller: CallerKind::OwnerCli,
+        },
+        JournalEvent::SequenceMarked { high_water: 0 },
+        JournalEvent::DropsRecorded { count: 0 },
+        JournalEvent::SupervisorSignalled(Signal {
+            at_ms: u64::MAX,
+            kind: SignalKind::QuotaReached,
+        }),
+    ];
+    assert_eq!(State::replay(&out_of_bounds), State::default());
+}
+
+// ---- The stored form ----
+
+fn record(event: JournalEvent) -> JournalRecord {
+    JournalRecord {
+        sequence: Sequence::new(7).unwrap(),
+        time_ms: 1_764_540_843_753,
+        stream: OpaqueId::new("6dd3aa1eef99854a9a3d39ba1e2315f1").unwrap(),
+        event,
+    }
+}
+
+fn text(record: &JournalRecord) -> String {
+    String::from_utf8(record.to_json_vec()).unwrap()
+}
+
+fn parse(text: &str) -> Result<JournalRecord, PlaintextFault> {
+    JournalSchema::parse(text.as_bytes())
+}
+
+const PREFIX: &str = r#"{"dataschema":"urn:annal:schema:engine-journal:v1","sequence":7,"time_ms":1764540843753,"stream":"6dd3aa1eef99854a9a3d39ba1e2315f1","event":"#;
+
+/// One example of every event kind and its exact stored form.
+fn golden() -> Vec<(JournalEvent, &'static str)> {
+    let chunk = ChunkId::from_hex("0123456789abcdef0123456789abcdef").unwrap();
+    vec![
+        (
+            JournalEvent::ControlApplied {
+                operation: ControlOperation::Enable,
+                caller: CallerKind::OwnerCli,
+            },
+            r#"{"kind":"control_applied","operation":"enable","caller":"owner_cli"}"#,
+        ),
+        (
+            JournalEvent::RetentionSet {
+                days: 30,
+                caller: CallerKind::Embedder,
+            },
+            r#"{"kind":"retention_set","days":30,"caller":"embedder"}"#,
+        ),
+        (
+            JournalEvent::QuotaSet {
+                bytes: 1_048_576,
+                on_quota: OnQuota::EvictOldest,
+                caller: CallerKind::OwnerCli,
+            },
+            r#"{"kind":"quota_set","bytes":1048576,"on_quota":"evict_oldest","caller":"owner_cli"}"#,
+        ),
+        (
+            JournalEvent::KeyEpochStarted {
+                epoch: epoch(2),
+                reference: reference("default.history.v1"),
+            },
+            r#"{"kind":"key_epoch_started","epoch":2,"reference":"default.history.v1"}"#,
+        ),
+        (
+            JournalEvent::SupervisorSignalled(Signal {
+                at_ms: 12,
+                kind: SignalKind::ChildFailed {
+                    child: Child::KeyCustody,
+                    category: FailureCategory::KeyLocked,
+                },
+            }),
+            r#"{"kind":"supervisor_signalled","at_ms":12,"signal":{"kind":"child_failed","child":"key_custody","category":"key_locked"}}"#,
+        ),
+        (
+            JournalEvent::SupervisorSignalled(Signal {
+                at_ms: 13,
+                kind: SignalKind::StorageRecovered,
+            }),
+            r#"{"kind":"supervisor_signalled","at_ms":13,"signal":{"kind":"storage_recovered"}}"#,
+        ),
+        (
+            JournalEvent::DropsRecorded { count: 4 },
+            r#"{"kind":"drops_recorded","count":4}"#,
+        ),
+        (
+            JournalEvent::SequenceMarked { high_water: 99 },
+            r#"{"kind":"sequence_marked","high_water":99}"#,
+        ),
+        (
+            JournalEvent::TornTailRecorded {
+                chunk,
+                bytes_left_out: 5,
+            },
+            r#"{"kind":"torn_tail_recorded","chunk":"0123456789abcdef0123456789abcdef","bytes_left_out":5}"#,
+        ),
+        (
+            JournalEvent::ChunkQuarantined {
+                chunk,
+                caller: CallerKind::OwnerCli,
+            },
+            r#"{"kind":"chunk_quarantined","chunk":"0123456789abcdef0123456789abcdef","caller":"owner_cli"}"#,
+        ),
+    ]
+}
+
+#[test]
+fn every_event_kind_has_its_exact_stored_form_and_reads_back() {
+    for (event, event_json) in golden() {
+        let record = record(event);
+        let want = format!("{PREFIX}{event_json}}}");
+        assert_eq!(text(&record), want);
+        assert_eq!(parse(&want), Ok(record));
+    }
+}
+
+/// Replaces the first occurrence of `from` in the stored form of a golden record.
+fn edited(index: usize, from: &str, to: &str) -> String {
+    let (event, _) = golden().swap_remove(index);
+    let text = text(&record(event));
+    assert!(text.contains(from), "{text} lacks {from}");
+    text.replacen(from, to, 1)
+}
+
+#[test]
+fn the_schema_is_closed() {
+    let invalid = Err(PlaintextFault::InvalidEvent);
+    let cases = [
+        // Unknown fields at every level, including beside a data-less signal.
+        edited(0, r#""sequence""#, r#""extra":1,"sequence""#),
+        edited(0, r#""caller""#, r#""extra":1,"caller""#),
+        edited(4, r#""child":"#, r#""extra":1,"child":"#),
+        edited(
+            5,
+            r#""kind":"storage_recovered""#,
+            r#""kind":"storage_recovered","x":1"#,
+        ),
+        // Unknown kinds and enum values.
+        edited(0, "control_applied", "control_forgotten"),
+        edited(4, "child_failed", "child_vanished"),
+        edited(0, r#""enable""#, r#""reboot""#),
+        edited(0, "owner_cli", "alice"),
+        edited(2, "evict_oldest", "evict_newest"),
+        edited(4, "key_custody", "browser"),
+        edited(4, "key_locked", "ready"),
+        // null anywhere, and missing fields.
+        edited(1, r#""days":30"#, r#""days":null"#),
+        edited(0, r#""sequence":7"#, r#""sequence":null"#),
+        edited(0, r#""urn:annal:schema:engine-journal:v1""#, "null"),
+        edited(
+            0,
+            r#""dataschema":"urn:annal:schema:engine-journal:v1","#,
+            "",
+        ),
+        edited(1, r#","caller":"embedder""#, ""),
+        // Duplicate keys.
+        edited(1, r#""days":30"#, r#""days":30,"days":31"#),
+        edited(
+            0,
+            r#""kind":"control_applied""#,
+            r#""kind":"control_applied","kind":"control_applied""#,
+        ),
+        // Out of bounds.
+        edited(1, r#""days":30"#, r#""days":0"#),
+        edited(1, r#""days":30"#, r#""days":3651"#),
+        edited(2, "1048576", "1048575"),
+        edited(3, r#""epoch":2"#, r#""epoch":0"#),
+        edited(3, "default.history.v1", "default history"),
+        edited(3, "default.history.v1", ""),
+        edited(6, r#""count":4"#, r#""count":0"#),
+        edited(7, r#""high_water":99"#, r#""high_water":0"#),
+        edited(8, r#""bytes_left_out":5"#, r#""bytes_left_out":0"#),
+        edited(
+            8,
+            "0123456789abcdef0123456789abcdef",
+            "0123456789ABCDEF0123456789ABCDEF",
+        ),
+        edited(9, "0123456789abcdef0123456789abcdef", "0123"),
+        edited(0, r#""sequence":7"#, r#""sequence":0"#),
+        edited(0, "1764540843753", "16756761600000"),
+        edited(0, "1764540843753", "-1"),
+        edited(0, "1764540843753", "1.5"),
+        edited(
+            0,
+            "6dd3aa1eef99854a9a3d39ba1e2315f1",
+            "6DD3AA1EEF99854A9A3D39BA1E2315F1",
+        ),
+        // Free-form text has nowhere to go.
+        edited(
+            0,
+            r#""caller":"owner_cli""#,
+            r#""caller":"owner_cli","label":"secret""#,
+        ),
+        // Not one JSON object.
+        format!("{} trailing", text(&record(golden()[0].0.clone()))),
+        "not json".to_owned(),
+        "[]".to_owned(),
+    ];
+    for case in &cases {
+        assert_eq!(parse(case), invalid, "{case}");
+    }
+}
+
+#[test]
+fn another_dataschema_is_unsupported_rather_than_invalid() {
+    let future = edited(0, "engine-journal:v1", "engine-journal:v2");
+    assert_eq!(parse(&future), Err(PlaintextFault::UnsupportedDataschema));
+    let history = edited(
+        0,
+        "urn:annal:schema:engine-journal:v1",
+        "urn:cua-driver:schema:history-event:v0",
+    );
+    assert_eq!(parse(&history), Err(PlaintextFault::UnsupportedDataschema));
+    // A v0 history event is not a journal record.
+    let v0 = br#"{"specversion":"1.0","dataschema":"urn:cua-driver:schema:history-event:v0"}"#;
+    assert_eq!(
+        JournalSchema::parse(v0),
+        Err(PlaintextFault::UnsupportedDataschema)
+    );
+}
+
+#[test]
+fn the_stream_binding_finishes_and_checks_entries() {
+    let identity = RecordIdentity {
+        id: OpaqueId::new("00000000000000000000000000000001").unwrap(),
+        stream_id: OpaqueId::new("6dd3aa1eef99854a9a3d39ba1e2315f1").unwrap(),
+        sequence: Sequence::new(7).unwrap(),
+    };
+    let entry = JournalEntry {
+        time_ms: 1_764_540_843_753,
+        event: enabled(),
+    };
+    assert_eq!(Journal::check_write_rules(&entry), Ok(()));
+    let finished = Journal::finish(entry, &identity);
+    assert_eq!(finished, record(enabled()));
+    let mut out = Vec::new();
+    Journal::encode(&finished, &mut out);
+    assert_eq!(out, finished.to_json_vec());
+    assert_eq!(JournalSchema::sequence(&finished), 7);
+    assert_eq!(
+        JournalSchema::time_since_epoch(&finished).as_millis(),
+        1_764_540_843_753
+    );
+    assert_eq!(JournalSchema::identity(&finished), None);
+    // Out-of-bound values are refused before a sequence is assigned.
+    let late = JournalEntry {
+        time_ms: JOURNAL_TIME_MAX_MS + 1,
+        event: enabled(),
+    };
+    assert_eq!(
+        Journal::check_write_rules(&late),
+        Err(WriteRuleViolation::JournalTime)
+    );
+    for event in [
+        JournalEvent::RetentionSet {
+            days: 0,
+            caller: CallerKind::OwnerCli,
+        },
+        JournalEvent::QuotaSet {
+            bytes: QUOTA_MAX_BYTES + 1,
+            on_quota: OnQuota::StopCapture,
+            caller: CallerKind::OwnerCli,
+        },
+        JournalEvent::DropsRecorded { count: 0 },
+        JournalEvent::SequenceMarked { high_water: 0 },
+        JournalEvent::TornTailRecorded {
+            chunk: ChunkId([0; 16]),
+            bytes_left_out: TORN_TAIL_MAX_BYTES + 1,
+        },
+        JournalEvent::SupervisorSignalled(Signal {
+            at_ms: JOURNAL_TIME_MAX_MS + 1,
+            kind: SignalKind::KeyRecovered,
+        }),
+    ] {
+        let entry = JournalEntry { time_ms: 1, event };
+        assert_eq!(
+            Journal::check_write_rules(&entry),
+            Err(WriteRuleViolation::JournalEvent),
+            "{entry:?}"
+        );
+    }
+    assert_eq!(WriteRuleViolation::JournalEvent.field(), "event");
+}
+
+#[test]
+fn the_time_bound_is_the_end_of_annals_time_range() {
+    // 2501-01-01T00:00:00Z minus one millisecond.
+    let end = annal_schema::EventTime::parse("2500-12-31T23:59:59.999Z").unwrap();
+    assert_eq!(
+        end.since_epoch().as_millis(),
+        u128::from(JOURNAL_TIME_MAX_MS)
+    );
+    assert_eq!(annal_schema::time::TIME_MAX_YEAR, 2500);
+}
+
+// ---- Properties ----
+
+fn arbitrary_record() -> impl Strategy<Value = JournalRecord> {
+    (
+        1..=u64::MAX,
+        0..=JOURNAL_TIME_MAX_MS,
+        any::<[u8; 16]>(),
+        test_strategies::event(),
+    )
+        .prop_map(|(sequence, time_ms, stream, event)| JournalRecord {
+            sequence: Sequence::new(sequence).unwrap(),
+            time_ms,
+            stream: OpaqueId::from_bytes(stream),
+            event,
+        })
+}
+
+proptest! {
+    #[test]
+    fn every_record_in_bounds_round_trips_as_compact_json(record in arbitrary_record()) {
+        let bytes = record.to_json_vec();
+        prop_assert!(!bytes.iter().any(|b| b.is_ascii_whitespace()));
+        prop_assert_eq!(JournalSchema::parse(&bytes), Ok(record.clone()));
+        let entry = JournalEntry { time_ms: record.time_ms, event: record.event.clone() };
+        prop_assert_eq!(Journal::check_write_rules(&entry), Ok(()));
+    }
+
+    #[test]
+    fn replay_is_deterministic_and_equals_incremental_apply(
+        events in proptest::collection::vec(test_strategies::event(), 0..48),
+    ) {
+        let once = State::replay(&events);
+        prop_assert_eq!(&once, &State::replay(&events.clone()));
+        let mut incremental = State::default();
+        for event in &events {
+            incremental.apply(event);
+        }
+        prop_assert_eq!(&incremental, &once);
+        prop_assert_eq!(
+            once.health(true, 0),
+            State::replay(&events).health(true, 0)
+        );
+    }
+
+    #[test]
+    fn decisions_never_lower_the_high_water_mark_or_the_drop_total(
+        steps in proptest::collection::vec(
+            (test_strategies::command(), test_strategies::caller()), 0..64),
+    ) {
+        let mut state = State::default();
+        let mut journal = Vec::new();
+        for (command, caller) in steps {
+            let before = state.clone();
+            if let Ok(events) = decide(&state, command, caller) {
+                for event in &events {
+                    prop_assert_eq!(event.check_bounds(), Ok(()));
+                    state.apply(event);
+                }
+                journal.extend(events);
+            } else {
+                // A refusal appends nothing, so the state cannot change.
+            }
+            prop_assert!(state.history_high_water >= before.history_high_water);
+            prop_assert!(state.dropped_total >= before.dropped_total);
+            prop_assert!(state.key_epoch.as_ref().map(|k| k.epoch) >= before.key_epoch.as_ref().map(|k| k.epoch));
+            prop_assert!(!state.paused || state.enabled);
+            prop_assert!((RETENTION_MIN_DAYS..=RETENTION_MAX_DAYS).contains(&state.retention_days));
+            prop_assert!((QUOTA_MIN_BYTES..=QUOTA_MAX_BYTES).contains(&state.quota_bytes));
+        }
+        // The journal alone gives the same state back.
+        prop_assert_eq!(State::replay(&journal), state);
+    }
+
+    #[test]
+    fn an_agent_never_changes_state(
+        history in proptest::collection::vec(test_strategies::event(), 0..16),
+        command in test_strategies::command(),
+    ) {
+        let state = State::replay(&history);
+        prop_assert_eq!(
+            decide(&state, command, CallerKind::Agent),
+            Err(CommandError::CallerNotPermitted { caller: CallerKind::Agent })
+        );
+    }
+}

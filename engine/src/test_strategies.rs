@@ -1,0 +1,155 @@
+//! proptest strategies shared by the unit tests of the pure core (signals, journal events,
+//! commands).
+
+use std::num::NonZeroU64;
+
+use annal_schema::ControlOperation;
+use proptest::prelude::*;
+
+use crate::health::{Child, FailureCategory, KeyFault, Signal, SignalKind, StorageFault};
+use crate::journal::{
+    CallerKind, Command, JOURNAL_TIME_MAX_MS, JournalEvent, OnQuota, QUOTA_MAX_BYTES,
+    QUOTA_MIN_BYTES, RETENTION_MAX_DAYS, RETENTION_MIN_DAYS, TORN_TAIL_MAX_BYTES,
+};
+use crate::keys::KeyReference;
+use crate::profile::ChunkId;
+
+pub fn child() -> impl Strategy<Value = Child> {
+    proptest::sample::select(Child::ALL.to_vec())
+}
+
+pub fn failure() -> impl Strategy<Value = FailureCategory> {
+    proptest::sample::select(vec![
+        FailureCategory::KeyUnavailable,
+        FailureCategory::KeyLocked,
+        FailureCategory::KeyCorrupt,
+        FailureCategory::StorageUnavailable,
+        FailureCategory::StorageCorrupt,
+        FailureCategory::WriterStopped,
+    ])
+}
+
+pub fn storage_fault() -> impl Strategy<Value = StorageFault> {
+    prop_oneof![
+        Just(StorageFault::StorageUnavailable),
+        Just(StorageFault::StorageCorrupt)
+    ]
+}
+
+pub fn key_fault() -> impl Strategy<Value = KeyFault> {
+    proptest::sample::select(vec![
+        KeyFault::KeyUnavailable,
+        KeyFault::KeyLocked,
+        KeyFault::KeyCorrupt,
+        KeyFault::KeyDestroyFailed,
+    ])
+}
+
+pub fn signal_kind() -> impl Strategy<Value = SignalKind> {
+    prop_oneof![
+        child().prop_map(|child| SignalKind::ChildStarted { child }),
+        (child(), failure())
+            .prop_map(|(child, category)| SignalKind::ChildFailed { child, category }),
+        child().prop_map(|child| SignalKind::ChildRestarted { child }),
+        child().prop_map(|child| SignalKind::ChildStopped { child }),
+        child().prop_map(|child| SignalKind::RestartLimitReached { child }),
+        storage_fault().prop_map(|category| SignalKind::StorageFailed { category }),
+        Just(SignalKind::StorageRecovered),
+        key_fault().prop_map(|category| SignalKind::KeyFailed { category }),
+        Just(SignalKind::KeyRecovered),
+        Just(SignalKind::QuotaReached),
+        Just(SignalKind::QuotaCleared),
+        (1..1_000u64).prop_map(|count| SignalKind::DropsObserved { count }),
+        (1..1_000u64).prop_map(|count| SignalKind::DropsMarked { count }),
+    ]
+}
+
+/// A signal within bounds.
+pub fn signal() -> impl Strategy<Value = Signal> {
+    (0..=JOURNAL_TIME_MAX_MS, signal_kind()).prop_map(|(at_ms, kind)| Signal { at_ms, kind })
+}
+
+pub fn caller() -> impl Strategy<Value = CallerKind> {
+    proptest::sample::select(CallerKind::ALL.to_vec())
+}
+
+pub fn on_quota() -> impl Strategy<Value = OnQuota> {
+    prop_oneof![Just(OnQuota::StopCapture), Just(OnQuota::EvictOldest)]
+}
+
+pub fn operation() -> impl Strategy<Value = ControlOperation> {
+    proptest::sample::select(ControlOperation::ALL.to_vec())
+}
+
+pub fn reference() -> impl Strategy<Value = KeyReference> {
+    "[A-Za-z0-9._-]{1,128}".prop_map(|s| KeyReference::new(&s).expect("a valid reference"))
+}
+
+pub fn chunk() -> impl Strategy<Value = ChunkId> {
+    any::<[u8; 16]>().prop_map(ChunkId)
+}
+
+/// An event within bounds.
+pub fn event() -> impl Strategy<Value = JournalEvent> {
+    prop_oneof![
+        (operation(), caller())
+            .prop_map(|(operation, caller)| JournalEvent::ControlApplied { operation, caller }),
+        (RETENTION_MIN_DAYS..=RETENTION_MAX_DAYS, caller())
+            .prop_map(|(days, caller)| JournalEvent::RetentionSet { days, caller }),
+        (QUOTA_MIN_BYTES..=QUOTA_MAX_BYTES, on_quota(), caller()).prop_map(
+            |(bytes, on_quota, caller)| JournalEvent::QuotaSet {
+                bytes,
+                on_quota,
+                caller
+            }
+        ),
+        (1..=u64::MAX, reference()).prop_map(|(epoch, reference)| {
+            JournalEvent::KeyEpochStarted {
+                epoch: NonZeroU64::new(epoch).expect("epoch >= 1"),
+                reference,
+            }
+        }),
+        signal().prop_map(JournalEvent::SupervisorSignalled),
+        (1..=u64::MAX).prop_map(|count| JournalEvent::DropsRecorded { count }),
+        (1..=u64::MAX).prop_map(|high_water| JournalEvent::SequenceMarked { high_water }),
+        (chunk(), 1..=TORN_TAIL_MAX_BYTES).prop_map(|(chunk, bytes_left_out)| {
+            JournalEvent::TornTailRecorded {
+                chunk,
+                bytes_left_out,
+            }
+        }),
+        (chunk(), caller())
+            .prop_map(|(chunk, caller)| JournalEvent::ChunkQuarantined { chunk, caller }),
+    ]
+}
+
+/// Any command, in bounds or not (small numbers so that marks collide often).
+pub fn command() -> impl Strategy<Value = Command> {
+    prop_oneof![
+        Just(Command::Enable),
+        Just(Command::Disable),
+        Just(Command::Pause),
+        Just(Command::Resume),
+        Just(Command::Flush),
+        (0..4_000u32).prop_map(|days| Command::SetRetention { days }),
+        (
+            prop_oneof![
+                0..QUOTA_MIN_BYTES * 2,
+                QUOTA_MAX_BYTES - 10..QUOTA_MAX_BYTES + 10
+            ],
+            on_quota()
+        )
+            .prop_map(|(bytes, on_quota)| Command::SetQuota { bytes, on_quota }),
+        (0..100u64).prop_map(|count| Command::RecordDrops { count }),
+        (0..100u64).prop_map(|high_water| Command::MarkSequence { high_water }),
+        (
+            1..5u64,
+            prop_oneof![Just("a.history.v1"), Just("b.history.v1")]
+        )
+            .prop_map(|(epoch, reference)| Command::StartKeyEpoch {
+                epoch: NonZeroU64::new(epoch).expect("epoch >= 1"),
+                reference: KeyReference::new(reference).expect("a valid reference"),
+            }),
+        signal().prop_map(Command::RecordSignal),
+    ]
+}
