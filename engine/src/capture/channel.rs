@@ -173,6 +173,14 @@ impl<T> Channel<T> {
         self.state.fetch_or(CLOSED, Ordering::AcqRel);
     }
 
+    /// Whether the channel is closed with no producer inside a capture call: from then on
+    /// nothing can be pushed or counted. Everything pushed or counted before is visible to the
+    /// caller (the in-flight exits release, this load acquires).
+    pub fn is_quiescent(&self) -> bool {
+        let state = self.state.load(Ordering::Acquire);
+        state & CLOSED != 0 && state < IN_FLIGHT_ONE
+    }
+
     /// Registers the caller as in flight if `gate` lets it through; `None` (and nothing
     /// registered) otherwise.
     fn enter(&self, gate: Gate) -> Option<InFlight<'_>> {
@@ -296,8 +304,8 @@ impl<T> Channel<T> {
     /// preempted inside its call keeps the channel unsettled until it runs again).
     pub fn drain_final(&self, max: usize, out: &mut Vec<Drained<T>>) -> FinalDrain {
         self.close();
-        // Load BEFORE draining (module doc, "Close").
-        let quiet = self.state.load(Ordering::Acquire) < IN_FLIGHT_ONE;
+        // Checked BEFORE draining (module doc, "Close").
+        let quiet = self.is_quiescent();
         let (appended, emptied) = self.drain_observing_empty(max, out);
         FinalDrain {
             appended,
