@@ -3,11 +3,13 @@
 //! # Layout
 //!
 //! - `benches/profile.rs`: encode+encrypt and decode+decrypt+validate of one ~700-byte event.
+//! - `benches/capture.rs`: per-call latency quantiles of the capture hook (`action_started`),
+//!   accepted (tight and paced) and on a full queue, with 1 and 8 producer threads.
 //! - `examples/profile_counts.rs`: drives the profile codec N times for callgrind counts.
 //! - `src/lib.rs`: shared helpers: the bench event and chunk header, and printing
 //!   `FIGURE <name> <value> <unit>` lines after criterion's own output.
 //!
-//! Later benches cover capture, append throughput, queries and store open (ARCHITECTURE.md
+//! Later benches cover append throughput, queries and store open (ARCHITECTURE.md
 //! section 11).
 #![forbid(unsafe_code)]
 

@@ -121,6 +121,13 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// Keeps its value on cache lines of its own (128 bytes: x86 prefetches lines in pairs), so a
+/// word only producers write (the state word) and a word the consumer reads after every pop
+/// (the drop counter) do not bounce one line between cores.
+#[derive(Debug)]
+#[repr(align(128))]
+pub struct OwnLine<T>(pub T);
+
 /// The bounded queue with its counters, gate and close flag. Producers share it by reference;
 /// exactly one consumer calls the `pop`/`take_drops`/`drain*` side.
 #[derive(Debug)]
@@ -128,9 +135,9 @@ pub struct Channel<T> {
     /// The accepted items, oldest first.
     queue: BoundedQueue<T>,
     /// Flag bits (`ACCEPTING`, `CLOSED`) and the in-flight producer count.
-    state: AtomicU64,
+    state: OwnLine<AtomicU64>,
     /// Items dropped on a full queue and not yet reported by a marker.
-    pending_drops: AtomicU64,
+    pending_drops: OwnLine<AtomicU64>,
 }
 
 impl<T> Channel<T> {
@@ -138,8 +145,8 @@ impl<T> Channel<T> {
     pub fn new(capacity_events: usize) -> Self {
         Self {
             queue: BoundedQueue::new(capacity_events.max(1)),
-            state: AtomicU64::new(0),
-            pending_drops: AtomicU64::new(0),
+            state: OwnLine(AtomicU64::new(0)),
+            pending_drops: OwnLine(AtomicU64::new(0)),
         }
     }
 
@@ -151,41 +158,43 @@ impl<T> Channel<T> {
     /// Opens or shuts the gate for new work. Has no effect once closed.
     pub fn set_accepting(&self, accepting: bool) {
         if accepting {
-            self.state.fetch_or(ACCEPTING, Ordering::AcqRel);
+            self.state.0.fetch_or(ACCEPTING, Ordering::AcqRel);
         } else {
-            self.state.fetch_and(!ACCEPTING, Ordering::AcqRel);
+            self.state.0.fetch_and(!ACCEPTING, Ordering::AcqRel);
         }
     }
 
     /// Whether new work is admitted now (accepting and not closed).
     pub fn is_accepting(&self) -> bool {
-        let state = self.state.load(Ordering::Acquire);
+        let state = self.state.0.load(Ordering::Acquire);
         state & ACCEPTING != 0 && state & CLOSED == 0
     }
 
     /// Whether [`Channel::close`] was called.
     pub fn is_closed(&self) -> bool {
-        self.state.load(Ordering::Acquire) & CLOSED != 0
+        self.state.0.load(Ordering::Acquire) & CLOSED != 0
     }
 
     /// Closes the channel for good: every later capture call is refused and not counted.
     pub fn close(&self) {
-        self.state.fetch_or(CLOSED, Ordering::AcqRel);
+        self.state.0.fetch_or(CLOSED, Ordering::AcqRel);
     }
 
     /// Whether the channel is closed with no producer inside a capture call: from then on
     /// nothing can be pushed or counted. Everything pushed or counted before is visible to the
     /// caller (the in-flight exits release, this load acquires).
     pub fn is_quiescent(&self) -> bool {
-        let state = self.state.load(Ordering::Acquire);
+        let state = self.state.0.load(Ordering::Acquire);
         state & CLOSED != 0 && state < IN_FLIGHT_ONE
     }
 
     /// Registers the caller as in flight if `gate` lets it through; `None` (and nothing
     /// registered) otherwise.
     fn enter(&self, gate: Gate) -> Option<InFlight<'_>> {
-        let before = self.state.fetch_add(IN_FLIGHT_ONE, Ordering::Acquire);
-        let registration = InFlight { state: &self.state };
+        let before = self.state.0.fetch_add(IN_FLIGHT_ONE, Ordering::Acquire);
+        let registration = InFlight {
+            state: &self.state.0,
+        };
         let open = before & CLOSED == 0 && (gate == Gate::FollowUp || before & ACCEPTING != 0);
         // Not open: `registration` drops here and the count goes back down.
         open.then_some(registration)
@@ -204,7 +213,7 @@ impl<T> Channel<T> {
 
     /// One more item dropped: one atomic increment, reported by the next marker.
     fn count_drop(&self) {
-        self.pending_drops.fetch_add(1, Ordering::Release);
+        self.pending_drops.0.fetch_add(1, Ordering::Release);
     }
 
     /// Captures one item of new work. `make` runs only when admitted, so a refused call builds
@@ -251,7 +260,7 @@ impl<T> Channel<T> {
 
     /// Drops counted and not yet reported by a marker (a status reading; may be stale at once).
     pub fn pending_drops(&self) -> u64 {
-        self.pending_drops.load(Ordering::Acquire)
+        self.pending_drops.0.load(Ordering::Acquire)
     }
 
     /// Consumer only: the oldest queued item.
@@ -262,10 +271,10 @@ impl<T> Channel<T> {
     /// Consumer only: takes the pending drops (`None` when there are none). A plain load first,
     /// so the common case (no drops) costs no RMW.
     pub fn take_drops(&self) -> Option<u64> {
-        if self.pending_drops.load(Ordering::Acquire) == 0 {
+        if self.pending_drops.0.load(Ordering::Acquire) == 0 {
             return None;
         }
-        let count = self.pending_drops.swap(0, Ordering::AcqRel);
+        let count = self.pending_drops.0.swap(0, Ordering::AcqRel);
         (count != 0).then_some(count)
     }
 

@@ -44,7 +44,7 @@ use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};
 
 pub use channel::{Admission, Drained, FinalDrain};
-use channel::{Channel, Start};
+use channel::{Channel, OwnLine, Start};
 
 /// Default capacity of the capture queue, in events (ARCHITECTURE.md section 4). At crossbeam's
 /// ~60-90 ns per push a burst of 512 events takes a producer ~40 us, far longer than agents
@@ -81,7 +81,7 @@ pub fn capture_channel(
     let shared = Arc::new(Shared {
         channel: Channel::new(capacity_events),
         clock,
-        next_action: AtomicU64::new(0),
+        next_action: OwnLine(AtomicU64::new(0)),
     });
     Ok((
         CaptureHandle {
@@ -111,8 +111,9 @@ struct Shared {
     channel: Channel<Captured>,
     /// Where capture calls read the wall-clock time they stamp.
     clock: Arc<dyn Clock>,
-    /// The next action number; the writer derives the opaque id from it ([`action_id`]).
-    next_action: AtomicU64,
+    /// The next action number; the writer derives the opaque id from it ([`action_id`]). On
+    /// its own line: only producers touch it.
+    next_action: OwnLine<AtomicU64>,
 }
 
 /// A session's raw label, held in memory only so the writer can derive the keyed session id at
@@ -265,7 +266,7 @@ impl CaptureHandle {
     ) -> ActionToken {
         let shared = &*self.shared;
         let start = shared.channel.begin(|| {
-            let action = shared.next_action.fetch_add(1, Ordering::Relaxed);
+            let action = shared.next_action.0.fetch_add(1, Ordering::Relaxed);
             let context = Arc::new(ActionContext {
                 capability,
                 application,
