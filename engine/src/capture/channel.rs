@@ -155,6 +155,11 @@ impl<T> Channel<T> {
         self.queue.capacity()
     }
 
+    /// How many items are queued now (a status reading; may be stale at once).
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
     /// Opens or shuts the gate for new work. Has no effect once closed.
     pub fn set_accepting(&self, accepting: bool) {
         if accepting {

@@ -365,6 +365,11 @@ impl CaptureControl {
     pub fn pending_drops(&self) -> u64 {
         self.shared.channel.pending_drops()
     }
+
+    /// How many events wait in the queue now, for status (queue depth).
+    pub fn queued_events(&self) -> usize {
+        self.shared.channel.queued()
+    }
 }
 
 /// The one consumer of a capture channel (the Ingress actor). Not `Clone`: the drop-marker

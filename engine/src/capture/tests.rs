@@ -168,9 +168,11 @@ fn a_full_queue_drops_and_counts_and_the_marker_comes_first() {
     assert_eq!(admissions, [Accepted, Accepted, Dropped, Dropped]);
     assert_eq!(drain.pending_drops(), 2);
     assert_eq!(drain.control().pending_drops(), 2);
+    assert_eq!(drain.control().queued_events(), 2);
     // The drops were pending when the first item was popped: one marker, before it.
     assert_eq!(shape(&drain_all(&mut drain)), ["D2", "S0", "S1"]);
     assert_eq!(drain.pending_drops(), 0);
+    assert_eq!(drain.control().queued_events(), 0);
     drop(tokens);
 }
 
