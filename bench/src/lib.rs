@@ -5,13 +5,16 @@
 //! - `benches/profile.rs`: encode+encrypt and decode+decrypt+validate of one ~700-byte event;
 //!   the whole append of a batch through `StoreWriter::append` (with and without its sync); a
 //!   record read by offset through `ChunkHandle::read_at`.
+//! - `benches/capture.rs`: per-call latency quantiles of the capture hook (`action_started`),
+//!   accepted (tight and paced) and on a full queue, with 1 and 8 producer threads.
 //! - `examples/profile_counts.rs`: drives the profile codec, the writer or the reader N times
 //!   for callgrind counts.
 //! - `src/lib.rs`: shared helpers: the bench event and chunk header, a fresh store with a
 //!   history writer on it, and printing `FIGURE <name> <value> <unit>` lines after criterion's
 //!   own output.
 //!
-//! Later benches cover capture, queries and store open (ARCHITECTURE.md section 11).
+//! Later benches cover durable append through the engine, queries and store open
+//! (ARCHITECTURE.md section 11).
 #![forbid(unsafe_code)]
 
 use std::num::NonZeroU64;

@@ -13,6 +13,10 @@
 //!   (Secret Service, kernel keyutils), an in-memory provider for tests, and the type that owns
 //!   the namespace root key and hands out only derived purpose keys. Design and failure table:
 //!   `docs/key-custody.md`.
+//! - `capture`: the capture hook agent runtimes call on every tool dispatch (`CaptureHandle`:
+//!   no lock, I/O, syscall or wake; a bounded lock-free queue, counted drops, an admission gate,
+//!   a race-free close) and the drain side the Ingress actor empties (`CaptureDrain`, with drop
+//!   markers). Its concurrent core is loom-checked.
 //! - `clock`, `entropy`: the injected clock (wall and monotonic) and randomness.
 //! - `sync`: the `std::sync` / `loom::sync` facade that hand-written concurrency uses.
 //! - `storage`: the filesystem seam. The `Storage` trait over held directory descriptors, the
@@ -32,9 +36,10 @@
 //! - `supervision`: the restart decision, OTP restart intensity as a sliding window over
 //!   injected time, and the restart history derived from persisted signals. Pure.
 //!
-//! Later work adds seals, the derived index, policy evaluation and the capture queue protocol.
+//! Later work adds seals, the derived index and policy evaluation.
 #![forbid(unsafe_code)]
 
+pub mod capture;
 pub mod clock;
 pub mod entropy;
 pub mod health;

@@ -14,6 +14,15 @@
 //! - `tests/first_use.rs`: its model: concurrent first uses create exactly one key and everyone
 //!   gets that key; and a control model without the lock, which loom must catch.
 //!
+//! - [`capture_channel`]: `engine/src/capture/channel.rs`, the capture path's concurrent core
+//!   (bounded queue, pending-drops counter and drop markers, admission gate, start/completion
+//!   pairing, the in-flight count behind close), included verbatim.
+//! - `tests/capture.rs`: its models: markers (no drop lost or counted twice, a marker before the
+//!   first item pushed after a drop), pairing (a completion is recorded iff its start was
+//!   accepted, counted iff its start was dropped), close (nothing accepted is left undrained once
+//!   the final drain settles); and two control models loom must catch (counter swapped before
+//!   the pop; quiescence checked after the drain).
+//!
 //! Each model file is `#![cfg(loom)]`, so a plain `cargo test` compiles it away. Run them with
 //! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p annal-loom-tests --release`
 //! (`.ci/test` does).
@@ -24,3 +33,6 @@ pub mod sync;
 
 #[path = "../../engine/src/keys/first_use.rs"]
 pub mod first_use;
+
+#[path = "../../engine/src/capture/channel.rs"]
+pub mod capture_channel;

@@ -1,0 +1,434 @@
+//! The capture hook: what an agent runtime calls on every tool dispatch, and the drain side the
+//! Ingress actor empties into the writer.
+//!
+//! A capture call ([`CaptureHandle`]) is synchronous and callable from any thread, an async task
+//! included. It stamps the wall-clock time from the injected [`Clock`] and pushes one item into
+//! a bounded lock-free queue (crossbeam's `ArrayQueue`). It takes no lock, does no I/O, makes no
+//! system call, formats no string, never wakes a parked thread (the drain side polls on its own
+//! tick), never blocks and never panics (ARCHITECTURE.md section 4). Its one allocation is the
+//! shared [`ActionContext`] of an admitted start.
+//!
+//! What the hook leaves to the dequeue side, because it needs keys or costs microseconds:
+//! - Action ids: the hook takes the next value of a per-channel `u64` counter; the writer turns
+//!   it into the opaque `action_id` with [`action_id`] and a seed drawn once.
+//! - Session ids: the hook keeps the raw label in memory only ([`SessionLabel`]); the writer
+//!   derives the keyed session id from it at dequeue. A raw label is never written, logged or
+//!   shown by `Debug`.
+//!
+//! Rules:
+//! - Full queue: the event is dropped and counted with one atomic increment. The drain reports
+//!   the count as a [`Drained::Dropped`] marker before the next item it drains (the writer makes
+//!   it one `health{events_dropped}` event); the markers sum exactly to the drops.
+//! - Pairing: an [`ActionToken`] remembers how its start went. A completion is queued iff its
+//!   start was accepted (then even if the gate shut since); it is counted as dropped iff its
+//!   start was dropped (no orphan completions); nothing happens if its start was not admitted.
+//! - Gate: [`CaptureControl::set_accepting`] (paused, disabled, not admitted, shutting down).
+//!   While shut, starts and session events are neither queued nor counted as drops. A new
+//!   channel starts shut: the engine opens it once it has admitted capture.
+//! - Close: [`CaptureDrain::drain_final`] closes the channel and drains it; once it reports
+//!   `settled`, nothing accepted is left in the queue and nothing can be accepted any more.
+//!   After close every capture call is refused and not counted.
+//!
+//! The concurrent core (queue, counters, gate, close) is `channel.rs`, model-checked by
+//! `loom-tests`.
+
+mod channel;
+
+use std::fmt;
+use std::time::Duration;
+
+use annal_schema::{ActionOutcome, Application, Capability, OpaqueId};
+
+use crate::clock::Clock;
+use crate::sync::Arc;
+use crate::sync::atomic::{AtomicU64, Ordering};
+
+pub use channel::{Admission, Drained, FinalDrain};
+use channel::{Channel, OwnLine, Start};
+
+/// Default capacity of the capture queue, in events (ARCHITECTURE.md section 4). At crossbeam's
+/// ~60-90 ns per push a burst of 512 events takes a producer ~40 us, far longer than agents
+/// take between actions; the drain side empties it every tick.
+pub const CAPTURE_QUEUE_CAPACITY_EVENTS: usize = 512;
+
+/// Largest capture queue a channel may be built with, in events. The queue allocates every slot
+/// up front (about 100 bytes each), and a longer queue only delays the drop markers that tell a
+/// stalled writer apart from a quiet agent.
+pub const CAPTURE_QUEUE_MAX_CAPACITY_EVENTS: usize = 65_536;
+
+/// Why a capture channel was not built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CaptureCapacityError {
+    /// The capacity is 0 or above [`CAPTURE_QUEUE_MAX_CAPACITY_EVENTS`].
+    #[error("capture queue capacity must be 1..={CAPTURE_QUEUE_MAX_CAPACITY_EVENTS} events")]
+    OutOfRange,
+}
+
+/// Builds a capture channel of `capacity_events` slots stamping times from `clock`: the handle
+/// agent runtimes call (clone it freely) and the one drain the Ingress actor owns. The channel
+/// starts NOT accepting; open it with [`CaptureControl::set_accepting`].
+///
+/// `clock` is read on every admitted capture call, so it must not lock or make a system call
+/// ([`crate::clock::SystemClock`] reads the vDSO clock; `ManualClock` locks and is for tests).
+pub fn capture_channel(
+    capacity_events: usize,
+    clock: Arc<dyn Clock>,
+) -> Result<(CaptureHandle, CaptureDrain), CaptureCapacityError> {
+    if !(1..=CAPTURE_QUEUE_MAX_CAPACITY_EVENTS).contains(&capacity_events) {
+        return Err(CaptureCapacityError::OutOfRange);
+    }
+    let shared = Arc::new(Shared {
+        channel: Channel::new(capacity_events),
+        clock,
+        next_action: OwnLine(AtomicU64::new(0)),
+    });
+    Ok((
+        CaptureHandle {
+            shared: Arc::clone(&shared),
+        },
+        CaptureDrain { shared },
+    ))
+}
+
+/// The opaque `action_id` of the action numbered `counter`, derived at dequeue: the first 16
+/// bytes of BLAKE3 keyed by `seed` over the counter (little-endian).
+///
+/// `seed` must be drawn fresh (random) for each capture channel and used for nothing else: the
+/// counter restarts at 0 with every channel, so a reused seed would repeat action ids.
+pub fn action_id(seed: &[u8; 32], counter: u64) -> OpaqueId {
+    let hash = blake3::keyed_hash(seed, &counter.to_le_bytes());
+    let mut id = [0u8; 16];
+    for (slot, byte) in id.iter_mut().zip(hash.as_bytes()) {
+        *slot = *byte;
+    }
+    OpaqueId::from_bytes(id)
+}
+
+/// What producers and the drain share.
+struct Shared {
+    /// The queue, counters, gate and close flag.
+    channel: Channel<Captured>,
+    /// Where capture calls read the wall-clock time they stamp.
+    clock: Arc<dyn Clock>,
+    /// The next action number; the writer derives the opaque id from it ([`action_id`]). On
+    /// its own line: only producers touch it.
+    next_action: OwnLine<AtomicU64>,
+}
+
+/// A session's raw label, held in memory only so the writer can derive the keyed session id at
+/// dequeue. Cheap to clone (one `Arc`). It is never written or logged: it has no `Display` or
+/// `Serialize`, and its `Debug` shows no part of the label.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SessionLabel(Arc<str>);
+
+impl SessionLabel {
+    /// The raw label, for deriving the keyed session id. Never write or log it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SessionLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SessionLabel(<redacted>)")
+    }
+}
+
+/// A driver session as the capture side knows it: its raw label, in memory only. Pass it to
+/// [`CaptureHandle::action_started`] for the actions it holds and end it with
+/// [`CaptureHandle::session_ended`]. `Debug` shows no part of the label.
+#[must_use = "end the session with CaptureHandle::session_ended"]
+pub struct CaptureSession {
+    /// The raw label (never written; the writer derives the session id from it).
+    label: SessionLabel,
+    /// How the `session_started` event went.
+    started: Admission,
+}
+
+impl CaptureSession {
+    /// How the `session_started` event of this session went.
+    pub fn started(&self) -> Admission {
+        self.started
+    }
+}
+
+impl fmt::Debug for CaptureSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaptureSession")
+            .field("started", &self.started)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an action's start and completion both carry, shared behind one `Arc` so the completion
+/// costs no copy of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionContext {
+    /// The Cua capability the action exercised.
+    pub capability: Capability,
+    /// The application the action targeted, when known.
+    pub application: Option<Application>,
+    /// The session the action belongs to, when any (raw label; derive the id at dequeue).
+    pub session: Option<SessionLabel>,
+}
+
+/// The receipt of [`CaptureHandle::action_started`]; hand it to
+/// [`CaptureHandle::action_completed`]. It records whether the start was accepted, dropped or
+/// not admitted, which decides what the completion does. `Debug` shows only that and the action
+/// number, no capability, application or label.
+#[must_use = "complete the action with CaptureHandle::action_completed"]
+pub struct ActionToken {
+    /// How the start went, with the action number and context when it was accepted.
+    start: Start<(u64, Arc<ActionContext>)>,
+}
+
+impl ActionToken {
+    /// How the start went.
+    pub fn admission(&self) -> Admission {
+        self.start.admission()
+    }
+}
+
+impl fmt::Debug for ActionToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = f.debug_struct("ActionToken");
+        out.field("admission", &self.start.admission());
+        if let Start::Accepted((action, _)) = &self.start {
+            out.field("action", action);
+        }
+        out.finish_non_exhaustive()
+    }
+}
+
+/// One drained capture: when it happened and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Captured {
+    /// Wall-clock time of the capture call, since the Unix epoch (the event's `time`).
+    pub at: Duration,
+    /// What was captured.
+    pub item: CapturedItem,
+}
+
+/// What a capture call recorded, before the writer gives it ids and a sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CapturedItem {
+    /// An action began.
+    ActionStarted {
+        /// The action number (see [`action_id`]).
+        action: u64,
+        /// Capability, application and session of the action.
+        context: Arc<ActionContext>,
+    },
+    /// An accepted action completed.
+    ActionCompleted {
+        /// The action number of its start.
+        action: u64,
+        /// The start's capability, application and session (the same `Arc`).
+        context: Arc<ActionContext>,
+        /// The validated outcome.
+        outcome: ActionOutcome,
+    },
+    /// A driver session began.
+    SessionStarted {
+        /// The raw label (derive the session id at dequeue).
+        session: SessionLabel,
+    },
+    /// A driver session ended.
+    SessionEnded {
+        /// The raw label (derive the session id at dequeue).
+        session: SessionLabel,
+    },
+}
+
+/// The capture hook agent runtimes call. Cheap to clone; every clone feeds the same queue.
+#[derive(Clone)]
+pub struct CaptureHandle {
+    /// The channel, clock and action counter.
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for CaptureHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaptureHandle")
+            .field("accepting", &self.shared.channel.is_accepting())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CaptureHandle {
+    /// Records that an action began. Returns the token its completion needs.
+    pub fn action_started(
+        &self,
+        capability: Capability,
+        application: Option<Application>,
+        session: Option<&CaptureSession>,
+    ) -> ActionToken {
+        let shared = &*self.shared;
+        let start = shared.channel.begin(|| {
+            let action = shared.next_action.0.fetch_add(1, Ordering::Relaxed);
+            let context = Arc::new(ActionContext {
+                capability,
+                application,
+                session: session.map(|s| s.label.clone()),
+            });
+            let item = Captured {
+                at: shared.clock.now_since_epoch(),
+                item: CapturedItem::ActionStarted {
+                    action,
+                    context: Arc::clone(&context),
+                },
+            };
+            (item, (action, context))
+        });
+        ActionToken { start }
+    }
+
+    /// Records an action's outcome, paired with its start through `token` (module doc, "Rules").
+    pub fn action_completed(&self, token: ActionToken, outcome: ActionOutcome) {
+        let shared = &*self.shared;
+        let _ = shared
+            .channel
+            .complete(token.start, |(action, context)| Captured {
+                at: shared.clock.now_since_epoch(),
+                item: CapturedItem::ActionCompleted {
+                    action,
+                    context,
+                    outcome,
+                },
+            });
+    }
+
+    /// Records that a driver session began, and returns the session. The label is copied into
+    /// memory once and is never hashed, written or logged here.
+    pub fn session_started(&self, label: &str) -> CaptureSession {
+        let label = SessionLabel(Arc::from(label));
+        let shared = &*self.shared;
+        let started = shared.channel.offer(|| Captured {
+            at: shared.clock.now_since_epoch(),
+            item: CapturedItem::SessionStarted {
+                session: label.clone(),
+            },
+        });
+        CaptureSession { label, started }
+    }
+
+    /// Records that a driver session ended. Gated like a start (not paired: it is recorded
+    /// whenever the gate is open, whatever happened to `session_started`).
+    pub fn session_ended(&self, session: CaptureSession) {
+        let shared = &*self.shared;
+        let _ = shared.channel.offer(|| Captured {
+            at: shared.clock.now_since_epoch(),
+            item: CapturedItem::SessionEnded {
+                session: session.label,
+            },
+        });
+    }
+}
+
+/// The engine's switch for the admission gate and its status readings. Cheap to clone; get one
+/// from [`CaptureDrain::control`]. Agent runtimes only get a [`CaptureHandle`], which cannot
+/// open the gate.
+#[derive(Clone)]
+pub struct CaptureControl {
+    /// The channel the gate belongs to.
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for CaptureControl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaptureControl")
+            .field("accepting", &self.is_accepting())
+            .field("pending_drops", &self.pending_drops())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CaptureControl {
+    /// Opens (`true`) or shuts the gate for starts and session events; completions of accepted
+    /// starts still pass. No effect once the channel is closed.
+    pub fn set_accepting(&self, accepting: bool) {
+        self.shared.channel.set_accepting(accepting);
+    }
+
+    /// Whether starts and session events are admitted now.
+    pub fn is_accepting(&self) -> bool {
+        self.shared.channel.is_accepting()
+    }
+
+    /// Whether the channel is closed for good.
+    pub fn is_closed(&self) -> bool {
+        self.shared.channel.is_closed()
+    }
+
+    /// Drops not yet reported by a drained marker, for status.
+    pub fn pending_drops(&self) -> u64 {
+        self.shared.channel.pending_drops()
+    }
+
+    /// How many events wait in the queue now, for status (queue depth).
+    pub fn queued_events(&self) -> usize {
+        self.shared.channel.queued()
+    }
+}
+
+/// The one consumer of a capture channel (the Ingress actor). Not `Clone`: the drop-marker
+/// protocol needs a single consumer.
+pub struct CaptureDrain {
+    /// The channel, clock and action counter.
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for CaptureDrain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaptureDrain")
+            .field("capacity_events", &self.capacity_events())
+            .field("closed", &self.shared.channel.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CaptureDrain {
+    /// Appends up to `max` captured items to `out`, oldest first, each preceded by a
+    /// [`Drained::Dropped`] marker when drops were pending as it was popped; if the queue runs
+    /// empty with drops pending, the marker comes alone. Returns how many entries (items and
+    /// markers) it appended. Never blocks.
+    pub fn drain(&mut self, max: usize, out: &mut Vec<Drained<Captured>>) -> usize {
+        self.shared.channel.drain(max, out)
+    }
+
+    /// Drops not yet reported by a drained marker, for status.
+    pub fn pending_drops(&self) -> u64 {
+        self.shared.channel.pending_drops()
+    }
+
+    /// Closes the channel for good: every later capture call is refused and not counted. Follow
+    /// it with [`CaptureDrain::drain_final`] until settled.
+    pub fn close(&mut self) {
+        self.shared.channel.close();
+    }
+
+    /// One round of the shutdown drain: closes the channel (if not yet) and drains up to `max`
+    /// items like [`CaptureDrain::drain`]. Repeat, under the shutdown deadline, until `settled`:
+    /// then nothing accepted is left in the queue and nothing can be accepted any more. It is
+    /// unsettled only while a producer is inside a capture call (a few hundred nanoseconds,
+    /// longer if that thread is preempted).
+    pub fn drain_final(&mut self, max: usize, out: &mut Vec<Drained<Captured>>) -> FinalDrain {
+        self.shared.channel.drain_final(max, out)
+    }
+
+    /// The gate switch and status readings, for the engine.
+    pub fn control(&self) -> CaptureControl {
+        CaptureControl {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// How many events the queue holds at most.
+    pub fn capacity_events(&self) -> usize {
+        self.shared.channel.capacity()
+    }
+}
+
+#[cfg(test)]
+mod tests;
