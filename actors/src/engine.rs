@@ -96,7 +96,10 @@ impl Engine {
     /// Starts an engine on the store of `config` with the credential store `key_store`. Capture
     /// starts only when the embedder admitted history (`config.admitted`) and the owner enabled
     /// it (persisted; see [`Engine::enable`]).
-    pub fn start(config: EngineConfig, key_store: Arc<dyn KeyProvider>) -> Result<Self, EngineError> {
+    pub fn start(
+        config: EngineConfig,
+        key_store: Arc<dyn KeyProvider>,
+    ) -> Result<Self, EngineError> {
         Self::start_inner(Startup {
             config,
             provider: key_store,
@@ -122,16 +125,36 @@ impl Engine {
         })
     }
 
+    /// [`Engine::start`] for async callers: the start-up (journal replay, key load) runs on the
+    /// engine's own thread while the caller's runtime only awaits.
+    pub async fn start_async(
+        config: EngineConfig,
+        key_store: Arc<dyn KeyProvider>,
+    ) -> Result<Self, EngineError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("annal-engine-start".into())
+            .spawn(move || {
+                let _ = tx.send(Self::start(config, key_store));
+            })
+            .map_err(|_| EngineError::Start)?;
+        rx.await.map_err(|_| EngineError::Start)?
+    }
+
     fn start_inner(startup: Startup) -> Result<Self, EngineError> {
         let mut seed = [0u8; 32];
         OsEntropy.fill(&mut seed).map_err(|_| EngineError::Start)?;
         let mut instance = [0u8; 8];
-        OsEntropy.fill(&mut instance).map_err(|_| EngineError::Start)?;
+        OsEntropy
+            .fill(&mut instance)
+            .map_err(|_| EngineError::Start)?;
         let instance = format!("annal-{:016x}", u64::from_be_bytes(instance));
-        let (capture, control, drain) = capture_channel(
+        let (capture, drain) = capture_channel(
             startup.config.capture_capacity_events,
             Arc::clone(&startup.clock),
-        );
+        )
+        .map_err(|_| EngineError::Start)?;
+        let control = drain.control();
         let args = SupervisorArgs {
             config: startup.config.clone(),
             clock: startup.clock,
@@ -221,13 +244,10 @@ impl Engine {
         make: impl FnOnce(RpcReplyPort<T>) -> SupervisorMsg + Send + 'static,
     ) -> Result<T, EngineError> {
         let supervisor = self.supervisor.clone();
-        let task = self.runtime.spawn(async move {
-            ractor::call_t!(supervisor, make, CONTROL_DEADLINE_MS).ok()
-        });
-        task.await
-            .ok()
-            .flatten()
-            .ok_or(EngineError::Unavailable)
+        let task = self
+            .runtime
+            .spawn(async move { ractor::call_t!(supervisor, make, CONTROL_DEADLINE_MS).ok() });
+        task.await.ok().flatten().ok_or(EngineError::Unavailable)
     }
 
     fn control(&self, operation: ControlOperation) -> Result<StatusResponse, EngineError> {
@@ -310,7 +330,8 @@ impl Engine {
 
     /// [`Engine::status`], for async callers.
     pub async fn status_async(&self) -> Result<StatusResponse, EngineError> {
-        self.ask_async(|reply| SupervisorMsg::Status { reply }).await
+        self.ask_async(|reply| SupervisorMsg::Status { reply })
+            .await
     }
 
     /// Test-only: the writer panics inside its handler, as a bug would.

@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use annal_engine::capture::{CaptureDrain, Drained};
+use annal_engine::capture::{CaptureDrain, Captured, Drained};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::writer::WriterMsg;
@@ -43,10 +43,10 @@ pub struct IngressState {
     /// The current writer, when one runs.
     writer: Option<ActorRef<WriterMsg>>,
     /// Reused batch buffer.
-    batch: Vec<Drained>,
+    batch: Vec<Drained<Captured>>,
     /// A batch the writer did not take (it stopped between ticks), handed to the next writer
     /// first.
-    stranded: Option<Vec<Drained>>,
+    stranded: Option<Vec<Drained<Captured>>>,
 }
 
 /// What the ingress starts with.
@@ -141,12 +141,34 @@ impl Actor for IngressActor {
                 let _ = reply.send(());
             }
             IngressMsg::Close { reply } => {
+                // Rounds of the shutdown drain until settled (nothing in flight, nothing left);
+                // the caller's deadline bounds how long that may take. Closed first, so no
+                // capture is admitted from here on even when no writer takes the rest.
                 state
                     .drain
                     .lock()
                     .unwrap_or_else(|poisoned| poisoned.into_inner())
                     .close();
-                state.drain_all();
+                loop {
+                    let Some(writer) = state.writer.clone() else {
+                        break;
+                    };
+                    let mut batch = Vec::with_capacity(INGRESS_BATCH_MAX_EVENTS);
+                    let round = state
+                        .drain
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .drain_final(INGRESS_BATCH_MAX_EVENTS, &mut batch);
+                    if !batch.is_empty() && writer.cast(WriterMsg::Batch(batch)).is_err() {
+                        break;
+                    }
+                    if round.settled {
+                        break;
+                    }
+                    if round.appended == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
                 let _ = reply.send(());
             }
             IngressMsg::Writer(writer) => {

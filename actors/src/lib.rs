@@ -1,12 +1,78 @@
 //! annal-actors: the imperative shell of annal.
 //!
+//! The rules live in `annal-engine` (synchronous, deterministic); this crate owns the threads,
+//! timers and supervision that run them: a ractor supervision tree on a runtime of its own, and
+//! the [`Engine`] handle an agent runtime embeds.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use annal_actors::{Engine, EngineConfig};
+//! use annal_engine::keys::{InMemoryProvider, Namespace};
+//! use annal_engine::entropy::OsEntropy;
+//! use annal_engine::storage::StoreLayout;
+//! use annal_schema::{ActionOutcome, Capability, Effect, EvidenceKinds, Route};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let layout = StoreLayout::in_namespace_dir(std::path::Path::new("/tmp/annal-doc/work"));
+//! let config = EngineConfig::new(layout, Namespace::new("work")?);
+//! let keys = Arc::new(InMemoryProvider::new(Box::new(OsEntropy))?);
+//! let engine = Engine::start(config, keys)?;
+//! engine.enable()?; // the owner's opt-in, durable when this returns
+//!
+//! // In the agent runtime's tool dispatch loop: nanoseconds, never blocks, never fails.
+//! let capture = engine.capture();
+//! let session = capture.session_started("a raw label that is never written");
+//! let token = capture.action_started(Capability::new("input.pointer.click")?, None, Some(&session));
+//! // ... the tool runs ...
+//! let outcome = ActionOutcome {
+//!     effect: Effect::Confirmed,
+//!     route: Route::Accessibility,
+//!     delivery: None,
+//!     delivered_count: None,
+//!     evidence_kinds: EvidenceKinds::default(),
+//!     escalation_kind: None,
+//! };
+//! capture.action_completed(token, outcome);
+//! capture.session_ended(session);
+//!
+//! engine.flush()?; // everything above is durable
+//! let report = engine.shutdown(); // bounded drain, always returns
+//! assert!(report.drained);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Layout
 //!
-//! - `cli` (binary `annal`, feature `cli`): the command-line front-end. Today it offers
-//!   `inspect` (an offline, read-only decoder of a store) and `doctor` (credential-store
-//!   diagnostics).
+//! - [`engine`]: [`Engine`], the embeddable handle: start (its own runtime thread), capture,
+//!   control operations (blocking and async), status, bounded shutdown.
+//! - [`config`]: [`EngineConfig`] and the timing constants (`SYNC_INTERVAL_MS`,
+//!   `DRAIN_TICK_MS`, `SHUTDOWN_DEADLINE_MS`).
+//! - [`supervisor`]: the root actor: starts the children, restarts a failed one within the
+//!   restart intensity, turns supervision events into journaled signals, routes requests.
+//! - [`key_custody`]: the KeyCustody actor and its dedicated credential-store thread with
+//!   per-call deadlines.
+//! - [`writer`]: the Writer actor: history and journal writers, the state projection, group
+//!   commit, drop markers, sequence reservation, status.
+//! - [`ingress`]: the Ingress actor: drains the capture queue into the writer in batches.
+//! - [`query`], [`audit`]: the message interfaces of the Query and AuditJournal actors, which
+//!   the query-path and policy issues fill.
+//! - `cli` (binary `annal`, feature `cli`): the command-line front-end (`inspect`, `doctor`).
 //!
-//! Later work adds the ractor supervision tree (KeyCustody, Writer, Ingress, PolicyGate, Query,
-//! AuditJournal), the public `Engine` handle and capture hook, the local daemon socket and the
-//! MCP stdio server.
+//! The actor tree, each message and who sends it, the life of one captured event and shutdown
+//! are described in `docs/actors.md`.
 #![forbid(unsafe_code)]
+
+pub mod audit;
+pub mod config;
+pub mod engine;
+pub mod ingress;
+pub mod key_custody;
+pub mod query;
+pub mod supervisor;
+pub mod writer;
+
+pub use config::EngineConfig;
+pub use engine::{Engine, EngineError, ShutdownReport};
+pub use writer::ControlError;

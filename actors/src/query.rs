@@ -4,8 +4,8 @@
 //! by location from the append-only files and a hot cache. Every read carries a proof from the
 //! policy gate (a later issue); this interface fixes only the shape of the conversation.
 
-use annal_schema::tools::{QueryRequest, QueryResponse};
 use annal_schema::ErrorCode;
+use annal_schema::tools::{QueryRequest, QueryResponse};
 use ractor::RpcReplyPort;
 
 /// What the Query actor will be asked.

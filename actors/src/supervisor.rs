@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use annal_engine::capture::{CaptureControl, CaptureDrain};
 use annal_engine::clock::Clock;
-use annal_engine::health::{Child, Signal, SignalKind};
+use annal_engine::health::{Child, FailureCategory, Signal, SignalKind};
 use annal_engine::journal::CallerKind;
 use annal_engine::keys::KeyProvider;
 use annal_engine::storage::Storage;
@@ -252,7 +252,7 @@ impl SupervisorState {
         }
         self.signal(SignalKind::ChildFailed {
             child,
-            category: HealthCategory::WriterStopped,
+            category: FailureCategory::for_crash(child),
         });
         let now = self.now_ms();
         let history = self.restarts.entry(child).or_default();
@@ -408,8 +408,12 @@ impl Actor for SupervisorActor {
             SupervisorMsg::Status { reply } => {
                 let status = match &state.writer {
                     Some(writer) => {
-                        ask(writer, |reply| WriterMsg::Status { reply }, CHILD_CALL_DEADLINE_MS)
-                            .await
+                        ask(
+                            writer,
+                            |reply| WriterMsg::Status { reply },
+                            CHILD_CALL_DEADLINE_MS,
+                        )
+                        .await
                     }
                     None => None,
                 };
@@ -424,8 +428,8 @@ impl Actor for SupervisorActor {
             }
             SupervisorMsg::Shutdown { reply } => {
                 state.stopping = true;
-                let deadline = u64::try_from(state.config.shutdown_deadline.as_millis())
-                    .unwrap_or(u64::MAX);
+                let deadline =
+                    u64::try_from(state.config.shutdown_deadline.as_millis()).unwrap_or(u64::MAX);
                 if let Some(ingress) = state.ingress.take() {
                     let _ = ask(&ingress, |reply| IngressMsg::Close { reply }, deadline).await;
                     let _ = ingress
@@ -465,7 +469,8 @@ impl Actor for SupervisorActor {
             return Ok(());
         }
         match event {
-            SupervisionEvent::ActorFailed(cell, _) | SupervisionEvent::ActorTerminated(cell, _, _) => {
+            SupervisionEvent::ActorFailed(cell, _)
+            | SupervisionEvent::ActorTerminated(cell, _, _) => {
                 if let Some(child) = state.which(&cell) {
                     state.child_ended(&myself, child).await;
                 }

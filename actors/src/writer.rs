@@ -12,9 +12,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use annal_engine::capture::{CaptureControl, CapturedItem, Drained, action_id};
+use annal_engine::capture::{
+    CaptureControl, Captured, CapturedItem, Drained, SessionLabel, action_id,
+};
 use annal_engine::clock::Clock;
-use annal_engine::health::{self, HealthInputs, Signal, SignalKind};
+use annal_engine::health::{KeyFault, Signal, SignalKind, StorageFault};
 use annal_engine::journal::{
     CallerKind, Command, Journal, JournalEntry, JournalEvent, State as Projection, decide,
 };
@@ -43,13 +45,14 @@ pub const SEQUENCE_RESERVE_BLOCK: u64 = 4096;
 /// Most raw-label -> keyed-id entries the writer caches (deriving one is an HMAC, ~1 us).
 pub const SESSION_ID_CACHE_ENTRIES: usize = 1024;
 
-/// Most signals the writer keeps in memory for the health fold.
-pub const MAX_SIGNALS_KEPT: usize = 4096;
+/// Most signals the writer holds while the journal is not open (a store whose key is not
+/// loaded yet); the oldest are folded into health but no longer kept for journaling.
+pub const MAX_UNJOURNALED_SIGNALS: usize = 256;
 
 /// What the writer can be asked.
 pub enum WriterMsg {
     /// A batch drained from the capture queue.
-    Batch(Vec<Drained>),
+    Batch(Vec<Drained<Captured>>),
     /// The owner's control operation; replies after it is durable.
     Control {
         /// Which operation.
@@ -150,12 +153,12 @@ pub struct WriterState {
     storage: Option<Arc<dyn Storage>>,
     /// The state projection (replayed from the journal).
     projection: Projection,
-    /// Supervision and store signals, for the health fold.
-    signals: Vec<Signal>,
+    /// Signals recorded while the journal was not open; journaled as soon as it is.
+    unjournaled: Vec<Signal>,
     /// Events lost by this writer (a failed batch) not yet reported by a drop marker.
     lost_unreported: u64,
     /// Raw label -> keyed session id.
-    session_ids: HashMap<Arc<str>, OpaqueId>,
+    session_ids: HashMap<SessionLabel, OpaqueId>,
     /// Encrypted bytes in the store, as far as this writer knows.
     bytes_used: u64,
     /// The last key failure, when the key could not be loaded.
@@ -178,41 +181,40 @@ impl WriterState {
         self.record_signal(signal);
     }
 
+    /// Folds `signal` into the projection (health) and journals it (durable with the next
+    /// sync), or holds it until the journal opens.
     fn record_signal(&mut self, signal: Signal) {
-        if self.signals.len() >= MAX_SIGNALS_KEPT {
-            self.signals.drain(..MAX_SIGNALS_KEPT / 2);
-        }
-        self.signals.push(signal.clone());
-        if let Some(open) = self.open.as_mut() {
-            let entry = JournalEntry {
-                time_ms: signal.at_ms,
-                event: JournalEvent::SupervisorSignalled(signal),
-            };
-            if open.journal.append(vec![entry]).is_ok() {
-                open.journal_dirty = true;
+        let event = JournalEvent::SupervisorSignalled(signal);
+        if self.open.is_some() {
+            if self.journal(vec![event]).is_err() {
+                // Not journaled, but still shown.
+                self.projection
+                    .apply(&JournalEvent::SupervisorSignalled(signal));
             }
+        } else {
+            self.projection.apply(&event);
+            if self.unjournaled.len() >= MAX_UNJOURNALED_SIGNALS {
+                self.unjournaled.remove(0);
+            }
+            self.unjournaled.push(signal);
         }
     }
 
-    /// Whether capture may admit new events now.
+    /// Whether capture may admit new events now: the owner's and the embedder's choices and a
+    /// loaded key. A storage fault does not close capture: it keeps admitting, the writer keeps
+    /// trying, and what cannot be written is counted as dropped until the disk recovers (that
+    /// next successful write is also what clears the fault).
     fn accepting(&self) -> bool {
         self.config.admitted
             && self.projection.enabled
             && !self.projection.paused
             && self.open.is_some()
-            && self.health() == HealthCategory::Ready
     }
 
     fn health(&self) -> HealthCategory {
-        health::replay(
-            HealthInputs {
-                admitted: self.config.admitted,
-                enabled: self.projection.enabled,
-                paused: self.projection.paused,
-                pending_drops: self.capture.pending_drops() + self.lost_unreported,
-                key_fault: self.key_fault,
-            },
-            &self.signals,
+        self.projection.health(
+            self.config.admitted,
+            self.capture.pending_drops() + self.lost_unreported,
         )
     }
 
@@ -238,15 +240,19 @@ impl WriterState {
         }
     }
 
-    fn session_id(session: &Arc<str>, key: &SessionIdKey, cache: &mut HashMap<Arc<str>, OpaqueId>) -> OpaqueId {
+    fn session_id(
+        session: &SessionLabel,
+        key: &SessionIdKey,
+        cache: &mut HashMap<SessionLabel, OpaqueId>,
+    ) -> OpaqueId {
         if let Some(id) = cache.get(session) {
             return id.clone();
         }
         if cache.len() >= SESSION_ID_CACHE_ENTRIES {
             cache.clear();
         }
-        let id = key.session_id(session);
-        cache.insert(Arc::clone(session), id.clone());
+        let id = key.session_id(session.as_str());
+        cache.insert(session.clone(), id.clone());
         id
     }
 
@@ -284,11 +290,15 @@ impl WriterState {
             Ok(Err(error)) => {
                 let category = error.category();
                 self.key_fault = Some(category);
-                self.signal(SignalKind::KeyFailed { category });
+                let fault = KeyFault::from_health(category).unwrap_or(KeyFault::KeyUnavailable);
+                self.signal(SignalKind::KeyFailed { category: fault });
                 return Err(ControlError::Key(category));
             }
             Err(_) => {
                 self.key_fault = Some(HealthCategory::KeyUnavailable);
+                self.signal(SignalKind::KeyFailed {
+                    category: KeyFault::KeyUnavailable,
+                });
                 return Err(ControlError::Key(HealthCategory::KeyUnavailable));
             }
         };
@@ -299,14 +309,7 @@ impl WriterState {
         let journal_report = StoreReader::<Journal>::new(Arc::clone(&storage))
             .read(&keys.journal)
             .map_err(|_| self.storage_fault(HealthCategory::StorageUnavailable))?;
-        let mut projection = Projection::default();
-        let mut signals = Vec::new();
-        for record in journal_report.records() {
-            projection.apply(&record.event.event);
-            if let JournalEvent::SupervisorSignalled(signal) = &record.event.event {
-                signals.push(signal.clone());
-            }
-        }
+        let projection = Projection::replay(journal_report.records().map(|r| &r.event.event));
         let writer_config = |floor: Option<u64>| {
             let mut config = WriterConfig::new(keys.reference.clone(), std::num::NonZeroU64::MIN);
             config.sequence_floor = floor.and_then(annal_schema::Sequence::new);
@@ -328,9 +331,6 @@ impl WriterState {
         .map_err(|_| self.storage_fault(HealthCategory::StorageUnavailable))?;
         let reserved_through = history.high_water().map_or(0, |s| s.get());
         self.bytes_used = store_bytes(storage.as_ref());
-        // Keep signals that arrived before the journal was readable.
-        signals.append(&mut self.signals);
-        self.signals = signals;
         self.projection = projection;
         self.open = Some(Open {
             storage,
@@ -341,10 +341,19 @@ impl WriterState {
             history_dirty: false,
             journal_dirty: false,
         });
+        // Signals raised before the journal was readable: journaled now, in order.
+        for signal in std::mem::take(&mut self.unjournaled) {
+            self.record_signal(signal);
+        }
         Ok(())
     }
 
     fn storage_fault(&mut self, category: HealthCategory) -> ControlError {
+        let category = if category == HealthCategory::StorageCorrupt {
+            StorageFault::StorageCorrupt
+        } else {
+            StorageFault::StorageUnavailable
+        };
         self.signal(SignalKind::StorageFailed { category });
         ControlError::Storage
     }
@@ -358,10 +367,15 @@ impl WriterState {
         let entries = events
             .iter()
             .cloned()
-            .map(|event| JournalEntry { time_ms: now, event })
+            .map(|event| JournalEntry {
+                time_ms: now,
+                event,
+            })
             .collect();
         if open.journal.append(entries).is_err() {
-            return Err(self.storage_fault(HealthCategory::StorageUnavailable));
+            // No signal from here: signals themselves are journaled through this function, and
+            // a disk that refuses the journal would refuse that one too. Callers signal.
+            return Err(ControlError::Storage);
         }
         open.journal_dirty = true;
         for event in &events {
@@ -385,7 +399,7 @@ impl WriterState {
     }
 
     /// Turns drained items into history drafts (and the journal's drop records).
-    fn drafts(&mut self, batch: Vec<Drained>) -> (Vec<EventDraft>, u64) {
+    fn drafts(&mut self, batch: Vec<Drained<Captured>>) -> (Vec<EventDraft>, u64) {
         let mut drafts = Vec::with_capacity(batch.len() + 1);
         let mut dropped = 0u64;
         let platform = self.config.platform;
@@ -417,47 +431,41 @@ impl WriterState {
                 lost_before += 1;
                 continue;
             };
-            let session = |label: &Option<Arc<str>>, cache: &mut HashMap<Arc<str>, OpaqueId>| {
+            let session = |label: Option<&SessionLabel>,
+                           cache: &mut HashMap<SessionLabel, OpaqueId>| {
                 match (label, &session_key) {
                     (Some(label), Some(key)) => Some(Self::session_id(label, key, cache)),
                     _ => None,
                 }
             };
             let draft = match captured.item {
-                CapturedItem::ActionStarted {
-                    action,
-                    capability,
-                    application,
-                    session: label,
-                } => {
+                CapturedItem::ActionStarted { action, context } => {
                     let id = action_id(&self.action_seed, action);
                     EventDraft {
                         subject: Subject::for_action(&id),
                         time,
-                        session_id: session(&label, &mut self.session_ids),
+                        session_id: session(context.session.as_ref(), &mut self.session_ids),
                         action_id: Some(id),
                         platform,
-                        capability: Some(capability),
-                        application,
+                        capability: Some(context.capability.clone()),
+                        application: context.application.clone(),
                         payload: Payload::ActionStarted,
                     }
                 }
                 CapturedItem::ActionCompleted {
                     action,
-                    capability,
-                    application,
-                    session: label,
+                    context,
                     outcome,
                 } => {
                     let id = action_id(&self.action_seed, action);
                     EventDraft {
                         subject: Subject::for_action(&id),
                         time,
-                        session_id: session(&label, &mut self.session_ids),
+                        session_id: session(context.session.as_ref(), &mut self.session_ids),
                         action_id: Some(id),
                         platform,
-                        capability: Some(capability),
-                        application,
+                        capability: Some(context.capability.clone()),
+                        application: context.application.clone(),
                         payload: Payload::ActionCompleted(outcome),
                     }
                 }
@@ -468,7 +476,7 @@ impl WriterState {
                     EventDraft {
                         subject,
                         time,
-                        session_id: session(&Some(label), &mut self.session_ids),
+                        session_id: session(Some(&label), &mut self.session_ids),
                         action_id: None,
                         platform,
                         capability: None,
@@ -485,7 +493,7 @@ impl WriterState {
                     EventDraft {
                         subject,
                         time,
-                        session_id: session(&Some(label), &mut self.session_ids),
+                        session_id: session(Some(&label), &mut self.session_ids),
                         action_id: None,
                         platform,
                         capability: None,
@@ -545,7 +553,9 @@ impl WriterState {
             let reserve = next_last + SEQUENCE_RESERVE_BLOCK;
             let entry = JournalEntry {
                 time_ms: now_ms,
-                event: JournalEvent::SequenceMarked { high_water: reserve },
+                event: JournalEvent::SequenceMarked {
+                    high_water: reserve,
+                },
             };
             // Durable before any history record uses one of these sequences.
             let reserved = open
@@ -558,8 +568,9 @@ impl WriterState {
                 return;
             }
             open.reserved_through = reserve;
-            self.projection
-                .apply(&JournalEvent::SequenceMarked { high_water: reserve });
+            self.projection.apply(&JournalEvent::SequenceMarked {
+                high_water: reserve,
+            });
         }
         let Some(open) = self.open.as_mut() else {
             return;
@@ -568,11 +579,17 @@ impl WriterState {
             Ok(receipt) => {
                 open.history_dirty = true;
                 self.bytes_used += receipt.records.iter().map(|r| r.len).sum::<u64>();
-                if marked_drops > 0 {
-                    // The lifetime total, durable with the next sync.
-                    let _ = self.journal(vec![JournalEvent::DropsRecorded {
-                        count: marked_drops,
-                    }]);
+                if marked_drops > 0
+                    && self
+                        .journal(vec![JournalEvent::DropsRecorded {
+                            count: marked_drops,
+                        }])
+                        .is_err()
+                {
+                    // The marker is in the history stream; only the lifetime total in the
+                    // journal missed it: counted again with the next marker.
+                    self.lost_unreported += marked_drops;
+                    let _ = self.storage_fault(HealthCategory::StorageUnavailable);
                 }
                 self.clear_storage_fault();
             }
@@ -587,15 +604,20 @@ impl WriterState {
         let category = error
             .health_category()
             .unwrap_or(HealthCategory::StorageUnavailable);
-        self.signal(SignalKind::StorageFailed { category });
+        let _ = self.storage_fault(category);
     }
 
     fn clear_storage_fault(&mut self) {
-        let failing = self.signals.iter().rev().find_map(|s| match s.kind {
-            SignalKind::StorageFailed { .. } => Some(true),
-            SignalKind::StorageRecovered => Some(false),
-            _ => None,
-        });
+        let failing = self
+            .projection
+            .signals
+            .iter()
+            .rev()
+            .find_map(|s| match s.kind {
+                SignalKind::StorageFailed { .. } => Some(true),
+                SignalKind::StorageRecovered => Some(false),
+                _ => None,
+            });
         if failing == Some(true) {
             self.signal(SignalKind::StorageRecovered);
         }
@@ -607,11 +629,15 @@ impl WriterState {
             return Ok(());
         };
         let mut failed = None;
+        let mut lost = 0u64;
         if open.history_dirty {
             match open.history.sync() {
                 Ok(_) => open.history_dirty = false,
                 Err(error) => {
                     open.history_dirty = false;
+                    // What the failed sync covered can never be acknowledged and, after a failed
+                    // fsync, is most likely gone: it is reported as dropped, never lost silently.
+                    lost = error.lost().map_or(0, |range| range.clone().count() as u64);
                     failed = Some(error);
                 }
             }
@@ -625,6 +651,7 @@ impl WriterState {
                 }
             }
         }
+        self.lost_unreported += lost;
         match failed {
             None => Ok(()),
             Some(error) => {
@@ -659,14 +686,20 @@ impl WriterState {
             ControlOperation::Flush => Command::Flush,
             _ => return Err(ControlError::Refused),
         };
-        self.open_writers(operation == ControlOperation::Enable).await?;
-        let events = decide(&self.projection, command, caller).map_err(|_| ControlError::Refused)?;
+        self.open_writers(operation == ControlOperation::Enable)
+            .await?;
+        let events =
+            decide(&self.projection, command, caller).map_err(|_| ControlError::Refused)?;
         let applied = !events.is_empty();
-        self.journal(events)?;
-        if applied || operation == ControlOperation::Flush {
-            if let Some(draft) = self.draft("control", Payload::Control { operation }) {
-                self.append_history(vec![draft], 0);
-            }
+        if let Err(error) = self.journal(events) {
+            let _ = self.storage_fault(HealthCategory::StorageUnavailable);
+            return Err(error);
+        }
+        // The contract's v0 control event, in the history stream too.
+        if (applied || operation == ControlOperation::Flush)
+            && let Some(draft) = self.draft("control", Payload::Control { operation })
+        {
+            self.append_history(vec![draft], 0);
         }
         self.sync()?;
         self.mirror_state();
@@ -718,7 +751,7 @@ impl Actor for WriterActor {
             open: None,
             storage,
             projection: Projection::default(),
-            signals: Vec::new(),
+            unjournaled: Vec::new(),
             lost_unreported: 0,
             session_ids: HashMap::new(),
             bytes_used: 0,

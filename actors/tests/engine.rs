@@ -1,0 +1,526 @@
+//! The embeddable engine end to end: capture -> ingress -> writer -> journal, through the real
+//! actor tree, against a real store in a temp dir (and a fault-injecting storage).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use annal_actors::{Engine, EngineConfig, EngineError};
+use annal_engine::entropy::SeededEntropy;
+use annal_engine::keys::{HistoryKeys, InMemoryProvider, KeyProvider, Namespace, RootKey};
+use annal_engine::storage::{Access, FaultKind, FaultOp, FaultyStorage, Storage, StoreLayout};
+use annal_engine::store::{History, StoreReader, open_store};
+use annal_schema::{
+    ActionOutcome, Capability, Effect, Event, EvidenceKinds, HealthCategory, Payload, Route,
+};
+
+/// The fixed test root key.
+const ROOT: [u8; 32] = [0x5c; 32];
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    layout: StoreLayout,
+    namespace: Namespace,
+    provider: Arc<InMemoryProvider>,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = StoreLayout::in_namespace_dir(&dir.path().join("work"));
+    let namespace = Namespace::new("work").unwrap();
+    let provider = Arc::new(InMemoryProvider::new(Box::new(SeededEntropy::new(1))).unwrap());
+    provider
+        .put_raw(&namespace, &namespace.primary_reference(), &ROOT)
+        .unwrap();
+    Setup {
+        _dir: dir,
+        layout,
+        namespace,
+        provider,
+    }
+}
+
+impl Setup {
+    fn config(&self) -> EngineConfig {
+        EngineConfig::new(self.layout.clone(), self.namespace.clone())
+    }
+
+    fn start(&self, config: EngineConfig) -> Engine {
+        Engine::start(config, Arc::clone(&self.provider) as Arc<dyn KeyProvider>).unwrap()
+    }
+
+    /// Every history event on disk, in sequence order (the store must be clean).
+    fn events(&self) -> Vec<Event> {
+        let storage: Arc<dyn Storage> = Arc::new(open_store(&self.layout, Access::Read).unwrap());
+        let report = StoreReader::<History>::new(storage)
+            .read(&HistoryKeys::from_root(RootKey::from_bytes(ROOT)))
+            .unwrap();
+        assert!(!report.has_corruption(), "{report:#?}");
+        report.records().map(|r| r.event.clone()).collect()
+    }
+}
+
+fn click() -> Capability {
+    Capability::new("input.pointer.click").unwrap()
+}
+
+fn outcome() -> ActionOutcome {
+    ActionOutcome {
+        effect: Effect::Confirmed,
+        route: Route::Accessibility,
+        delivery: None,
+        delivered_count: None,
+        evidence_kinds: EvidenceKinds::default(),
+        escalation_kind: None,
+    }
+}
+
+fn action_events(events: &[Event]) -> usize {
+    events
+        .iter()
+        .filter(|e| matches!(e.data.payload, Payload::ActionStarted))
+        .count()
+}
+
+fn drop_markers(events: &[Event]) -> Vec<u64> {
+    events
+        .iter()
+        .filter_map(|e| match e.data.payload {
+            Payload::Health {
+                category: HealthCategory::EventsDropped,
+                count,
+            } => Some(count),
+            _ => None,
+        })
+        .collect()
+}
+
+fn assert_strictly_increasing(events: &[Event]) {
+    let sequences: Vec<u64> = events.iter().map(|e| e.data.sequence.get()).collect();
+    assert!(sequences.windows(2).all(|w| w[0] < w[1]), "{sequences:?}");
+}
+
+/// Polls `status` until `done` holds (never a fixed sleep), at most `within`.
+fn wait_for(
+    engine: &Engine,
+    within: Duration,
+    done: impl Fn(&annal_schema::tools::StatusResponse) -> bool,
+) {
+    let started = Instant::now();
+    loop {
+        let status = engine.status().unwrap();
+        if done(&status) {
+            return;
+        }
+        assert!(
+            started.elapsed() < within,
+            "gave up waiting; last status {status:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn nothing_is_captured_before_the_owner_enables_and_admission_is_separate() {
+    let s = setup();
+    let engine = s.start(s.config());
+    let status = engine.status().unwrap();
+    assert!(!status.enabled);
+    assert_eq!(status.health, HealthCategory::Disabled);
+    let _ = engine.capture().action_started(click(), None, None);
+    engine.flush().ok();
+    assert_eq!(
+        engine.status().unwrap().dropped_events,
+        0,
+        "not admitted is not dropped"
+    );
+    engine.shutdown();
+
+    // Admitted = false: enabling persists the owner's choice, but nothing is captured.
+    let mut config = s.config();
+    config.admitted = false;
+    let engine = s.start(config);
+    let status = engine.enable().unwrap();
+    assert!(status.enabled && !status.admitted);
+    assert_eq!(status.health, HealthCategory::NotAdmitted);
+    let _ = engine.capture().action_started(click(), None, None);
+    engine.flush().unwrap();
+    engine.shutdown();
+    assert_eq!(action_events(&s.events()), 0);
+}
+
+#[test]
+fn eight_threads_below_capacity_against_a_slow_drain_drop_nothing() {
+    let s = setup();
+    let mut config = s.config();
+    // A drain that looks only every 200 ms: the queue holds everything meanwhile.
+    config.drain_tick = Duration::from_millis(200);
+    let engine = s.start(config);
+    engine.enable().unwrap();
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let capture = engine.capture();
+            std::thread::spawn(move || {
+                for _ in 0..50 {
+                    let token = capture.action_started(click(), None, None);
+                    drop(token);
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let status = engine.flush().unwrap();
+    assert_eq!(status.dropped_events, 0);
+    engine.shutdown();
+    let events = s.events();
+    assert_eq!(action_events(&events), 400);
+    assert!(drop_markers(&events).is_empty());
+    assert_strictly_increasing(&events);
+}
+
+#[test]
+fn provoked_drops_are_marked_exactly_and_the_total_survives_a_restart() {
+    let s = setup();
+    let mut config = s.config();
+    config.capture_capacity_events = 16;
+    config.drain_tick = Duration::from_secs(3600);
+    let engine = s.start(config.clone());
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    for _ in 0..100 {
+        let token = capture.action_started(click(), None, None);
+        capture.action_completed(token, outcome());
+    }
+    // 16 fit; every other start is dropped, and so is every completion (accepted or not: the
+    // queue is full either way).
+    let status = engine.status().unwrap();
+    assert_eq!(status.dropped_events, 200 - 16);
+    let status = engine.flush().unwrap();
+    assert_eq!(status.dropped_events, 184);
+    engine.shutdown();
+    let events = s.events();
+    assert_eq!(drop_markers(&events).iter().sum::<u64>(), 184);
+    assert_eq!(
+        drop_markers(&events).len(),
+        1,
+        "one marker before the next accepted event"
+    );
+    // No orphan completion: every completed action has its start.
+    for completed in events
+        .iter()
+        .filter(|e| matches!(e.data.payload, Payload::ActionCompleted(_)))
+    {
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e.data.payload, Payload::ActionStarted)
+                    && e.data.action_id == completed.data.action_id),
+            "orphan completion"
+        );
+    }
+    // The lifetime total is in the journal: a new process sees it.
+    let engine = s.start(config);
+    assert_eq!(engine.status().unwrap().dropped_events, 184);
+    engine.shutdown();
+}
+
+#[test]
+fn a_long_running_reader_never_causes_a_drop() {
+    let s = setup();
+    let engine = s.start(s.config());
+    engine.enable().unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let layout = s.layout.clone();
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut reads = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let storage: Arc<dyn Storage> =
+                    Arc::new(open_store(&layout, Access::Read).unwrap());
+                let _ = StoreReader::<History>::new(storage)
+                    .read(&HistoryKeys::from_root(RootKey::from_bytes(ROOT)));
+                reads += 1;
+            }
+            reads
+        })
+    };
+    let capture = engine.capture();
+    for burst in 0..20 {
+        for _ in 0..200 {
+            let _ = capture.action_started(click(), None, None);
+        }
+        if burst % 5 == 4 {
+            engine.flush().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let status = engine.flush().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reader.join().unwrap() > 0);
+    assert_eq!(status.dropped_events, 0);
+    engine.shutdown();
+    assert_eq!(action_events(&s.events()), 4000);
+}
+
+#[test]
+fn a_writer_panic_is_contained_restarted_on_a_new_generation_and_recovers() {
+    let s = setup();
+    let engine = s.start(s.config());
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    for _ in 0..10 {
+        let _ = capture.action_started(click(), None, None);
+    }
+    engine.flush().unwrap();
+    engine.inject_writer_panic();
+    // Capture keeps accepting calls (no caller ever sees the panic).
+    for _ in 0..10 {
+        let _ = capture.action_started(click(), None, None);
+    }
+    wait_for(&engine, Duration::from_secs(10), |status| {
+        status.health == HealthCategory::Ready && status.enabled
+    });
+    for _ in 0..10 {
+        let _ = capture.action_started(click(), None, None);
+    }
+    engine.flush().unwrap();
+    let report = engine.shutdown();
+    assert!(report.drained);
+    assert!(
+        report.took < Duration::from_millis(annal_actors::config::SHUTDOWN_DEADLINE_MS + 1_000)
+    );
+    let events = s.events();
+    assert_strictly_increasing(&events);
+    // Before and after the panic, in at least two generations (streams).
+    let mut streams: Vec<&str> = events.iter().map(|e| e.source.stream_id()).collect();
+    streams.sort();
+    streams.dedup();
+    assert!(streams.len() >= 2, "a new generation after the restart");
+    assert!(action_events(&events) >= 20);
+}
+
+fn faulty_setup(s: &Setup) -> FaultyStorage {
+    annal_engine::store::create_store(&s.layout).unwrap();
+    FaultyStorage::new(open_store(&s.layout, Access::Write).unwrap())
+}
+
+fn start_faulty(s: &Setup, storage: &FaultyStorage) -> Engine {
+    Engine::start_with(
+        s.config(),
+        Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
+        Arc::new(annal_engine::clock::SystemClock),
+        Some(Arc::new(storage.clone())),
+    )
+    .unwrap()
+}
+
+#[test]
+fn through_faulty_storage_every_acknowledged_event_reads_back_and_health_recovers() {
+    for fault in ["write", "sync", "enospc"] {
+        let s = setup();
+        let storage = faulty_setup(&s);
+        let engine = start_faulty(&s, &storage);
+        engine.enable().unwrap();
+        let capture = engine.capture();
+        let mut acknowledged = 0usize;
+        for _ in 0..5 {
+            let _ = capture.action_started(click(), None, None);
+        }
+        engine.flush().unwrap();
+        acknowledged += 5;
+        match fault {
+            "write" => storage.fail_nth(FaultOp::Write, 1, FaultKind::Eio),
+            "sync" => storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio),
+            _ => storage.fail_from_nth(FaultOp::Write, 1, FaultKind::NoSpace),
+        }
+        for _ in 0..5 {
+            let _ = capture.action_started(click(), None, None);
+        }
+        // The flush that meets the fault is not an acknowledgment.
+        let _ = engine.flush();
+        let status = engine.status().unwrap();
+        assert_eq!(status.health, HealthCategory::StorageUnavailable, "{fault}");
+        storage.clear_faults();
+        for _ in 0..5 {
+            let _ = capture.action_started(click(), None, None);
+        }
+        let status = engine.flush().unwrap();
+        assert_eq!(status.health, HealthCategory::Ready, "{fault}: recovers");
+        acknowledged += 5;
+        engine.shutdown();
+        drop(storage);
+        let events = s.events();
+        assert!(
+            action_events(&events) >= acknowledged,
+            "{fault}: {}",
+            action_events(&events)
+        );
+        assert_strictly_increasing(&events);
+        // What was lost is accounted for as dropped, never silently.
+        let lost = drop_markers(&events).iter().sum::<u64>() as usize;
+        assert_eq!(action_events(&events) + lost, 15, "{fault}");
+    }
+}
+
+#[test]
+fn a_crash_keeping_an_unsynced_prefix_loses_nothing_acknowledged() {
+    let s = setup();
+    let storage = faulty_setup(&s);
+    let engine = start_faulty(&s, &storage);
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    for _ in 0..20 {
+        let _ = capture.action_started(click(), None, None);
+    }
+    engine.flush().unwrap();
+    for _ in 0..20 {
+        let _ = capture.action_started(click(), None, None);
+    }
+    // Power loss: half of what was never synced survives; the process is gone.
+    storage.crash(&mut |unsynced| unsynced / 2).unwrap();
+    drop(engine);
+    drop(storage);
+    std::thread::sleep(Duration::from_millis(200));
+    let engine = s.start(s.config());
+    let status = engine.status().unwrap();
+    assert!(status.enabled);
+    for _ in 0..5 {
+        let _ = capture_after(&engine);
+    }
+    engine.flush().unwrap();
+    engine.shutdown();
+    let events = s.events();
+    assert!(action_events(&events) >= 25);
+    assert_strictly_increasing(&events);
+}
+
+fn capture_after(engine: &Engine) -> annal_engine::capture::ActionToken {
+    engine.capture().action_started(click(), None, None)
+}
+
+#[test]
+fn shutdown_returns_within_its_deadline_and_a_blocking_call_refuses_inside_a_runtime() {
+    let s = setup();
+    let engine = s.start(s.config());
+    engine.enable().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        assert_eq!(engine.enable().unwrap_err(), EngineError::InAsyncContext);
+        assert!(engine.status_async().await.unwrap().enabled);
+    });
+    let started = Instant::now();
+    let report = engine.shutdown();
+    assert!(report.drained);
+    assert!(
+        started.elapsed()
+            < Duration::from_millis(annal_actors::config::SHUTDOWN_DEADLINE_MS + 1_000)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_in_a_multi_threaded_tokio_runtime() {
+    let s = setup();
+    let engine = Engine::start_async(s.config(), Arc::clone(&s.provider) as Arc<dyn KeyProvider>)
+        .await
+        .unwrap();
+    engine.enable_async().await.unwrap();
+    let capture = engine.capture();
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let capture = capture.clone();
+            tokio::spawn(async move {
+                for _ in 0..25 {
+                    let token = capture.action_started(click(), None, None);
+                    capture.action_completed(token, outcome());
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let status = engine.flush_async().await.unwrap();
+    assert_eq!(status.dropped_events, 0);
+    let report = engine.shutdown_async().await;
+    assert!(report.drained);
+    let events = tokio::task::spawn_blocking(move || s.events())
+        .await
+        .unwrap();
+    assert_eq!(action_events(&events), 100);
+}
+
+/// A credential store that never answers.
+#[derive(Debug)]
+struct Hung;
+
+impl KeyProvider for Hung {
+    fn kind(&self) -> annal_engine::keys::KeyStoreKind {
+        annal_engine::keys::KeyStoreKind::InMemory
+    }
+    fn naming(&self) -> annal_engine::keys::CredentialNaming {
+        annal_engine::keys::CredentialNaming::Annal
+    }
+    fn create_or_load(
+        &self,
+        _: &Namespace,
+    ) -> Result<annal_engine::keys::LoadedKey, annal_engine::keys::KeyError> {
+        std::thread::sleep(Duration::from_secs(3600));
+        Err(annal_engine::keys::KeyError::NotFound)
+    }
+    fn load(
+        &self,
+        _: &Namespace,
+        _: &annal_engine::keys::KeyReference,
+    ) -> Result<annal_engine::keys::LoadedKey, annal_engine::keys::KeyError> {
+        std::thread::sleep(Duration::from_secs(3600));
+        Err(annal_engine::keys::KeyError::NotFound)
+    }
+    fn references(
+        &self,
+        _: &Namespace,
+    ) -> Result<Vec<annal_engine::keys::KeyReference>, annal_engine::keys::KeyError> {
+        Ok(Vec::new())
+    }
+    fn destroy(
+        &self,
+        _: &Namespace,
+        _: &annal_engine::keys::KeyReference,
+    ) -> Result<annal_engine::keys::DestroyedKey, annal_engine::keys::KeyError> {
+        Err(annal_engine::keys::KeyError::NotFound)
+    }
+}
+
+#[test]
+fn a_credential_store_that_never_answers_is_key_unavailable_not_a_hang() {
+    let s = setup();
+    let mut config = s.config();
+    config.key_call_deadline = Duration::from_millis(300);
+    let engine = Engine::start(config, Arc::new(Hung)).unwrap();
+    let started = Instant::now();
+    let error = engine.enable().unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        error,
+        EngineError::Control(annal_actors::ControlError::Key(
+            HealthCategory::KeyUnavailable
+        ))
+    );
+    // A failed enable shows its category, not `disabled`.
+    assert_eq!(
+        engine.status().unwrap().health,
+        HealthCategory::KeyUnavailable
+    );
+    let report = engine.shutdown();
+    assert!(report.took < Duration::from_secs(5));
+}
