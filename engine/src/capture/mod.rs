@@ -6,7 +6,9 @@
 //! a bounded lock-free queue (crossbeam's `ArrayQueue`). It takes no lock, does no I/O, makes no
 //! system call, formats no string, never wakes a parked thread (the drain side polls on its own
 //! tick), never blocks and never panics (ARCHITECTURE.md section 4). Its one allocation is the
-//! shared [`ActionContext`] of an admitted start.
+//! shared [`ActionContext`] of an admitted start; that goes through the global allocator, which
+//! (glibc's, when the drain thread frees a producer's blocks) may briefly lock an arena
+//! internally: a pool recycled by the drain would remove it (docs/benchmarks.md).
 //!
 //! What the hook leaves to the dequeue side, because it needs keys or costs microseconds:
 //! - Action ids: the hook takes the next value of a per-channel `u64` counter; the writer turns
