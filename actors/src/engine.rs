@@ -68,6 +68,8 @@ pub struct Engine {
     supervisor: ActorRef<SupervisorMsg>,
     /// The capture hook handed to the embedder.
     capture: CaptureHandle,
+    /// Status readings of the capture queue.
+    capture_control: annal_engine::capture::CaptureControl,
     /// Tells the runtime thread to wind down.
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     /// Signalled when the runtime thread has ended.
@@ -155,6 +157,7 @@ impl Engine {
         )
         .map_err(|_| EngineError::Start)?;
         let control = drain.control();
+        let capture_control = control.clone();
         let args = SupervisorArgs {
             config: startup.config.clone(),
             clock: startup.clock,
@@ -206,6 +209,7 @@ impl Engine {
             runtime,
             supervisor,
             capture,
+            capture_control,
             stop: Some(stop_tx),
             ended: Some(ended_rx),
             config: startup.config,
@@ -215,6 +219,12 @@ impl Engine {
     /// The capture hook: clone it into every thread that dispatches tools.
     pub fn capture(&self) -> CaptureHandle {
         self.capture.clone()
+    }
+
+    /// How many captured events wait in the queue for the ingress (a reading for embedders that
+    /// want back-pressure, such as a bulk import or a bench; the hook itself never waits).
+    pub fn queued_events(&self) -> usize {
+        self.capture_control.queued_events()
     }
 
     /// Runs `make(reply)` on the supervisor and waits for the answer, blocking.
