@@ -1,10 +1,14 @@
 //! The Ingress actor: drains the capture queue into the writer in batches.
 //!
 //! The capture path never wakes anyone, so this side notices new events by itself: every
-//! `drain_tick` it takes up to [`INGRESS_BATCH_MAX_EVENTS`] items and casts them to the writer in
-//! one batch; a full batch is followed at once by another drain. While no writer is running (a
-//! restart), nothing is drained: the queue fills and capture counts drops, which the next writer
-//! reports.
+//! `drain_tick` it takes up to [`INGRESS_BATCH_MAX_EVENTS`] items and hands them to the writer in
+//! one call; a full batch is followed at once by another drain. The call waits for the writer's
+//! acknowledgment, which is the back-pressure: the ingress drains only as fast as the writer
+//! appends, and a slow writer shows as a filling capture queue (then counted drops), never as an
+//! unbounded mailbox. A batch the writer did not acknowledge (it failed with the batch in its
+//! mailbox) is not redelivered, which could duplicate events: it is counted, and the next batch
+//! to any writer starts with a `Dropped` marker for it. While no writer runs (a restart), nothing
+//! is drained: the queue fills and capture counts drops.
 
 use std::sync::{Arc, Mutex};
 
@@ -44,9 +48,8 @@ pub struct IngressState {
     writer: Option<ActorRef<WriterMsg>>,
     /// Reused batch buffer.
     batch: Vec<Drained<Captured>>,
-    /// A batch the writer did not take (it stopped between ticks), handed to the next writer
-    /// first.
-    stranded: Option<Vec<Drained<Captured>>>,
+    /// Events of batches no writer acknowledged, reported by a marker before the next batch.
+    lost_events: u64,
 }
 
 /// What the ingress starts with.
@@ -60,20 +63,54 @@ pub struct IngressArgs {
 /// The Ingress actor.
 pub struct IngressActor;
 
+/// Longest one batch may take to be appended, in milliseconds. Far above an append (a few ms
+/// for a full batch, plus a sync on a slow disk); a writer past it is treated as gone.
+pub const BATCH_ACK_DEADLINE_MS: u64 = 10_000;
+
 impl IngressState {
+    /// Hands `items` to `writer` and waits for the acknowledgment; an unacknowledged batch is
+    /// counted as lost. Returns whether it was acknowledged.
+    async fn deliver(
+        &mut self,
+        writer: &ActorRef<WriterMsg>,
+        mut items: Vec<Drained<Captured>>,
+    ) -> bool {
+        if self.lost_events > 0 {
+            items.insert(
+                0,
+                Drained::Dropped {
+                    count: self.lost_events,
+                },
+            );
+        }
+        let in_batch: u64 = items
+            .iter()
+            .map(|item| match item {
+                Drained::Captured(_) => 1,
+                Drained::Dropped { count } => *count,
+            })
+            .sum();
+        let acknowledged = ractor::call_t!(
+            writer,
+            |reply| WriterMsg::Batch { items, reply },
+            BATCH_ACK_DEADLINE_MS
+        )
+        .is_ok();
+        if acknowledged {
+            self.lost_events = 0;
+        } else {
+            // The marker carried the earlier losses; they are in this count again.
+            self.lost_events = in_batch;
+            self.writer = None;
+        }
+        acknowledged
+    }
+
     /// Drains one batch to the writer; returns whether the batch was full.
-    fn drain_once(&mut self) -> bool {
+    async fn drain_once(&mut self) -> bool {
         let Some(writer) = self.writer.clone() else {
             return false;
         };
-        if let Some(stranded) = self.stranded.take()
-            && let Err(ractor::MessagingErr::SendErr(WriterMsg::Batch(batch))) =
-                writer.cast(WriterMsg::Batch(stranded))
-        {
-            self.stranded = Some(batch);
-            self.writer = None;
-            return false;
-        }
         self.batch.clear();
         let taken = {
             let mut drain = self
@@ -89,19 +126,11 @@ impl IngressState {
             &mut self.batch,
             Vec::with_capacity(INGRESS_BATCH_MAX_EVENTS),
         );
-        if let Err(ractor::MessagingErr::SendErr(WriterMsg::Batch(batch))) =
-            writer.cast(WriterMsg::Batch(batch))
-        {
-            // The writer stopped since it was handed over: keep the batch for the next one.
-            self.stranded = Some(batch);
-            self.writer = None;
-            return false;
-        }
-        taken >= INGRESS_BATCH_MAX_EVENTS
+        self.deliver(&writer, batch).await && taken >= INGRESS_BATCH_MAX_EVENTS
     }
 
-    fn drain_all(&mut self) {
-        while self.drain_once() {}
+    async fn drain_all(&mut self) {
+        while self.drain_once().await {}
     }
 }
 
@@ -120,7 +149,7 @@ impl Actor for IngressActor {
             drain: args.drain,
             writer: None,
             batch: Vec::with_capacity(INGRESS_BATCH_MAX_EVENTS),
-            stranded: None,
+            lost_events: 0,
         })
     }
 
@@ -132,12 +161,12 @@ impl Actor for IngressActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             IngressMsg::Drain => {
-                if state.drain_once() {
+                if state.drain_once().await {
                     let _ = myself.cast(IngressMsg::Drain);
                 }
             }
             IngressMsg::DrainNow { reply } => {
-                state.drain_all();
+                state.drain_all().await;
                 let _ = reply.send(());
             }
             IngressMsg::Close { reply } => {
@@ -159,7 +188,7 @@ impl Actor for IngressActor {
                         .lock()
                         .unwrap_or_else(|poisoned| poisoned.into_inner())
                         .drain_final(INGRESS_BATCH_MAX_EVENTS, &mut batch);
-                    if !batch.is_empty() && writer.cast(WriterMsg::Batch(batch)).is_err() {
+                    if !batch.is_empty() && !state.deliver(&writer, batch).await {
                         break;
                     }
                     if round.settled {
@@ -173,7 +202,7 @@ impl Actor for IngressActor {
             }
             IngressMsg::Writer(writer) => {
                 state.writer = writer;
-                state.drain_all();
+                state.drain_all().await;
             }
         }
         Ok(())

@@ -53,8 +53,10 @@
 //!   restart intensity, turns supervision events into journaled signals, routes requests.
 //! - [`key_custody`]: the KeyCustody actor and its dedicated credential-store thread with
 //!   per-call deadlines.
-//! - [`writer`]: the Writer actor: history and journal writers, the state projection, group
-//!   commit, drop markers, sequence reservation, status.
+//! - [`journal`]: the Journal actor: the engine journal's writer and the state projection that
+//!   status, health and restarts read; it outlives a failing writer.
+//! - [`writer`]: the Writer actor: the history writer, group commit, drop markers, sequence
+//!   reservation.
 //! - [`ingress`]: the Ingress actor: drains the capture queue into the writer in batches.
 //! - [`query`], [`audit`]: the message interfaces of the Query and AuditJournal actors, which
 //!   the query-path and policy issues fill.
@@ -68,6 +70,7 @@ pub mod audit;
 pub mod config;
 pub mod engine;
 pub mod ingress;
+pub mod journal;
 pub mod key_custody;
 pub mod query;
 pub mod supervisor;

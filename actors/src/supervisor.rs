@@ -5,17 +5,19 @@
 //! ractor's default stops a supervisor when any child ends; this one overrides it. The restart
 //! decision is the engine's pure `supervision::decide` over the child's restart history (OTP's
 //! sliding window), so the rule is tested without actors. The children, in start order:
-//! KeyCustody, Writer, Ingress (Query and AuditJournal join them with the next issues). Shutdown
-//! stops them in reverse: the ingress closes and drains the capture queue, the writer syncs.
+//! KeyCustody, Journal (the engine journal; the audit records of the policy issue join it),
+//! Writer, Ingress (Query and PolicyGate join them with the next issues). Shutdown stops them
+//! in reverse: the ingress closes and drains the capture queue, the writer syncs, the journal
+//! syncs.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use annal_engine::capture::{CaptureControl, CaptureDrain};
 use annal_engine::clock::Clock;
 use annal_engine::health::{Child, FailureCategory, Signal, SignalKind};
-use annal_engine::journal::CallerKind;
+use annal_engine::journal::{CallerKind, JournalEvent};
 use annal_engine::keys::KeyProvider;
 use annal_engine::storage::Storage;
 use annal_engine::supervision::{self, Decision};
@@ -25,8 +27,9 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Super
 
 use crate::config::EngineConfig;
 use crate::ingress::{IngressActor, IngressArgs, IngressMsg};
+use crate::journal::{JournalActor, JournalArgs, JournalMsg, StorageSlot};
 use crate::key_custody::{KeyCustodyActor, KeyCustodyArgs, KeyCustodyMsg};
-use crate::writer::{ControlError, WriterActor, WriterArgs, WriterMsg};
+use crate::writer::{ControlError, WriterActor, WriterArgs, WriterMsg, status_from};
 
 /// Longest the supervisor waits for a child's answer to a routed request, in milliseconds.
 const CHILD_CALL_DEADLINE_MS: u64 = crate::config::CONTROL_DEADLINE_MS;
@@ -94,19 +97,21 @@ pub struct SupervisorState {
     drain: Arc<Mutex<CaptureDrain>>,
     /// The action-id seed.
     action_seed: [u8; 32],
-    /// The injected storage, if any.
-    storage: Option<Arc<dyn Storage>>,
+    /// The store's storage, opened once and shared by the writer and the journal.
+    storage: StorageSlot,
     /// The instance name prefix.
     instance: String,
     /// The key custody child.
     keys: ActorRef<KeyCustodyMsg>,
+    /// The journal child, while one runs.
+    journal: Option<ActorRef<JournalMsg>>,
     /// The writer child, while one runs.
     writer: Option<ActorRef<WriterMsg>>,
     /// The ingress child.
     ingress: Option<ActorRef<IngressMsg>>,
     /// Restart times of each child (ms since the epoch), for the intensity window.
     restarts: HashMap<Child, Vec<u64>>,
-    /// Signals raised while no writer could journal them.
+    /// Signals raised while no journal could take them.
     pending_signals: Vec<Signal>,
     /// The last status the writer gave, for answering while it restarts.
     last_status: Option<StatusResponse>,
@@ -129,15 +134,15 @@ impl SupervisorState {
             at_ms: self.now_ms(),
             kind,
         };
-        match &self.writer {
-            Some(writer) => {
-                if let Err(ractor::MessagingErr::SendErr(WriterMsg::Signal(signal))) =
-                    writer.cast(WriterMsg::Signal(signal))
-                {
-                    self.pending_signals.push(signal);
-                }
-            }
-            None => self.pending_signals.push(signal),
+        let delivered = self.journal.as_ref().is_some_and(|journal| {
+            journal
+                .cast(JournalMsg::Record(vec![JournalEvent::SupervisorSignalled(
+                    signal,
+                )]))
+                .is_ok()
+        });
+        if !delivered {
+            self.pending_signals.push(signal);
         }
     }
 
@@ -146,14 +151,17 @@ impl SupervisorState {
     }
 
     async fn spawn_writer(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
+        let Some(journal) = self.journal.clone() else {
+            return false;
+        };
         let args = WriterArgs {
             config: self.config.clone(),
             clock: Arc::clone(&self.clock),
             keys: self.keys.clone(),
+            journal,
             capture: self.capture.clone(),
             action_seed: self.action_seed,
-            pending_signals: std::mem::take(&mut self.pending_signals),
-            storage: self.storage.clone(),
+            storage: Arc::clone(&self.storage),
         };
         match Actor::spawn_linked(
             Some(self.name("writer")),
@@ -202,6 +210,38 @@ impl SupervisorState {
         }
     }
 
+    async fn spawn_journal(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
+        let args = JournalArgs {
+            storage: Arc::clone(&self.storage),
+            clock: Arc::clone(&self.clock),
+            sync_interval: self.config.sync_interval,
+            pending: std::mem::take(&mut self.pending_signals)
+                .into_iter()
+                .map(JournalEvent::SupervisorSignalled)
+                .collect(),
+        };
+        match Actor::spawn_linked(
+            Some(self.name("journal")),
+            JournalActor,
+            args,
+            myself.get_cell(),
+        )
+        .await
+        {
+            Ok((journal, _)) => {
+                self.journal = Some(journal);
+                self.signal(SignalKind::ChildStarted {
+                    child: Child::AuditJournal,
+                });
+                true
+            }
+            Err(_) => {
+                self.journal = None;
+                false
+            }
+        }
+    }
+
     async fn spawn_keys(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
         let args = KeyCustodyArgs {
             provider: Arc::clone(&self.provider),
@@ -230,6 +270,8 @@ impl SupervisorState {
             Some(Child::Writer)
         } else if self.ingress.as_ref().is_some_and(|i| i.get_id() == id) {
             Some(Child::Ingress)
+        } else if self.journal.as_ref().is_some_and(|j| j.get_id() == id) {
+            Some(Child::AuditJournal)
         } else if self.keys.get_id() == id {
             Some(Child::KeyCustody)
         } else {
@@ -248,6 +290,7 @@ impl SupervisorState {
                 }
             }
             Child::Ingress => self.ingress = None,
+            Child::AuditJournal => self.journal = None,
             _ => {}
         }
         self.signal(SignalKind::ChildFailed {
@@ -263,6 +306,15 @@ impl SupervisorState {
                     Child::Writer => self.spawn_writer(myself).await,
                     Child::Ingress => self.spawn_ingress(myself).await,
                     Child::KeyCustody => self.spawn_keys(myself).await,
+                    Child::AuditJournal => {
+                        // A new journal generation; the writer keeps the old reference, so it
+                        // restarts too (it reopens the journal first).
+                        let restarted = self.spawn_journal(myself).await;
+                        if restarted && let Some(writer) = self.writer.take() {
+                            writer.stop(Some("journal restarted".into()));
+                        }
+                        restarted
+                    }
                     _ => false,
                 };
                 if restarted {
@@ -275,8 +327,22 @@ impl SupervisorState {
         }
     }
 
-    /// The status while no writer answers: the last one seen, with the writer stopped.
-    fn fallback_status(&self) -> StatusResponse {
+    /// The status while no writer answers: from the journal's projection (its health folds
+    /// the persisted signals, the writer's failure and restart limit included), else the last
+    /// one seen with the writer stopped.
+    async fn fallback_status(&self) -> StatusResponse {
+        let pending = self.capture.pending_drops();
+        if let Some(journal) = &self.journal
+            && let Some(projection) = ask(
+                journal,
+                |reply| JournalMsg::Snapshot { reply },
+                CHILD_CALL_DEADLINE_MS,
+            )
+            .await
+        {
+            let bytes_used = self.last_status.as_ref().map_or(0, |s| s.bytes_used);
+            return status_from(&self.config, &projection, bytes_used, pending);
+        }
         let mut status = self.last_status.clone().unwrap_or(StatusResponse {
             supported: true,
             admitted: self.config.admitted,
@@ -290,7 +356,7 @@ impl SupervisorState {
             dropped_events: 0,
             health: HealthCategory::WriterStopped,
         });
-        status.dropped_events += self.capture.pending_drops();
+        status.dropped_events += pending;
         status.health = if self.config.admitted {
             HealthCategory::WriterStopped
         } else {
@@ -331,15 +397,33 @@ impl Actor for SupervisorActor {
             myself.get_cell(),
         )
         .await?;
+        // The store's storage is opened once, here, when the store exists (or was injected);
+        // otherwise the writer creates and opens it on enable. Both the writer and the journal
+        // use this one, which holds the writer lock for the engine's whole life.
+        let storage: StorageSlot = Arc::new(OnceLock::new());
+        match args.storage {
+            Some(injected) => {
+                let _ = storage.set(injected);
+            }
+            None => {
+                if let Ok(opened) = annal_engine::store::open_store(
+                    &args.config.layout,
+                    annal_engine::storage::Access::Write,
+                ) {
+                    let _ = storage.set(Arc::new(opened) as Arc<dyn Storage>);
+                }
+            }
+        }
         let mut state = SupervisorState {
             config: args.config,
             clock: args.clock,
             capture: args.capture,
             drain: Arc::new(Mutex::new(args.drain)),
             action_seed: args.action_seed,
-            storage: args.storage,
+            storage,
             instance: args.instance,
             keys,
+            journal: None,
             writer: None,
             ingress: None,
             restarts: HashMap::new(),
@@ -348,6 +432,7 @@ impl Actor for SupervisorActor {
             provider: args.provider,
             stopping: false,
         };
+        state.spawn_journal(&myself).await;
         state.spawn_writer(&myself).await;
         state.spawn_ingress(&myself).await;
         Ok(state)
@@ -422,7 +507,7 @@ impl Actor for SupervisorActor {
                         state.last_status = Some(status.clone());
                         status
                     }
-                    None => state.fallback_status(),
+                    None => state.fallback_status().await,
                 };
                 let _ = reply.send(status);
             }
@@ -439,6 +524,11 @@ impl Actor for SupervisorActor {
                 if let Some(writer) = state.writer.take() {
                     let _ = ask(&writer, |reply| WriterMsg::Sync { reply }, deadline).await;
                     let _ = writer
+                        .stop_and_wait(None, Some(state.config.shutdown_deadline))
+                        .await;
+                }
+                if let Some(journal) = state.journal.take() {
+                    let _ = journal
                         .stop_and_wait(None, Some(state.config.shutdown_deadline))
                         .await;
                 }

@@ -1,5 +1,5 @@
-//! The Writer actor: owns the store's two writers (the history stream and the engine journal),
-//! the state projection, and group commit.
+//! The Writer actor: owns the history stream's writer, group commit, drop markers and sequence
+//! reservation; asks the Journal actor for everything the journal records.
 //!
 //! Life of one captured event from here on: the Ingress hands the writer a batch of drained
 //! items; the writer turns each into a v0 `EventDraft` (the keyed session id derived here, the
@@ -17,14 +17,12 @@ use annal_engine::capture::{
 };
 use annal_engine::clock::Clock;
 use annal_engine::health::{KeyFault, Signal, SignalKind, StorageFault};
-use annal_engine::journal::{
-    CallerKind, Command, Journal, JournalEntry, JournalEvent, State as Projection, decide,
-};
+use annal_engine::journal::{CallerKind, Command, JournalEvent, State as Projection, decide};
 use annal_engine::keys::{KeyError, SessionIdKey};
-use annal_engine::storage::{Access, FsStorage, Storage};
+use annal_engine::storage::{Access, Storage};
 use annal_engine::store::{
-    AppendError, History, StateMirror, StoreReader, StoreWriter, WriterConfig, create_store,
-    open_store, read_state_mirror, write_state_mirror,
+    AppendError, History, StateMirror, StoreWriter, WriterConfig, create_store, open_store,
+    write_state_mirror,
 };
 use annal_schema::tools::{STORAGE_PROFILE_ID, StatusResponse};
 use annal_schema::{
@@ -34,6 +32,7 @@ use annal_schema::{
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::config::EngineConfig;
+use crate::journal::{JournalMsg, StorageSlot};
 use crate::key_custody::{KeyCustodyMsg, StreamKeys};
 
 /// How many sequences the writer reserves in the journal at a time. The reservation is made
@@ -45,14 +44,19 @@ pub const SEQUENCE_RESERVE_BLOCK: u64 = 4096;
 /// Most raw-label -> keyed-id entries the writer caches (deriving one is an HMAC, ~1 us).
 pub const SESSION_ID_CACHE_ENTRIES: usize = 1024;
 
-/// Most signals the writer holds while the journal is not open (a store whose key is not
-/// loaded yet); the oldest are folded into health but no longer kept for journaling.
-pub const MAX_UNJOURNALED_SIGNALS: usize = 256;
+/// Longest the writer waits for the journal or key custody, in milliseconds.
+const CHILD_CALL_DEADLINE_MS: u64 = crate::config::CONTROL_DEADLINE_MS;
 
 /// What the writer can be asked.
 pub enum WriterMsg {
-    /// A batch drained from the capture queue.
-    Batch(Vec<Drained<Captured>>),
+    /// A batch drained from the capture queue; the reply says it was appended (or counted as
+    /// lost), so the ingress knows no batch vanished with a failing writer.
+    Batch {
+        /// The drained items, in queue order.
+        items: Vec<Drained<Captured>>,
+        /// Acknowledges the batch.
+        reply: RpcReplyPort<()>,
+    },
     /// The owner's control operation; replies after it is durable.
     Control {
         /// Which operation.
@@ -72,8 +76,6 @@ pub enum WriterMsg {
         /// Where the status goes.
         reply: RpcReplyPort<StatusResponse>,
     },
-    /// A supervision fact to journal and fold into health.
-    Signal(Signal),
     /// Group commit and rotation by age.
     Tick,
     /// Test-only: panic inside the handler, as a bug would.
@@ -107,96 +109,135 @@ pub struct WriterArgs {
     pub clock: Arc<dyn Clock>,
     /// The key custody actor.
     pub keys: ActorRef<KeyCustodyMsg>,
+    /// The journal actor.
+    pub journal: ActorRef<JournalMsg>,
     /// The capture admission switch.
     pub capture: CaptureControl,
     /// The seed action ids are derived from (drawn once per engine).
     pub action_seed: [u8; 32],
-    /// Supervision signals the supervisor could not deliver while the writer was down.
-    pub pending_signals: Vec<Signal>,
-    /// The storage, when the supervisor already holds it (a test's fault-injecting one).
-    pub storage: Option<Arc<dyn Storage>>,
+    /// The store's storage, shared with the journal (set once the store exists).
+    pub storage: StorageSlot,
 }
 
-/// The writers that exist once the key is loaded.
+/// The history writer, once the key is loaded.
 struct Open {
-    /// The store's storage, holding the writer lock.
-    storage: Arc<dyn Storage>,
     /// The purpose keys.
     keys: StreamKeys,
     /// The history stream.
     history: StoreWriter<History>,
-    /// The engine journal.
-    journal: StoreWriter<Journal>,
-    /// Sequences reserved in the journal so far (durable).
+    /// Sequences reserved in the journal so far (durable there).
     reserved_through: u64,
     /// History records appended since the last sync.
-    history_dirty: bool,
-    /// Journal records appended since the last sync.
-    journal_dirty: bool,
+    dirty: bool,
 }
 
 /// The writer's state.
 pub struct WriterState {
-    /// The arguments, kept for status and for reopening.
+    /// The engine's configuration.
     config: EngineConfig,
     /// The clock.
     clock: Arc<dyn Clock>,
     /// The key custody actor.
     keys: ActorRef<KeyCustodyMsg>,
+    /// The journal actor.
+    journal: ActorRef<JournalMsg>,
     /// The capture admission switch.
     capture: CaptureControl,
     /// The action-id seed.
     action_seed: [u8; 32],
-    /// The writers, once open.
+    /// The store's storage slot.
+    storage: StorageSlot,
+    /// The history writer, once open.
     open: Option<Open>,
-    /// The storage when it exists but the key is not loaded yet (a disabled store).
-    storage: Option<Arc<dyn Storage>>,
-    /// The state projection (replayed from the journal).
+    /// The journal's projection as of the writer's last exchange with it (enabled, paused:
+    /// what capture admission needs). Status reads the journal's own, current one.
     projection: Projection,
-    /// Signals recorded while the journal was not open; journaled as soon as it is.
-    unjournaled: Vec<Signal>,
-    /// Events lost by this writer (a failed batch) not yet reported by a drop marker.
+    /// Whether the last store operation failed (so the next success signals recovery).
+    storage_failing: bool,
+    /// Whether the last key load failed (so the next success signals recovery).
+    key_failing: bool,
+    /// Events lost by this writer (a failed batch or sync) not yet reported by a drop marker.
     lost_unreported: u64,
     /// Raw label -> keyed session id.
     session_ids: HashMap<SessionLabel, OpaqueId>,
     /// Encrypted bytes in the store, as far as this writer knows.
     bytes_used: u64,
-    /// The last key failure, when the key could not be loaded.
-    key_fault: Option<HealthCategory>,
 }
 
 /// The Writer actor.
 pub struct WriterActor;
+
+/// Bytes of every chunk file in the store (history and journal).
+fn store_bytes(storage: &dyn Storage) -> u64 {
+    use annal_engine::storage::Area;
+    [Area::Chunks, Area::Journal]
+        .into_iter()
+        .filter_map(|area| storage.list(area).ok().map(|entries| (area, entries)))
+        .flat_map(|(area, entries)| {
+            entries
+                .into_iter()
+                .filter_map(move |e| e.file_name().map(|name| (area, name)))
+        })
+        .filter_map(|(area, name)| storage.open_read(area, &name).ok().map(|f| f.len()))
+        .sum()
+}
 
 impl WriterState {
     fn now_ms(&self) -> u64 {
         u64::try_from(self.clock.now_since_epoch().as_millis()).unwrap_or(u64::MAX)
     }
 
-    fn signal(&mut self, kind: SignalKind) {
+    /// Journals a signal (never blocks the writer on it).
+    fn signal(&self, kind: SignalKind) {
         let signal = Signal {
             at_ms: self.now_ms(),
             kind,
         };
-        self.record_signal(signal);
+        let _ = self
+            .journal
+            .cast(JournalMsg::Record(vec![JournalEvent::SupervisorSignalled(
+                signal,
+            )]));
     }
 
-    /// Folds `signal` into the projection (health) and journals it (durable with the next
-    /// sync), or holds it until the journal opens.
-    fn record_signal(&mut self, signal: Signal) {
-        let event = JournalEvent::SupervisorSignalled(signal);
-        if self.open.is_some() {
-            if self.journal(vec![event]).is_err() {
-                // Not journaled, but still shown.
-                self.projection
-                    .apply(&JournalEvent::SupervisorSignalled(signal));
+    /// Appends `events` to the journal and waits for it (and its sync, when `durable`).
+    async fn journal(
+        &mut self,
+        events: Vec<JournalEvent>,
+        durable: bool,
+    ) -> Result<(), ControlError> {
+        let answer = ractor::call_t!(
+            self.journal,
+            |reply| JournalMsg::Append {
+                events,
+                durable,
+                reply
+            },
+            CHILD_CALL_DEADLINE_MS
+        );
+        match answer {
+            Ok(Ok(projection)) => {
+                self.projection = projection;
+                Ok(())
             }
+            _ => Err(self.storage_fault(HealthCategory::StorageUnavailable)),
+        }
+    }
+
+    fn storage_fault(&mut self, category: HealthCategory) -> ControlError {
+        let category = if category == HealthCategory::StorageCorrupt {
+            StorageFault::StorageCorrupt
         } else {
-            self.projection.apply(&event);
-            if self.unjournaled.len() >= MAX_UNJOURNALED_SIGNALS {
-                self.unjournaled.remove(0);
-            }
-            self.unjournaled.push(signal);
+            StorageFault::StorageUnavailable
+        };
+        self.storage_failing = true;
+        self.signal(SignalKind::StorageFailed { category });
+        ControlError::Storage
+    }
+
+    fn storage_ok(&mut self) {
+        if std::mem::take(&mut self.storage_failing) {
+            self.signal(SignalKind::StorageRecovered);
         }
     }
 
@@ -211,33 +252,25 @@ impl WriterState {
             && self.open.is_some()
     }
 
-    fn health(&self) -> HealthCategory {
-        self.projection.health(
-            self.config.admitted,
-            self.capture.pending_drops() + self.lost_unreported,
-        )
-    }
-
     fn update_capture(&self) {
         self.capture.set_accepting(self.accepting());
     }
 
-    fn status(&self) -> StatusResponse {
-        StatusResponse {
-            supported: true,
-            admitted: self.config.admitted,
-            enabled: self.projection.enabled,
-            paused: self.projection.paused,
-            encrypted: true,
-            profile: STORAGE_PROFILE_ID.to_owned(),
-            retention_days: self.projection.retention_days,
-            quota_bytes: self.projection.quota_bytes,
-            bytes_used: self.bytes_used,
-            dropped_events: self.projection.dropped_total
-                + self.capture.pending_drops()
-                + self.lost_unreported,
-            health: self.health(),
-        }
+    /// The contract's status, from the journal's current projection (health included: a fold
+    /// over the persisted signals and the live drop count).
+    async fn status(&mut self) -> StatusResponse {
+        let projection = ractor::call_t!(
+            self.journal,
+            |reply| JournalMsg::Snapshot { reply },
+            CHILD_CALL_DEADLINE_MS
+        )
+        .unwrap_or_else(|_| self.projection.clone());
+        status_from(
+            &self.config,
+            &projection,
+            self.bytes_used,
+            self.capture.pending_drops() + self.lost_unreported,
+        )
     }
 
     fn session_id(
@@ -257,12 +290,13 @@ impl WriterState {
     }
 
     /// Opens the store (creating it when `create`), loads the key (creating it when `create`),
-    /// opens both writers and replays the journal. Key and storage failures become signals.
+    /// opens the journal (which replays its projection) and the history writer above the
+    /// journal's sequence floor. Key and storage failures become signals.
     async fn open_writers(&mut self, create: bool) -> Result<(), ControlError> {
         if self.open.is_some() {
             return Ok(());
         }
-        if self.storage.is_none() {
+        if self.storage.get().is_none() {
             if create {
                 match create_store(&self.config.layout) {
                     Ok(()) | Err(annal_engine::store::CreateStoreError::AlreadyExists { .. }) => {}
@@ -270,12 +304,14 @@ impl WriterState {
                 }
             }
             match open_store(&self.config.layout, Access::Write) {
-                Ok(storage) => self.storage = Some(Arc::new(storage) as Arc<dyn Storage>),
+                Ok(storage) => {
+                    let _ = self.storage.set(Arc::new(storage));
+                }
                 Err(_) if !create => return Ok(()),
                 Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
             }
         }
-        let Some(storage) = self.storage.clone() else {
+        let Some(storage) = self.storage.get().cloned() else {
             return Ok(());
         };
         let keys = match ractor::call_t!(
@@ -287,101 +323,54 @@ impl WriterState {
         ) {
             Ok(Ok(keys)) => keys,
             Ok(Err(KeyError::NotFound)) if !create => return Ok(()),
-            Ok(Err(error)) => {
-                let category = error.category();
-                self.key_fault = Some(category);
-                let fault = KeyFault::from_health(category).unwrap_or(KeyFault::KeyUnavailable);
-                self.signal(SignalKind::KeyFailed { category: fault });
-                return Err(ControlError::Key(category));
-            }
-            Err(_) => {
-                self.key_fault = Some(HealthCategory::KeyUnavailable);
-                self.signal(SignalKind::KeyFailed {
-                    category: KeyFault::KeyUnavailable,
-                });
-                return Err(ControlError::Key(HealthCategory::KeyUnavailable));
-            }
+            Ok(Err(error)) => return Err(self.key_fault(error.category())),
+            Err(_) => return Err(self.key_fault(HealthCategory::KeyUnavailable)),
         };
-        if self.key_fault.take().is_some() {
+        if std::mem::take(&mut self.key_failing) {
             self.signal(SignalKind::KeyRecovered);
         }
         // The journal first: its projection holds the sequence floor of the history stream.
-        let journal_report = StoreReader::<Journal>::new(Arc::clone(&storage))
-            .read(&keys.journal)
-            .map_err(|_| self.storage_fault(HealthCategory::StorageUnavailable))?;
-        let projection = Projection::replay(journal_report.records().map(|r| &r.event.event));
-        let writer_config = |floor: Option<u64>| {
-            let mut config = WriterConfig::new(keys.reference.clone(), std::num::NonZeroU64::MIN);
-            config.sequence_floor = floor.and_then(annal_schema::Sequence::new);
-            config
+        let projection = match ractor::call_t!(
+            self.journal,
+            |reply| JournalMsg::Open {
+                keys: keys.clone(),
+                reply
+            },
+            CHILD_CALL_DEADLINE_MS
+        ) {
+            Ok(Ok(projection)) => projection,
+            _ => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
         };
-        let journal = StoreWriter::<Journal>::open(
-            Arc::clone(&storage),
-            keys.journal.clone(),
-            writer_config(None),
-            Arc::clone(&self.clock),
-        )
-        .map_err(|_| self.storage_fault(HealthCategory::StorageUnavailable))?;
-        let history = StoreWriter::<History>::open(
+        let mut config = WriterConfig::new(keys.reference.clone(), std::num::NonZeroU64::MIN);
+        config.sequence_floor = projection
+            .history_high_water
+            .and_then(annal_schema::Sequence::new);
+        let history = match StoreWriter::<History>::open(
             Arc::clone(&storage),
             keys.history.clone(),
-            writer_config(projection.history_high_water),
+            config,
             Arc::clone(&self.clock),
-        )
-        .map_err(|_| self.storage_fault(HealthCategory::StorageUnavailable))?;
+        ) {
+            Ok(history) => history,
+            Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
+        };
         let reserved_through = history.high_water().map_or(0, |s| s.get());
         self.bytes_used = store_bytes(storage.as_ref());
         self.projection = projection;
         self.open = Some(Open {
-            storage,
             keys,
             history,
-            journal,
             reserved_through,
-            history_dirty: false,
-            journal_dirty: false,
+            dirty: false,
         });
-        // Signals raised before the journal was readable: journaled now, in order.
-        for signal in std::mem::take(&mut self.unjournaled) {
-            self.record_signal(signal);
-        }
         Ok(())
     }
 
-    fn storage_fault(&mut self, category: HealthCategory) -> ControlError {
-        let category = if category == HealthCategory::StorageCorrupt {
-            StorageFault::StorageCorrupt
-        } else {
-            StorageFault::StorageUnavailable
-        };
-        self.signal(SignalKind::StorageFailed { category });
-        ControlError::Storage
-    }
-
-    /// Journals `events` and applies them to the projection.
-    fn journal(&mut self, events: Vec<JournalEvent>) -> Result<(), ControlError> {
-        let now = self.now_ms();
-        let Some(open) = self.open.as_mut() else {
-            return Err(ControlError::Storage);
-        };
-        let entries = events
-            .iter()
-            .cloned()
-            .map(|event| JournalEntry {
-                time_ms: now,
-                event,
-            })
-            .collect();
-        if open.journal.append(entries).is_err() {
-            // No signal from here: signals themselves are journaled through this function, and
-            // a disk that refuses the journal would refuse that one too. Callers signal.
-            return Err(ControlError::Storage);
-        }
-        open.journal_dirty = true;
-        for event in &events {
-            self.projection.apply(event);
-        }
-        Ok(())
+    fn key_fault(&mut self, category: HealthCategory) -> ControlError {
+        self.key_failing = true;
+        let fault = KeyFault::from_health(category).unwrap_or(KeyFault::KeyUnavailable);
+        self.signal(SignalKind::KeyFailed { category: fault });
+        ControlError::Key(category)
     }
 
     /// A v0 draft of `payload` for the history stream, now.
@@ -523,7 +512,7 @@ impl WriterState {
 
     /// Appends history drafts, reserving sequences first. A failure is a signal and the
     /// batch's events are counted as lost (reported by the next drop marker).
-    fn append_history(&mut self, drafts: Vec<EventDraft>, marked_drops: u64) {
+    async fn append_history(&mut self, drafts: Vec<EventDraft>, marked_drops: u64) {
         if drafts.is_empty() {
             return;
         }
@@ -543,55 +532,49 @@ impl WriterState {
         // If this batch is lost, its events and the drops its markers reported are reported
         // again by the next marker.
         let lost_if_failed = count - markers + marked_drops;
-        let now_ms = self.now_ms();
-        let Some(open) = self.open.as_mut() else {
+        let Some(open) = self.open.as_ref() else {
             self.lost_unreported += lost_if_failed;
             return;
         };
         let next_last = open.history.high_water().map_or(0, |s| s.get()) + count;
         if next_last > open.reserved_through {
             let reserve = next_last + SEQUENCE_RESERVE_BLOCK;
-            let entry = JournalEntry {
-                time_ms: now_ms,
-                event: JournalEvent::SequenceMarked {
-                    high_water: reserve,
-                },
-            };
             // Durable before any history record uses one of these sequences.
-            let reserved = open
-                .journal
-                .append(vec![entry])
-                .and_then(|_| open.journal.sync());
+            let reserved = self
+                .journal(
+                    vec![JournalEvent::SequenceMarked {
+                        high_water: reserve,
+                    }],
+                    true,
+                )
+                .await;
             if reserved.is_err() {
                 self.lost_unreported += lost_if_failed;
-                let _ = self.storage_fault(HealthCategory::StorageUnavailable);
                 return;
             }
-            open.reserved_through = reserve;
-            self.projection.apply(&JournalEvent::SequenceMarked {
-                high_water: reserve,
-            });
+            if let Some(open) = self.open.as_mut() {
+                open.reserved_through = reserve;
+            }
         }
         let Some(open) = self.open.as_mut() else {
             return;
         };
         match open.history.append(drafts) {
             Ok(receipt) => {
-                open.history_dirty = true;
+                open.dirty = true;
                 self.bytes_used += receipt.records.iter().map(|r| r.len).sum::<u64>();
-                if marked_drops > 0
-                    && self
-                        .journal(vec![JournalEvent::DropsRecorded {
-                            count: marked_drops,
-                        }])
-                        .is_err()
-                {
-                    // The marker is in the history stream; only the lifetime total in the
-                    // journal missed it: counted again with the next marker.
-                    self.lost_unreported += marked_drops;
-                    let _ = self.storage_fault(HealthCategory::StorageUnavailable);
+                if marked_drops > 0 {
+                    // The lifetime total, durable with the journal's next tick.
+                    let _ =
+                        self.journal
+                            .cast(JournalMsg::Record(vec![JournalEvent::DropsRecorded {
+                                count: marked_drops,
+                            }]));
+                    self.projection.apply(&JournalEvent::DropsRecorded {
+                        count: marked_drops,
+                    });
                 }
-                self.clear_storage_fault();
+                self.storage_ok();
             }
             Err(error) => {
                 self.lost_unreported += lost_if_failed;
@@ -607,54 +590,23 @@ impl WriterState {
         let _ = self.storage_fault(category);
     }
 
-    fn clear_storage_fault(&mut self) {
-        let failing = self
-            .projection
-            .signals
-            .iter()
-            .rev()
-            .find_map(|s| match s.kind {
-                SignalKind::StorageFailed { .. } => Some(true),
-                SignalKind::StorageRecovered => Some(false),
-                _ => None,
-            });
-        if failing == Some(true) {
-            self.signal(SignalKind::StorageRecovered);
-        }
-    }
-
-    /// Group commit: syncs what was appended. A failed sync is a signal (never retried).
+    /// Group commit: syncs what was appended. A failed sync is a signal (never retried), and
+    /// what it covered is reported as dropped.
     fn sync(&mut self) -> Result<(), ControlError> {
         let Some(open) = self.open.as_mut() else {
             return Ok(());
         };
-        let mut failed = None;
-        let mut lost = 0u64;
-        if open.history_dirty {
-            match open.history.sync() {
-                Ok(_) => open.history_dirty = false,
-                Err(error) => {
-                    open.history_dirty = false;
-                    // What the failed sync covered can never be acknowledged and, after a failed
-                    // fsync, is most likely gone: it is reported as dropped, never lost silently.
-                    lost = error.lost().map_or(0, |range| range.clone().count() as u64);
-                    failed = Some(error);
-                }
-            }
+        if !open.dirty {
+            return Ok(());
         }
-        if open.journal_dirty {
-            match open.journal.sync() {
-                Ok(_) => open.journal_dirty = false,
-                Err(error) => {
-                    open.journal_dirty = false;
-                    failed = Some(error);
-                }
-            }
-        }
-        self.lost_unreported += lost;
-        match failed {
-            None => Ok(()),
-            Some(error) => {
+        open.dirty = false;
+        match open.history.sync() {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                // What the failed sync covered can never be acknowledged and, after a failed
+                // fsync, is most likely gone: it is reported as dropped, never lost silently.
+                self.lost_unreported +=
+                    error.lost().map_or(0, |range| range.clone().count() as u64);
                 self.append_failed(&error);
                 Err(ControlError::Storage)
             }
@@ -662,9 +614,9 @@ impl WriterState {
     }
 
     fn mirror_state(&self) {
-        if let Some(open) = self.open.as_ref() {
+        if let Some(storage) = self.storage.get() {
             let _ = write_state_mirror(
-                open.storage.as_ref(),
+                storage.as_ref(),
                 StateMirror {
                     enabled: self.projection.enabled,
                     paused: self.projection.paused,
@@ -688,39 +640,47 @@ impl WriterState {
         };
         self.open_writers(operation == ControlOperation::Enable)
             .await?;
+        if self.open.is_none() {
+            // A store that was never enabled has nothing to pause or flush.
+            return Err(ControlError::Refused);
+        }
         let events =
             decide(&self.projection, command, caller).map_err(|_| ControlError::Refused)?;
         let applied = !events.is_empty();
-        if let Err(error) = self.journal(events) {
-            let _ = self.storage_fault(HealthCategory::StorageUnavailable);
-            return Err(error);
-        }
+        self.journal(events, true).await?;
         // The contract's v0 control event, in the history stream too.
         if (applied || operation == ControlOperation::Flush)
             && let Some(draft) = self.draft("control", Payload::Control { operation })
         {
-            self.append_history(vec![draft], 0);
+            self.append_history(vec![draft], 0).await;
         }
         self.sync()?;
         self.mirror_state();
         self.update_capture();
-        Ok(self.status())
+        Ok(self.status().await)
     }
 }
 
-/// Bytes of every chunk file in the store (history and journal).
-fn store_bytes(storage: &dyn Storage) -> u64 {
-    use annal_engine::storage::Area;
-    [Area::Chunks, Area::Journal]
-        .into_iter()
-        .filter_map(|area| storage.list(area).ok().map(|entries| (area, entries)))
-        .flat_map(|(area, entries)| {
-            entries
-                .into_iter()
-                .filter_map(move |e| e.file_name().map(|name| (area, name)))
-        })
-        .filter_map(|(area, name)| storage.open_read(area, &name).ok().map(|f| f.len()))
-        .sum()
+/// The contract's 11-field status from a projection and the live readings.
+pub(crate) fn status_from(
+    config: &EngineConfig,
+    projection: &Projection,
+    bytes_used: u64,
+    pending_drops: u64,
+) -> StatusResponse {
+    StatusResponse {
+        supported: true,
+        admitted: config.admitted,
+        enabled: projection.enabled,
+        paused: projection.paused,
+        encrypted: true,
+        profile: STORAGE_PROFILE_ID.to_owned(),
+        retention_days: projection.retention_days,
+        quota_bytes: projection.quota_bytes,
+        bytes_used,
+        dropped_events: projection.dropped_total + pending_drops,
+        health: projection.health(config.admitted, pending_drops),
+    }
 }
 
 impl Actor for WriterActor {
@@ -733,47 +693,36 @@ impl Actor for WriterActor {
         myself: ActorRef<Self::Msg>,
         args: WriterArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let storage = match args.storage {
-            Some(storage) => Some(storage),
-            None => open_store(&args.config.layout, Access::Write)
-                .ok()
-                .map(|s: FsStorage| Arc::new(s) as Arc<dyn Storage>),
-        };
-        let mirror = storage
-            .as_ref()
-            .and_then(|s| read_state_mirror(s.as_ref()).ok().flatten());
         let mut state = WriterState {
             config: args.config,
             clock: args.clock,
             keys: args.keys,
+            journal: args.journal,
             capture: args.capture,
             action_seed: args.action_seed,
+            storage: args.storage,
             open: None,
-            storage,
             projection: Projection::default(),
-            unjournaled: Vec::new(),
+            storage_failing: false,
+            key_failing: false,
             lost_unreported: 0,
             session_ids: HashMap::new(),
             bytes_used: 0,
-            key_fault: None,
         };
         // A store the owner enabled is reopened at start; a never-enabled one stays closed until
         // `enable` (opt-in: no key is created before it).
-        if state.storage.is_some() {
+        if state.storage.get().is_some() || open_store(&state.config.layout, Access::Read).is_ok() {
             let _ = state.open_writers(false).await;
-            if state.open.is_none() {
-                // The key is not readable: show the mirror's enabled/paused so status still says
-                // what the owner chose (never authoritative).
-                if let Some(mirror) = mirror {
-                    state.projection.enabled = mirror.enabled;
-                    state.projection.paused = mirror.paused;
-                }
-            }
         }
-        for signal in args.pending_signals {
-            state.record_signal(signal);
+        if state.open.is_none()
+            && let Some(storage) = state.storage.get()
+            && let Ok(Some(mirror)) = annal_engine::store::read_state_mirror(storage.as_ref())
+        {
+            // The key is not readable: show the mirror's enabled/paused so status still says
+            // what the owner chose (never authoritative).
+            state.projection.enabled = mirror.enabled;
+            state.projection.paused = mirror.paused;
         }
-        let _ = state.sync();
         state.update_capture();
         myself.send_interval(state.config.sync_interval, || WriterMsg::Tick);
         Ok(state)
@@ -786,10 +735,11 @@ impl Actor for WriterActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            WriterMsg::Batch(batch) => {
-                let (drafts, marked) = state.drafts(batch);
-                state.append_history(drafts, marked);
+            WriterMsg::Batch { items, reply } => {
+                let (drafts, marked) = state.drafts(items);
+                state.append_history(drafts, marked).await;
                 state.update_capture();
+                let _ = reply.send(());
             }
             WriterMsg::Control {
                 operation,
@@ -801,16 +751,16 @@ impl Actor for WriterActor {
                 let _ = reply.send(result);
             }
             WriterMsg::Sync { reply } => {
-                let result = state.sync().map(|()| state.status());
+                let result = match state.sync() {
+                    Ok(()) => Ok(state.status().await),
+                    Err(error) => Err(error),
+                };
                 state.update_capture();
                 let _ = reply.send(result);
             }
             WriterMsg::Status { reply } => {
-                let _ = reply.send(state.status());
-            }
-            WriterMsg::Signal(signal) => {
-                state.record_signal(signal);
-                state.update_capture();
+                let status = state.status().await;
+                let _ = reply.send(status);
             }
             WriterMsg::Tick => {
                 let _ = state.sync();

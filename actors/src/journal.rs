@@ -1,0 +1,238 @@
+//! The Journal actor: owns the engine journal's writer and the state projection.
+//!
+//! It is a child of its own, apart from the Writer, so a failing writer never takes the journal
+//! down with it: every supervision signal (the writer's failure, its restarts, the supervisor
+//! giving up) is journaled, and status, health and the restart history are read from this
+//! projection. Replaying the persisted journal after a restart gives the same projection, hence
+//! the same health.
+
+use std::sync::{Arc, OnceLock};
+
+use annal_engine::clock::Clock;
+use annal_engine::journal::{Journal, JournalEntry, JournalEvent, State};
+use annal_engine::storage::Storage;
+use annal_engine::store::{StoreReader, StoreWriter, WriterConfig};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use crate::key_custody::StreamKeys;
+
+/// Most events held while the journal is not open yet (a store whose key is not loaded): they
+/// are folded into the projection at once and journaled when it opens.
+pub const MAX_UNJOURNALED_EVENTS: usize = 256;
+
+/// The store's storage, opened once (it holds the writer lock) and shared by the writer and the
+/// journal; set when the store exists or is created.
+pub type StorageSlot = Arc<OnceLock<Arc<dyn Storage>>>;
+
+/// The journal could not take the events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the engine journal could not be written")]
+pub struct JournalUnavailable;
+
+/// What the journal can be asked.
+pub enum JournalMsg {
+    /// Open the journal writer with `keys` (the store's storage is in the slot) and replay it.
+    /// Replies with the projection.
+    Open {
+        /// The purpose keys (the journal keys and the key reference are used).
+        keys: StreamKeys,
+        /// The replayed projection.
+        reply: RpcReplyPort<Result<State, JournalUnavailable>>,
+    },
+    /// Append `events` and apply them; with `durable`, sync before replying.
+    Append {
+        /// What happened.
+        events: Vec<JournalEvent>,
+        /// Whether the reply waits for the sync.
+        durable: bool,
+        /// The projection after them.
+        reply: RpcReplyPort<Result<State, JournalUnavailable>>,
+    },
+    /// Append `events` and apply them; durable with the next tick. Never fails the sender.
+    Record(Vec<JournalEvent>),
+    /// The current projection.
+    Snapshot {
+        /// Where it goes.
+        reply: RpcReplyPort<State>,
+    },
+    /// Group commit.
+    Tick,
+}
+
+/// What the journal starts with (also on a restart).
+pub struct JournalArgs {
+    /// The shared storage slot.
+    pub storage: StorageSlot,
+    /// The clock (event times).
+    pub clock: Arc<dyn Clock>,
+    /// How often to sync what was recorded.
+    pub sync_interval: std::time::Duration,
+    /// Events recorded while no journal actor ran (the supervisor kept them).
+    pub pending: Vec<JournalEvent>,
+}
+
+/// The journal's state.
+pub struct JournalState {
+    /// The shared storage slot.
+    storage: StorageSlot,
+    /// The clock.
+    clock: Arc<dyn Clock>,
+    /// The writer, once open.
+    writer: Option<StoreWriter<Journal>>,
+    /// The projection of everything journaled (and held).
+    projection: State,
+    /// Events applied but not journaled yet (the journal was not open, or a write failed).
+    unjournaled: Vec<JournalEvent>,
+    /// Appended since the last sync.
+    dirty: bool,
+}
+
+/// The Journal actor.
+pub struct JournalActor;
+
+impl JournalState {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.clock.now_since_epoch().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Applies `events` and appends them (with any held ones first).
+    fn record(&mut self, events: Vec<JournalEvent>) -> Result<(), JournalUnavailable> {
+        for event in &events {
+            self.projection.apply(event);
+        }
+        self.unjournaled.extend(events);
+        if self.unjournaled.len() > MAX_UNJOURNALED_EVENTS {
+            let excess = self.unjournaled.len() - MAX_UNJOURNALED_EVENTS;
+            self.unjournaled.drain(..excess);
+        }
+        self.flush_held()
+    }
+
+    fn flush_held(&mut self) -> Result<(), JournalUnavailable> {
+        if self.unjournaled.is_empty() {
+            return Ok(());
+        }
+        let now = self.now_ms();
+        let Some(writer) = self.writer.as_mut() else {
+            return Err(JournalUnavailable);
+        };
+        let entries: Vec<JournalEntry> = self
+            .unjournaled
+            .iter()
+            .cloned()
+            .map(|event| JournalEntry {
+                time_ms: now,
+                event,
+            })
+            .collect();
+        writer.append(entries).map_err(|_| JournalUnavailable)?;
+        self.unjournaled.clear();
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), JournalUnavailable> {
+        if !self.dirty {
+            return Ok(());
+        }
+        let writer = self.writer.as_mut().ok_or(JournalUnavailable)?;
+        self.dirty = false;
+        writer.sync().map(|_| ()).map_err(|_| JournalUnavailable)
+    }
+
+    fn open(&mut self, keys: &StreamKeys) -> Result<State, JournalUnavailable> {
+        if self.writer.is_some() {
+            return Ok(self.projection.clone());
+        }
+        let storage = self.storage.get().cloned().ok_or(JournalUnavailable)?;
+        let report = StoreReader::<Journal>::new(Arc::clone(&storage))
+            .read(&keys.journal)
+            .map_err(|_| JournalUnavailable)?;
+        let mut projection = State::replay(report.records().map(|r| &r.event.event));
+        // What was held before the journal could be read comes after what it holds.
+        for event in &self.unjournaled {
+            projection.apply(event);
+        }
+        let writer = StoreWriter::<Journal>::open(
+            storage,
+            keys.journal.clone(),
+            WriterConfig::new(keys.reference.clone(), std::num::NonZeroU64::MIN),
+            Arc::clone(&self.clock),
+        )
+        .map_err(|_| JournalUnavailable)?;
+        self.writer = Some(writer);
+        self.projection = projection;
+        self.flush_held()?;
+        self.sync()?;
+        Ok(self.projection.clone())
+    }
+}
+
+impl Actor for JournalActor {
+    type Msg = JournalMsg;
+    type State = JournalState;
+    type Arguments = JournalArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: JournalArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let mut state = JournalState {
+            storage: args.storage,
+            clock: args.clock,
+            writer: None,
+            projection: State::default(),
+            unjournaled: Vec::new(),
+            dirty: false,
+        };
+        let _ = state.record(args.pending);
+        myself.send_interval(args.sync_interval, || JournalMsg::Tick);
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            JournalMsg::Open { keys, reply } => {
+                let _ = reply.send(state.open(&keys));
+            }
+            JournalMsg::Append {
+                events,
+                durable,
+                reply,
+            } => {
+                let mut result = state.record(events);
+                if durable && result.is_ok() {
+                    result = state.sync();
+                }
+                let _ = reply.send(result.map(|()| state.projection.clone()));
+            }
+            JournalMsg::Record(events) => {
+                let _ = state.record(events);
+            }
+            JournalMsg::Snapshot { reply } => {
+                let _ = reply.send(state.projection.clone());
+            }
+            JournalMsg::Tick => {
+                let _ = state.flush_held();
+                let _ = state.sync();
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let _ = state.flush_held();
+        let _ = state.sync();
+        Ok(())
+    }
+}
