@@ -36,7 +36,10 @@
 //! - `supervision`: the restart decision, OTP restart intensity as a sliding window over
 //!   injected time, and the restart history derived from persisted signals. Pure.
 //!
-//! Later work adds seals, the derived index and policy evaluation.
+//! - `query`: the derived index's in-memory form and the one planner of `history_query`
+//!   (every filter, the newest `limit`, ascending; retention exact by event time). Pure.
+//!
+//! Later work adds seals, the index files and policy evaluation.
 #![forbid(unsafe_code)]
 
 pub mod capture;
@@ -46,6 +49,7 @@ pub mod health;
 pub mod journal;
 pub mod keys;
 pub mod profile;
+pub mod query;
 pub mod storage;
 pub mod store;
 pub mod supervision;

@@ -1,0 +1,203 @@
+//! The query path's pure core: the derived index's in-memory form and the one planner every
+//! front-end uses (the Query actor, `annal inspect --query`, the CLI), so there is one
+//! implementation of `history_query`'s semantics.
+//!
+//! # Semantics (seed 000, ARCHITECTURE.md section 2)
+//!
+//! Apply every filter (inclusive `since_sequence` / `until_sequence`, the session, the
+//! retention cutoff by event time), keep the **newest** `limit` matching records, return them
+//! **ascending** by sequence. A request's `session_id` may be the opaque id or the raw label;
+//! both are compared after the keyed derivation ([`SessionMatch`]), and the label itself is
+//! dropped at once.
+//!
+//! # Layout
+//!
+//! - this module: [`IndexEntry`], [`Index`] (every record's sequence, time, keyed session, type
+//!   and location, ordered by sequence), [`SessionMatch`], [`RetentionCutoff`] and [`plan`].
+
+use std::time::Duration;
+
+use annal_schema::tools::QueryRequest;
+use annal_schema::{Event, EventType, OpaqueId};
+
+use crate::keys::SessionIdKey;
+use crate::store::RecordLocation;
+
+/// Seconds in a day, for retention.
+const SECS_PER_DAY: u64 = 86_400;
+
+/// What the index knows of one record: enough to filter and to read it, nothing of its
+/// content beyond the contract's opaque session id and type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IndexEntry {
+    /// The record's sequence (the index's order).
+    pub sequence: u64,
+    /// Its event time, since the Unix epoch (retention compares it).
+    pub time: Duration,
+    /// Its keyed session id, when it has one.
+    pub session: Option<[u8; 16]>,
+    /// Its event type.
+    pub event_type: EventType,
+    /// Where it is.
+    pub location: RecordLocation,
+}
+
+impl IndexEntry {
+    /// The entry of `event` stored at `location`.
+    pub fn of(event: &Event, location: RecordLocation) -> Self {
+        Self {
+            sequence: event.data.sequence.get(),
+            time: event.time.since_epoch(),
+            session: event.data.session_id.as_ref().map(OpaqueId::to_bytes),
+            event_type: event.event_type(),
+            location,
+        }
+    }
+}
+
+/// Every record of a store, ordered by strictly increasing sequence.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Index {
+    /// The entries, strictly increasing by sequence.
+    entries: Vec<IndexEntry>,
+}
+
+/// An entry does not continue the index's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("index entry {sequence} does not follow {after}")]
+pub struct OutOfOrder {
+    /// The refused entry's sequence.
+    pub sequence: u64,
+    /// The last sequence already indexed.
+    pub after: u64,
+}
+
+impl Index {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An index of `entries`, sorted and deduplicated by sequence (the store's merge already
+    /// refused conflicting duplicates).
+    pub fn from_entries(mut entries: Vec<IndexEntry>) -> Self {
+        entries.sort_by_key(|e| e.sequence);
+        entries.dedup_by_key(|e| e.sequence);
+        Self { entries }
+    }
+
+    /// Appends one entry, which must come after every indexed one (the writer's order).
+    pub fn push(&mut self, entry: IndexEntry) -> Result<(), OutOfOrder> {
+        if let Some(last) = self.entries.last()
+            && entry.sequence <= last.sequence
+        {
+            return Err(OutOfOrder {
+                sequence: entry.sequence,
+                after: last.sequence,
+            });
+        }
+        self.entries.push(entry);
+        Ok(())
+    }
+
+    /// How many records are indexed.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entries, in sequence order.
+    pub fn entries(&self) -> &[IndexEntry] {
+        &self.entries
+    }
+
+    /// The entries whose sequence lies in `since..=until` (inclusive bounds, either open).
+    fn range(&self, since: Option<u64>, until: Option<u64>) -> &[IndexEntry] {
+        let start = since.map_or(0, |s| self.entries.partition_point(|e| e.sequence < s));
+        let end = until.map_or(self.entries.len(), |u| {
+            self.entries.partition_point(|e| e.sequence <= u)
+        });
+        self.entries.get(start..end.max(start)).unwrap_or(&[])
+    }
+}
+
+/// The keyed session ids a request's `session_id` may stand for: the keyed id of the value
+/// taken as a raw label, and the value itself when it is an opaque id. The raw value is not
+/// kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionMatch {
+    /// The derived id of the value as a label.
+    as_label: [u8; 16],
+    /// The value itself, when it has the opaque-id form.
+    as_id: Option<[u8; 16]>,
+}
+
+impl SessionMatch {
+    /// What `value` (a request's `session_id`) matches, derived with the namespace's key.
+    pub fn new(value: &str, key: &SessionIdKey) -> Self {
+        Self {
+            as_label: key.session_id(value).to_bytes(),
+            as_id: OpaqueId::new(value).ok().map(|id| id.to_bytes()),
+        }
+    }
+
+    /// Whether a record's keyed session id matches.
+    pub fn matches(&self, session: Option<[u8; 16]>) -> bool {
+        session.is_some_and(|s| s == self.as_label || Some(s) == self.as_id)
+    }
+}
+
+/// The oldest event time a query may return: `now - retention_days`, exact (records strictly
+/// older are invisible). Computed from an injected clock reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionCutoff(Duration);
+
+impl RetentionCutoff {
+    /// The cutoff `retention_days` before `now` (since the epoch).
+    pub fn new(now: Duration, retention_days: u32) -> Self {
+        let window = Duration::from_secs(u64::from(retention_days) * SECS_PER_DAY);
+        Self(now.saturating_sub(window))
+    }
+
+    /// No cutoff (offline inspection without `--retention-days`).
+    pub const NONE: Self = Self(Duration::ZERO);
+
+    /// Whether a record at `time` is still visible.
+    pub fn admits(self, time: Duration) -> bool {
+        time >= self.0
+    }
+}
+
+/// The locations `request` reads, ascending by sequence: every filter applied, the newest
+/// `limit` kept. A `session_id` in the request is matched through `session_key` (as a raw label
+/// and, when it has the form, as an opaque id). Walks newest first and stops at `limit`, so a
+/// newest-N query touches N entries plus the ones it filters out.
+pub fn plan(
+    request: &QueryRequest,
+    index: &Index,
+    session_key: &SessionIdKey,
+    cutoff: RetentionCutoff,
+) -> Vec<RecordLocation> {
+    let session = request
+        .session_id()
+        .map(|value| SessionMatch::new(value, session_key));
+    let limit = usize::from(request.limit());
+    let mut picked: Vec<RecordLocation> = index
+        .range(request.since_sequence(), request.until_sequence())
+        .iter()
+        .rev()
+        .filter(|e| cutoff.admits(e.time))
+        .filter(|e| session.as_ref().is_none_or(|m| m.matches(e.session)))
+        .take(limit)
+        .map(|e| e.location)
+        .collect();
+    picked.reverse();
+    picked
+}
+
+#[cfg(test)]
+mod tests;
