@@ -131,6 +131,8 @@ const fn area_index(area: Area) -> usize {
         Area::Sidecar => 2,
         Area::Tmp => 3,
         Area::Journal => 4,
+        Area::Seals => 5,
+        Area::Index => 6,
     }
 }
 

@@ -44,16 +44,22 @@ pub enum Area {
     Tmp,
     /// `engine/journal/`: the engine journal's chunks.
     Journal,
+    /// `engine/seals/`: one authenticated seal per closed chunk.
+    Seals,
+    /// `engine/index/`: one encrypted index file per sealed chunk.
+    Index,
 }
 
 impl Area {
     /// Every area, parents before children.
-    pub const ALL: [Area; 5] = [
+    pub const ALL: [Area; 7] = [
         Area::HistoryRoot,
         Area::Chunks,
         Area::Sidecar,
         Area::Tmp,
         Area::Journal,
+        Area::Seals,
+        Area::Index,
     ];
 
     /// The area this one lives in and its directory name there; `None` for the two roots,
@@ -64,12 +70,17 @@ impl Area {
             Area::Chunks => Some((Area::HistoryRoot, "chunks")),
             Area::Tmp => Some((Area::Sidecar, "tmp")),
             Area::Journal => Some((Area::Sidecar, "journal")),
+            Area::Seals => Some((Area::Sidecar, "seals")),
+            Area::Index => Some((Area::Sidecar, "index")),
         }
     }
 
     /// Whether this area lives in the sidecar (absent from a store the reference wrote).
     pub const fn in_sidecar(self) -> bool {
-        matches!(self, Area::Sidecar | Area::Tmp | Area::Journal)
+        matches!(
+            self,
+            Area::Sidecar | Area::Tmp | Area::Journal | Area::Seals | Area::Index
+        )
     }
 }
 

@@ -13,6 +13,8 @@
 //!   engine/                        0700  annal's sidecar
 //!     tmp/                         0700  chunks being created, renamed into chunks/ when complete
 //!     journal/                     0700  the engine journal's chunks
+//!     seals/                       0700  one authenticated seal per closed chunk
+//!     index/                       0700  one encrypted index file per sealed chunk
 //! ```
 //!
 //! # Layout
