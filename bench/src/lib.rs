@@ -9,6 +9,9 @@
 //!   accepted (tight and paced) and on a full queue, with 1 and 8 producer threads.
 //! - `benches/append.rs`: durable append through the real `annal_actors::Engine` (events per
 //!   second, commit latency under load) and the CPU of an enabled idle engine.
+//! - `examples/engine_stream.rs`: one engine stream with a per-commit trace, for profiling.
+//! - `src/engine.rs`: an enabled engine on a fresh store, the producer (and flusher) of a
+//!   stream, and the read-back check.
 //! - `examples/profile_counts.rs`: drives the profile codec, the writer or the reader N times
 //!   for callgrind counts.
 //! - `src/lib.rs`: shared helpers: the bench event and chunk header, a fresh store with a
@@ -18,6 +21,8 @@
 //! Later benches cover queries and store open
 //! (ARCHITECTURE.md section 11).
 #![forbid(unsafe_code)]
+
+pub mod engine;
 
 use std::num::NonZeroU64;
 use std::path::Path;
