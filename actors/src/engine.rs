@@ -72,8 +72,9 @@ pub struct Engine {
     capture_control: annal_engine::capture::CaptureControl,
     /// Tells the runtime thread to wind down.
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    /// Signalled when the runtime thread has ended.
-    ended: Option<std::sync::mpsc::Receiver<()>>,
+    /// Signalled when the runtime thread has ended. Behind a lock only so the engine is `Sync`
+    /// (a `Receiver` is not): one `Arc<Engine>` may serve control calls from several threads.
+    ended: Option<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
     /// The configuration (for deadlines).
     config: EngineConfig,
 }
@@ -211,7 +212,7 @@ impl Engine {
             capture,
             capture_control,
             stop: Some(stop_tx),
-            ended: Some(ended_rx),
+            ended: Some(std::sync::Mutex::new(ended_rx)),
             config: startup.config,
         })
     }
@@ -415,11 +416,21 @@ impl Engine {
             let _ = stop.send(());
         }
         if let Some(ended) = self.ended.take() {
+            let ended = ended
+                .into_inner()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
             let left = deadline.saturating_sub(started.elapsed()) + Duration::from_millis(500);
             let _ = ended.recv_timeout(left);
         }
     }
 }
+
+// An embedder shares one engine between its threads (capture hooks are cloned; control calls
+// go through `&Engine`).
+const _: fn() = || {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Engine>();
+};
 
 impl Drop for Engine {
     fn drop(&mut self) {

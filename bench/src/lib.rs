@@ -7,15 +7,22 @@
 //!   record read by offset through `ChunkHandle::read_at`.
 //! - `benches/capture.rs`: per-call latency quantiles of the capture hook (`action_started`),
 //!   accepted (tight and paced) and on a full queue, with 1 and 8 producer threads.
+//! - `benches/append.rs`: durable append through the real `annal_actors::Engine` (events per
+//!   second, commit latency under load) and the CPU of an enabled idle engine.
+//! - `examples/engine_stream.rs`: one engine stream with a per-commit trace, for profiling.
+//! - `src/engine.rs`: an enabled engine on a fresh store, the producer (and flusher) of a
+//!   stream, and the read-back check.
 //! - `examples/profile_counts.rs`: drives the profile codec, the writer or the reader N times
 //!   for callgrind counts.
 //! - `src/lib.rs`: shared helpers: the bench event and chunk header, a fresh store with a
 //!   history writer on it, and printing `FIGURE <name> <value> <unit>` lines after criterion's
 //!   own output.
 //!
-//! Later benches cover durable append through the engine, queries and store open
+//! Later benches cover queries and store open
 //! (ARCHITECTURE.md section 11).
 #![forbid(unsafe_code)]
+
+pub mod engine;
 
 use std::num::NonZeroU64;
 use std::path::Path;
@@ -44,9 +51,13 @@ pub const APPEND_BATCH_EVENTS: usize = 1_000;
 /// The key reference written into the headers of the bench writer's chunks.
 pub const BENCH_KEY_REFERENCE: &str = "bench.history.v1";
 
-/// The history keys of the benches, from a fixed root key (never a real key).
+/// The fixed root key of the benches (never a real key): the bench writer's, and the one the
+/// engine benches put into their in-memory credential store.
+pub const BENCH_ROOT_KEY: [u8; 32] = [0x42; 32];
+
+/// The history keys of the benches, from [`BENCH_ROOT_KEY`].
 pub fn bench_keys() -> HistoryKeys {
-    HistoryKeys::from_root(RootKey::from_bytes([0x42; 32]))
+    HistoryKeys::from_root(RootKey::from_bytes(BENCH_ROOT_KEY))
 }
 
 /// The chunk header of the benches.
