@@ -12,7 +12,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use annal_engine::capture::{CaptureDrain, Captured, Drained};
+use annal_engine::capture::{CaptureControl, CaptureDrain, Captured, Drained};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::writer::WriterMsg;
@@ -50,6 +50,10 @@ pub struct IngressState {
     batch: Vec<Drained<Captured>>,
     /// Events of batches no writer acknowledged, reported by a marker before the next batch.
     lost_events: u64,
+    /// Readings of the queue (whether anything waits).
+    control: CaptureControl,
+    /// The ticker task, aborted when the ingress stops.
+    ticker: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// What the ingress starts with.
@@ -126,7 +130,9 @@ impl IngressState {
             &mut self.batch,
             Vec::with_capacity(INGRESS_BATCH_MAX_EVENTS),
         );
-        self.deliver(&writer, batch).await && taken >= INGRESS_BATCH_MAX_EVENTS
+        // Again at once while items wait (a full queue drains in one go, not one per tick).
+        self.deliver(&writer, batch).await
+            && (taken >= INGRESS_BATCH_MAX_EVENTS || self.control.queued_events() > 0)
     }
 
     async fn drain_all(&mut self) {
@@ -144,12 +150,37 @@ impl Actor for IngressActor {
         myself: ActorRef<Self::Msg>,
         args: IngressArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        myself.send_interval(args.tick, || IngressMsg::Drain);
+        let control = args
+            .drain
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .control();
+        // The ticker looks at two atomics every tick and wakes the actor only when something
+        // waits: an idle engine costs one timer wake-up per tick, no actor message.
+        let ticker = {
+            let control = control.clone();
+            let me = myself.clone();
+            let tick = args.tick;
+            tokio::spawn(async move {
+                let mut interval = tokio::time::interval(tick);
+                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                loop {
+                    interval.tick().await;
+                    if (control.queued_events() > 0 || control.pending_drops() > 0)
+                        && me.cast(IngressMsg::Drain).is_err()
+                    {
+                        break;
+                    }
+                }
+            })
+        };
         Ok(IngressState {
             drain: args.drain,
             writer: None,
             batch: Vec::with_capacity(INGRESS_BATCH_MAX_EVENTS),
             lost_events: 0,
+            control,
+            ticker: Some(ticker),
         })
     }
 
@@ -204,6 +235,17 @@ impl Actor for IngressActor {
                 state.writer = writer;
                 state.drain_all().await;
             }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(ticker) = state.ticker.take() {
+            ticker.abort();
         }
         Ok(())
     }

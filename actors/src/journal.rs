@@ -85,6 +85,12 @@ pub struct JournalState {
     unjournaled: Vec<JournalEvent>,
     /// Appended since the last sync.
     dirty: bool,
+    /// This actor, for arming the sync timer.
+    myself: ActorRef<JournalMsg>,
+    /// How long after the first unsynced append the sync runs.
+    sync_interval: std::time::Duration,
+    /// Whether a sync tick is armed (an idle journal has none).
+    tick_armed: bool,
 }
 
 /// The Journal actor.
@@ -128,6 +134,11 @@ impl JournalState {
         writer.append(entries).map_err(|_| JournalUnavailable)?;
         self.unjournaled.clear();
         self.dirty = true;
+        if !self.tick_armed {
+            self.tick_armed = true;
+            self.myself
+                .send_after(self.sync_interval, || JournalMsg::Tick);
+        }
         Ok(())
     }
 
@@ -185,9 +196,11 @@ impl Actor for JournalActor {
             projection: State::default(),
             unjournaled: Vec::new(),
             dirty: false,
+            myself: myself.clone(),
+            sync_interval: args.sync_interval,
+            tick_armed: false,
         };
         let _ = state.record(args.pending);
-        myself.send_interval(args.sync_interval, || JournalMsg::Tick);
         Ok(state)
     }
 
@@ -219,6 +232,7 @@ impl Actor for JournalActor {
                 let _ = reply.send(state.projection.clone());
             }
             JournalMsg::Tick => {
+                state.tick_armed = false;
                 let _ = state.flush_held();
                 let _ = state.sync();
             }

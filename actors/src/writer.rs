@@ -44,6 +44,10 @@ pub const SEQUENCE_RESERVE_BLOCK: u64 = 4096;
 /// Most raw-label -> keyed-id entries the writer caches (deriving one is an HMAC, ~1 us).
 pub const SESSION_ID_CACHE_ENTRIES: usize = 1024;
 
+/// How often the writer checks whether an idle chunk reached its age limit, in seconds. Far
+/// below `CHUNK_MAX_AGE_SECS`; the only timer an idle writer keeps.
+pub const ROTATION_CHECK_SECS: u64 = 60;
+
 /// Longest the writer waits for the journal or key custody, in milliseconds.
 const CHILD_CALL_DEADLINE_MS: u64 = crate::config::CONTROL_DEADLINE_MS;
 
@@ -76,8 +80,10 @@ pub enum WriterMsg {
         /// Where the status goes.
         reply: RpcReplyPort<StatusResponse>,
     },
-    /// Group commit and rotation by age.
+    /// Group commit: sync what is unsynced (armed by the first unsynced append).
     Tick,
+    /// Close an idle chunk that reached its age limit.
+    RotationCheck,
     /// Test-only: panic inside the handler, as a bug would.
     #[cfg(feature = "testing")]
     InjectPanic,
@@ -162,6 +168,10 @@ pub struct WriterState {
     session_ids: HashMap<SessionLabel, OpaqueId>,
     /// Encrypted bytes in the store, as far as this writer knows.
     bytes_used: u64,
+    /// This actor, for arming the group-commit timer.
+    myself: ActorRef<WriterMsg>,
+    /// Whether a group-commit tick is armed (an idle writer has none).
+    tick_armed: bool,
 }
 
 /// The Writer actor.
@@ -562,6 +572,11 @@ impl WriterState {
         match open.history.append(drafts) {
             Ok(receipt) => {
                 open.dirty = true;
+                if !self.tick_armed {
+                    self.tick_armed = true;
+                    self.myself
+                        .send_after(self.config.sync_interval, || WriterMsg::Tick);
+                }
                 self.bytes_used += receipt.records.iter().map(|r| r.len).sum::<u64>();
                 if marked_drops > 0 {
                     // The lifetime total, durable with the journal's next tick.
@@ -708,6 +723,8 @@ impl Actor for WriterActor {
             lost_unreported: 0,
             session_ids: HashMap::new(),
             bytes_used: 0,
+            myself: myself.clone(),
+            tick_armed: false,
         };
         // A store the owner enabled is reopened at start; a never-enabled one stays closed until
         // `enable` (opt-in: no key is created before it).
@@ -724,7 +741,9 @@ impl Actor for WriterActor {
             state.projection.paused = mirror.paused;
         }
         state.update_capture();
-        myself.send_interval(state.config.sync_interval, || WriterMsg::Tick);
+        myself.send_interval(std::time::Duration::from_secs(ROTATION_CHECK_SECS), || {
+            WriterMsg::RotationCheck
+        });
         Ok(state)
     }
 
@@ -763,7 +782,11 @@ impl Actor for WriterActor {
                 let _ = reply.send(status);
             }
             WriterMsg::Tick => {
+                state.tick_armed = false;
                 let _ = state.sync();
+                state.update_capture();
+            }
+            WriterMsg::RotationCheck => {
                 if let Some(open) = state.open.as_mut()
                     && let Err(error) = open.history.rotate_if_due()
                 {
