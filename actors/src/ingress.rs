@@ -10,6 +10,7 @@
 //! to any writer starts with a `Dropped` marker for it. While no writer runs (a restart), nothing
 //! is drained: the queue fills and capture counts drops.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use annal_engine::capture::{CaptureControl, CaptureDrain, Captured, Drained};
@@ -54,14 +55,19 @@ pub struct IngressState {
     control: CaptureControl,
     /// The ticker task, aborted when the ingress stops.
     ticker: Option<tokio::task::JoinHandle<()>>,
+    /// Set while a `Drain` is queued for this actor: at most one ever waits in its mailbox, so
+    /// a flush or close is never queued behind a pile of drains.
+    drain_queued: Arc<AtomicBool>,
 }
 
 /// What the ingress starts with.
 pub struct IngressArgs {
     /// The capture queue's consumer side.
     pub drain: Arc<Mutex<CaptureDrain>>,
-    /// How often to look at the queue.
+    /// How often to look at the queue while events flow.
     pub tick: std::time::Duration,
+    /// How often to look once the queue stayed empty for a while.
+    pub idle_tick: std::time::Duration,
 }
 
 /// The Ingress actor.
@@ -110,10 +116,11 @@ impl IngressState {
         acknowledged
     }
 
-    /// Drains one batch to the writer; returns whether the batch was full.
-    async fn drain_once(&mut self) -> bool {
+    /// Drains one batch to the writer. Returns how many entries it took and whether to drain
+    /// again at once (the batch was delivered and more items wait).
+    async fn drain_once(&mut self) -> (usize, bool) {
         let Some(writer) = self.writer.clone() else {
-            return false;
+            return (0, false);
         };
         self.batch.clear();
         let taken = {
@@ -124,19 +131,31 @@ impl IngressState {
             drain.drain(INGRESS_BATCH_MAX_EVENTS, &mut self.batch)
         };
         if self.batch.is_empty() {
-            return false;
+            return (0, false);
         }
         let batch = std::mem::replace(
             &mut self.batch,
             Vec::with_capacity(INGRESS_BATCH_MAX_EVENTS),
         );
         // Again at once while items wait (a full queue drains in one go, not one per tick).
-        self.deliver(&writer, batch).await
-            && (taken >= INGRESS_BATCH_MAX_EVENTS || self.control.queued_events() > 0)
+        let delivered = self.deliver(&writer, batch).await;
+        (
+            taken,
+            delivered && (taken >= INGRESS_BATCH_MAX_EVENTS || self.control.queued_events() > 0),
+        )
     }
 
+    /// Drains what the queue holds now, not what keeps arriving (under a producer that never
+    /// pauses a flush must still end): at most as many entries as were queued when it began.
     async fn drain_all(&mut self) {
-        while self.drain_once().await {}
+        let mut left = self.control.queued_events();
+        while left > 0 {
+            let (taken, more) = self.drain_once().await;
+            left = left.saturating_sub(taken);
+            if !more || taken == 0 {
+                break;
+            }
+        }
     }
 }
 
@@ -157,19 +176,27 @@ impl Actor for IngressActor {
             .control();
         // The ticker looks at two atomics every tick and wakes the actor only when something
         // waits: an idle engine costs one timer wake-up per tick, no actor message.
+        let drain_queued = Arc::new(AtomicBool::new(false));
         let ticker = {
             let control = control.clone();
             let me = myself.clone();
-            let tick = args.tick;
+            let (active, idle) = (args.tick, args.idle_tick.max(args.tick));
+            let idle_after = std::time::Duration::from_millis(crate::config::DRAIN_IDLE_AFTER_MS);
+            let queued = Arc::clone(&drain_queued);
             tokio::spawn(async move {
-                let mut interval = tokio::time::interval(tick);
-                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                let mut quiet = std::time::Duration::ZERO;
                 loop {
-                    interval.tick().await;
-                    if (control.queued_events() > 0 || control.pending_drops() > 0)
-                        && me.cast(IngressMsg::Drain).is_err()
-                    {
-                        break;
+                    let period = if quiet >= idle_after { idle } else { active };
+                    tokio::time::sleep(period).await;
+                    if control.queued_events() > 0 || control.pending_drops() > 0 {
+                        quiet = std::time::Duration::ZERO;
+                        if !queued.swap(true, Ordering::AcqRel)
+                            && me.cast(IngressMsg::Drain).is_err()
+                        {
+                            break;
+                        }
+                    } else {
+                        quiet += period;
                     }
                 }
             })
@@ -181,6 +208,7 @@ impl Actor for IngressActor {
             lost_events: 0,
             control,
             ticker: Some(ticker),
+            drain_queued,
         })
     }
 
@@ -192,7 +220,8 @@ impl Actor for IngressActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             IngressMsg::Drain => {
-                if state.drain_once().await {
+                state.drain_queued.store(false, Ordering::Release);
+                if state.drain_once().await.1 && !state.drain_queued.swap(true, Ordering::AcqRel) {
                     let _ = myself.cast(IngressMsg::Drain);
                 }
             }

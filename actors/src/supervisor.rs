@@ -192,6 +192,7 @@ impl SupervisorState {
         let args = IngressArgs {
             drain: Arc::clone(&self.drain),
             tick: self.config.drain_tick,
+            idle_tick: self.config.drain_idle_tick,
         };
         match Actor::spawn_linked(
             Some(self.name("ingress")),
