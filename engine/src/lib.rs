@@ -39,7 +39,12 @@
 //! - `query`: the derived index's in-memory form and the one planner of `history_query`
 //!   (every filter, the newest `limit`, ascending; retention exact by event time). Pure.
 //!
-//! Later work adds seals, the index files and policy evaluation.
+//! - `seal`: chunk seals (canonical CBOR and a keyed BLAKE3 MAC under the seal purpose key, a
+//!   BLAKE3 chain digest over the chunk's exact bytes, chained to the previous seal) in
+//!   `engine/seals/`, the checkpoint of the newest seal, and `verify` with its typed findings
+//!   (`docs/format.md` "Seals", `docs/design.md` "Verify"). Pure rules over the storage seam.
+//!
+//! Later work adds the index files and policy evaluation.
 #![forbid(unsafe_code)]
 
 pub mod capture;
@@ -50,6 +55,7 @@ pub mod journal;
 pub mod keys;
 pub mod profile;
 pub mod query;
+pub mod seal;
 pub mod storage;
 pub mod store;
 pub mod supervision;

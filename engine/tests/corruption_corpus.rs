@@ -594,6 +594,40 @@ fn sequence_not_increasing_within_a_chunk() {
 }
 
 #[test]
+fn source_of_another_stream() {
+    // Every event of a chunk carries `urn:cua-driver:history:<header stream_id>`; record 1 here
+    // is sealed under the fixture header but names another stream.
+    let fx = fixture();
+    let own = format!("urn:cua-driver:history:{}", fx.stream_id);
+    assert!(fx.records[1].plaintext.contains(&own));
+    let other = fx.records[1].plaintext.replace(
+        &own,
+        "urn:cua-driver:history:0123456789abcdef0123456789abcdef",
+    );
+    let chunk = sealed(&fx, &[fx.records[0].plaintext.as_bytes(), other.as_bytes()]);
+    assert_eq!(
+        verdict(&fx, &chunk),
+        corrupt(
+            Some(1),
+            97 + fx.records[0].len,
+            CorruptReason::SourceMismatch
+        )
+    );
+    assert_eq!(CorruptReason::SourceMismatch.as_str(), "source_mismatch");
+    // Authenticated, so written with the key: no crash makes it, even in the newest chunk.
+    assert_eq!(newest(&fx, &chunk), verdict(&fx, &chunk));
+}
+
+#[test]
+fn every_fixture_event_names_the_header_stream() {
+    let fx = fixture();
+    let own = format!("urn:cua-driver:history:{}", fx.stream_id);
+    let records = verdict(&fx, &fx.chunk_bytes).records().to_vec();
+    assert_eq!(records.len(), 16);
+    assert!(records.iter().all(|r| r.event.source.as_str() == own));
+}
+
+#[test]
 fn legacy_header_form_is_read() {
     // The older header spells the nonce prefix as an array of 4 uints. Sealed here with the
     // legacy header bytes as AAD, through coset and the AEAD directly.

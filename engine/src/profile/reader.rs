@@ -170,6 +170,9 @@ pub enum CorruptReason {
     UnsupportedDataschema,
     /// `data.sequence` does not strictly increase within the chunk.
     SequenceNotIncreasing,
+    /// The event's `source` is not `urn:cua-driver:history:<header stream_id>`: an
+    /// authenticated record that names another stream than its chunk's.
+    SourceMismatch,
 }
 
 impl CorruptReason {
@@ -192,6 +195,7 @@ impl CorruptReason {
             Self::InvalidEvent => "invalid_event",
             Self::UnsupportedDataschema => "unsupported_dataschema",
             Self::SequenceNotIncreasing => "sequence_not_increasing",
+            Self::SourceMismatch => "source_mismatch",
         }
     }
 }
@@ -445,7 +449,7 @@ pub fn scan_chunk<S: RecordSchema>(
             offset: offset as u64,
             reason,
         };
-        let record = match RecordOpener::validate::<S>(plaintext, item, position, offset as u64) {
+        let record = match opener.validate::<S>(plaintext, item, position, offset as u64) {
             Ok(record) => record,
             Err(reason) => break fault(reason),
         };
@@ -581,10 +585,13 @@ impl RecordOpener {
         offset: u64,
     ) -> Result<Record<S::Event>, CorruptReason> {
         let plaintext = self.cipher.open_record(item, position)?;
-        Self::validate::<S>(plaintext, item, position, offset)
+        self.validate::<S>(plaintext, item, position, offset)
     }
 
+    /// Parses an authenticated plaintext against schema `S` and checks that it belongs to this
+    /// chunk's stream.
     fn validate<S: RecordSchema>(
+        &self,
         plaintext: Vec<u8>,
         item: &[u8],
         position: u64,
@@ -594,6 +601,9 @@ impl RecordOpener {
             PlaintextFault::InvalidEvent => CorruptReason::InvalidEvent,
             PlaintextFault::UnsupportedDataschema => CorruptReason::UnsupportedDataschema,
         })?;
+        if !S::belongs_to_stream(&event, self.header.header.stream_id()) {
+            return Err(CorruptReason::SourceMismatch);
+        }
         Ok(Record {
             position,
             offset,

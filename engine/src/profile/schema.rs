@@ -29,6 +29,15 @@ pub trait RecordSchema: 'static {
         let _ = event;
         None
     }
+
+    /// Whether a record parsed from a chunk belongs to that chunk's stream (`stream_id` is the
+    /// header's): a v0 event's `source` must name it. A record that does not is
+    /// [`CorruptReason::SourceMismatch`](super::CorruptReason::SourceMismatch). Schemas without
+    /// such a field accept every record.
+    fn belongs_to_stream(event: &Self::Event, stream_id: &str) -> bool {
+        let _ = (event, stream_id);
+        true
+    }
 }
 
 /// The v0 history events of the contract (`annal_schema::Event`).
@@ -52,5 +61,11 @@ impl RecordSchema for HistorySchema {
 
     fn identity(event: &Self::Event) -> Option<(&str, &str)> {
         Some((event.source.as_str(), event.id.as_str()))
+    }
+
+    /// `source` is `urn:cua-driver:history:<stream_id>` (the reference and annal write it so in
+    /// every chunk).
+    fn belongs_to_stream(event: &Self::Event, stream_id: &str) -> bool {
+        event.source.stream_id() == stream_id
     }
 }
