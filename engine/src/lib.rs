@@ -38,14 +38,19 @@
 //!
 //! - `query`: the derived index's in-memory form and the one planner of `history_query`
 //!   (every filter, the newest `limit`, ascending; retention exact by event time). Pure.
+//! - `index`: the derived index files (`engine/index/<chunk_id>.idx`: an rkyv archive of a
+//!   chunk's entries under XChaCha20-Poly1305 with the index purpose key; rebuildable, never
+//!   authoritative) and `load_index`, which builds the in-memory `Index` from them, scanning
+//!   only the chunks whose file is missing, stale or invalid. Format: `docs/format.md`.
 //!
-//! Later work adds seals, the index files and policy evaluation.
+//! Later work adds seals and policy evaluation.
 #![forbid(unsafe_code)]
 
 pub mod capture;
 pub mod clock;
 pub mod entropy;
 pub mod health;
+pub mod index;
 pub mod journal;
 pub mod keys;
 pub mod profile;
