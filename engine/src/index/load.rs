@@ -130,7 +130,7 @@ impl Source {
     fn record_bytes(&self) -> Option<bool> {
         match self {
             Self::Indexed(index) => (!index.entries.is_empty()).then_some(false),
-            Self::Scanned { scan, .. } => scan.has_record_bytes().then(|| {
+            Self::Scanned { scan, .. } => scan.has_record_bytes().then_some(
                 scan.records.is_empty()
                     && matches!(
                         scan.end,
@@ -139,8 +139,8 @@ impl Source {
                             reason: CorruptReason::AuthenticationFailed,
                             ..
                         }
-                    )
-            }),
+                    ),
+            ),
             Self::Unreadable | Self::BadName => None,
         }
     }

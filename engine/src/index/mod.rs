@@ -92,7 +92,7 @@ const FILE_OVERHEAD_BYTES: u64 =
     (INDEX_HEADER_LEN_BYTES + INDEX_NONCE_LEN_BYTES + INDEX_TAG_LEN_BYTES) as u64;
 
 /// Largest index file read, in bytes; a longer file is invalid without being read. A file is
-/// further bounded by the record count its header claims ([`max_file_len_bytes`]) before any
+/// further bounded by the record count its header claims (`max_file_len_bytes`) before any
 /// allocation, so a small hostile file cannot claim a large buffer either.
 pub const MAX_INDEX_FILE_BYTES: u64 =
     FILE_OVERHEAD_BYTES + MAX_ARCHIVE_FIXED_BYTES + MAX_INDEX_ENTRIES * MAX_ARCHIVED_ENTRY_BYTES;

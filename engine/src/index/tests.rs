@@ -4,7 +4,7 @@ fn entry(chunk_id: ChunkId, i: u64) -> IndexEntry {
     IndexEntry {
         sequence: 10 + i,
         time: Duration::new(1_700_000_000 + i, 999_999_999),
-        session: (i % 2 == 0).then_some([0xab; 16]),
+        session: i.is_multiple_of(2).then_some([0xab; 16]),
         event_type: EVENT_TYPE_CODES[i as usize % EVENT_TYPE_CODES.len()],
         location: RecordLocation {
             chunk_id,
