@@ -38,19 +38,24 @@
 //!
 //! - `query`: the derived index's in-memory form and the one planner of `history_query`
 //!   (every filter, the newest `limit`, ascending; retention exact by event time). Pure.
+//! - `index`: the derived index files (`engine/index/<chunk_id>.idx`: an rkyv archive of a
+//!   chunk's entries under XChaCha20-Poly1305 with the index purpose key; rebuildable, never
+//!   authoritative) and `load_index`, which builds the in-memory `Index` from them, scanning
+//!   only the chunks whose file is missing, stale or invalid. Format: `docs/format.md`.
 //!
 //! - `seal`: chunk seals (canonical CBOR and a keyed BLAKE3 MAC under the seal purpose key, a
 //!   BLAKE3 chain digest over the chunk's exact bytes, chained to the previous seal) in
 //!   `engine/seals/`, the checkpoint of the newest seal, and `verify` with its typed findings
 //!   (`docs/format.md` "Seals", `docs/design.md` "Verify"). Pure rules over the storage seam.
 //!
-//! Later work adds the index files and policy evaluation.
+//! Later work adds policy evaluation.
 #![forbid(unsafe_code)]
 
 pub mod capture;
 pub mod clock;
 pub mod entropy;
 pub mod health;
+pub mod index;
 pub mod journal;
 pub mod keys;
 pub mod profile;
