@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 use annal_engine::capture::{CaptureControl, CaptureDrain, Captured, Drained};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::writer::WriterMsg;
+use annal_schema::tools::StatusResponse;
+
+use crate::writer::{ControlError, WriterMsg};
 
 /// Most items drained into one batch. Bounds one message to the writer (and one append).
 pub const INGRESS_BATCH_MAX_EVENTS: usize = 1024;
@@ -30,6 +32,13 @@ pub enum IngressMsg {
     DrainNow {
         /// Replies once every queued item was handed to the writer.
         reply: RpcReplyPort<()>,
+    },
+    /// A flush: drain what is queued now, then have the writer sync, and reply with its
+    /// answer. The ingress is the only sender of batches, so no batch can slip in between the
+    /// drain and the sync.
+    Flush {
+        /// The writer's status after the sync, or why it failed.
+        reply: RpcReplyPort<Result<StatusResponse, ControlError>>,
     },
     /// Close the queue (no capture is admitted after), drain it to the end, then reply.
     Close {
@@ -228,6 +237,19 @@ impl Actor for IngressActor {
             IngressMsg::DrainNow { reply } => {
                 state.drain_all().await;
                 let _ = reply.send(());
+            }
+            IngressMsg::Flush { reply } => {
+                state.drain_all().await;
+                let result = match state.writer.clone() {
+                    Some(writer) => ractor::call_t!(
+                        writer,
+                        |reply| WriterMsg::Sync { reply },
+                        crate::config::CONTROL_DEADLINE_MS
+                    )
+                    .unwrap_or(Err(ControlError::Unavailable)),
+                    None => Err(ControlError::Unavailable),
+                };
+                let _ = reply.send(result);
             }
             IngressMsg::Close { reply } => {
                 // Rounds of the shutdown drain until settled (nothing in flight, nothing left);

@@ -471,23 +471,22 @@ impl Actor for SupervisorActor {
                 let _ = reply.send(result);
             }
             SupervisorMsg::Flush { reply } => {
-                if let Some(ingress) = &state.ingress {
-                    let _ = ask(
+                let result = match (&state.ingress, &state.writer) {
+                    (Some(ingress), _) => ask(
                         ingress,
-                        |reply| IngressMsg::DrainNow { reply },
+                        |reply| IngressMsg::Flush { reply },
                         CHILD_CALL_DEADLINE_MS,
                     )
-                    .await;
-                }
-                let result = match &state.writer {
-                    Some(writer) => ask(
+                    .await
+                    .unwrap_or(Err(ControlError::Unavailable)),
+                    (None, Some(writer)) => ask(
                         writer,
                         |reply| WriterMsg::Sync { reply },
                         CHILD_CALL_DEADLINE_MS,
                     )
                     .await
                     .unwrap_or(Err(ControlError::Unavailable)),
-                    None => Err(ControlError::Unavailable),
+                    (None, None) => Err(ControlError::Unavailable),
                 };
                 let _ = reply.send(result);
             }
