@@ -278,3 +278,151 @@ fn wrong_key_is_reported() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("probably the wrong key"));
     assert!(String::from_utf8_lossy(&out.stdout).contains("authentication_failed at record 0"));
 }
+
+fn query(s: &Setup, request: &str, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_annal"))
+        .arg("inspect")
+        .arg(&s.store)
+        .arg("--key-hex-file")
+        .arg(&s.key_file)
+        .arg("--json")
+        .arg("--query")
+        .arg(request)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn response(out: &Output) -> serde_json::Value {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn sequences(value: &serde_json::Value) -> Vec<u64> {
+    value["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["data"]["sequence"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_query_over_the_fixture_returns_what_the_reference_returned() {
+    let s = setup(FIXTURE_KEY_HEX, 0o600);
+    let ours = response(&query(&s, r#"{"limit":200}"#, &[]));
+    let records: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture_dir().join("records.json")).unwrap())
+            .unwrap();
+    let theirs = &records["reference_reader"]["query_limit200"]["events"];
+    assert_eq!(
+        &ours["events"], theirs,
+        "the same events, in the same order"
+    );
+    assert_eq!(ours["metadata_only"], true);
+    assert_eq!(ours["model_context_disclosure"], true);
+    assert_eq!(
+        ours.as_object().unwrap().len(),
+        3,
+        "exactly the contract's fields"
+    );
+}
+
+#[test]
+fn query_filters_keep_the_newest_ascending() {
+    let s = setup(FIXTURE_KEY_HEX, 0o600);
+    assert_eq!(
+        sequences(&response(&query(&s, r#"{"limit":3}"#, &[]))),
+        [14, 15, 16]
+    );
+    assert_eq!(
+        sequences(&response(&query(&s, "{}", &[]))).len(),
+        16,
+        "default limit 50"
+    );
+    assert_eq!(
+        sequences(&response(&query(
+            &s,
+            r#"{"since_sequence":4,"until_sequence":9,"limit":2}"#,
+            &[]
+        ))),
+        [8, 9]
+    );
+    // The session by its raw label and by its opaque id: the same events.
+    let by_label = response(&query(&s, r#"{"session_id":"fixture-session-1"}"#, &[]));
+    let by_id = response(&query(
+        &s,
+        r#"{"session_id":"b11ddce8dbd1872c9250e3f67dad2d9d"}"#,
+        &[],
+    ));
+    assert!(!sequences(&by_label).is_empty());
+    assert_eq!(by_label, by_id);
+    for event in by_label["events"].as_array().unwrap() {
+        assert_eq!(
+            event["data"]["session_id"],
+            "b11ddce8dbd1872c9250e3f67dad2d9d"
+        );
+    }
+    assert!(
+        sequences(&response(&query(
+            &s,
+            r#"{"session_id":"another label"}"#,
+            &[]
+        )))
+        .is_empty()
+    );
+    // Retention is exact by event time: the fixture is from 2026-11-30.
+    assert!(
+        sequences(&response(&query(&s, "{}", &["--retention-days", "0"]))).is_empty(),
+        "a zero-day window hides everything older than now"
+    );
+    assert_eq!(
+        sequences(&response(&query(&s, "{}", &["--retention-days", "36500"]))).len(),
+        16
+    );
+}
+
+#[test]
+fn bad_queries_are_refused_with_the_contract_codes_and_write_nothing() {
+    let s = setup(FIXTURE_KEY_HEX, 0o600);
+    let before = snapshot(&s.store);
+    for (request, code) in [
+        (r#"{"limit":0}"#, "invalid_history_query"),
+        (r#"{"limit":201}"#, "invalid_history_query"),
+        (r#"{"unknown":1}"#, "invalid_history_query"),
+        ("not json", "invalid_history_query"),
+        (
+            r#"{"since_sequence":9,"until_sequence":3}"#,
+            "invalid_history_query_range",
+        ),
+    ] {
+        let out = query(&s, request, &[]);
+        assert_eq!(out.status.code(), Some(2), "{request}");
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(value, serde_json::json!({ "code": code }), "{request}");
+    }
+    // Queries never append an access record or create a file.
+    let _ = query(&s, r#"{"limit":5}"#, &[]);
+    assert_eq!(snapshot(&s.store), before);
+}
+
+#[test]
+fn a_query_over_a_damaged_store_fails_closed() {
+    let s = setup(FIXTURE_KEY_HEX, 0o600);
+    let chunk = s.store.join("chunks").join(CHUNK_FILE);
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    bytes[97 + 40] ^= 0x01;
+    std::fs::write(&chunk, &bytes).unwrap();
+    let out = query(&s, "{}", &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        value,
+        serde_json::json!({"code": "history_storage_corrupt"})
+    );
+}

@@ -7,6 +7,14 @@
 //! `{"chunks":[{"file","verdict","records","first_sequence","last_sequence","detail"}],"events":[..]}`
 //! whose events are the decrypted plaintexts embedded byte for byte.
 //!
+//! With `--query JSON` (the `history_query` arguments, e.g. `'{"limit":3}'`) it answers that
+//! query through the same planner as the engine (`annal_engine::query::plan`), offline and
+//! read-only (no access record, no file created or changed); `--retention-days N` applies the
+//! retention cutoff (none unless given); with `--json` it prints the contract's query response
+//! object. A bad request is refused with the contract's code (`invalid_history_query`,
+//! `invalid_history_query_range`) and exit 2; a damaged store fails closed with
+//! `history_storage_corrupt` and exit 1.
+//!
 //! Exit codes: 0 when every chunk is complete or torn (a torn tail is a crash, not a fault);
 //! 1 when a chunk is corrupt or unreadable, chunks conflict, or the key is probably wrong; 2 for bad usage or
 //! input (unsafe or malformed key file, not a store, unreadable store).
@@ -46,6 +54,12 @@ pub struct InspectArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Answer this `history_query` (its JSON arguments) instead of listing the store.
+    #[arg(long, value_name = "JSON")]
+    pub query: Option<String>,
+    /// With `--query`: hide events older than this many days (no cutoff unless given).
+    #[arg(long, value_name = "N", requires = "query")]
+    pub retention_days: Option<u32>,
 }
 
 /// One chunk in the JSON output.
@@ -92,6 +106,7 @@ pub fn run(args: &InspectArgs) -> ExitCode {
         }
     };
     let reader = StoreReader::<History>::new(Arc::new(storage));
+    let session_key = key.session_id_key();
     let keys = HistoryKeys::from_root(key);
     let report = match reader.read(&keys) {
         Ok(report) => report,
@@ -101,6 +116,9 @@ pub fn run(args: &InspectArgs) -> ExitCode {
         }
     };
     drop(keys);
+    if let Some(query) = &args.query {
+        return answer_query(query, args, &report, &session_key);
+    }
     let printed = if args.json {
         print_json(&report)
     } else {
@@ -125,6 +143,93 @@ pub fn run(args: &InspectArgs) -> ExitCode {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// `--query`: parses the request with the contract's parser, plans it over the store's records
+/// with the engine's planner, prints the events (or the refusal's code).
+fn answer_query(
+    query: &str,
+    args: &InspectArgs,
+    report: &StoreReport<Event>,
+    session_key: &annal_engine::keys::SessionIdKey,
+) -> ExitCode {
+    use annal_engine::query::{Index, IndexEntry, RetentionCutoff, plan};
+    use annal_engine::store::RecordLocation;
+    use annal_schema::ErrorCode;
+    use annal_schema::tools::{QueryRequest, QueryResponse, ToolError};
+    let refuse = |code: ErrorCode, exit: u8| {
+        let line = if args.json {
+            serde_json::to_string(&ToolError { code }).unwrap_or_default()
+        } else {
+            format!("refused: {code}")
+        };
+        println!("{line}");
+        ExitCode::from(exit)
+    };
+    let request = match serde_json::from_str::<serde_json::Value>(query)
+        .map_err(|_| ErrorCode::InvalidHistoryQuery)
+        .and_then(|value| QueryRequest::parse(&value))
+    {
+        Ok(request) => request,
+        Err(code) => return refuse(code, 2),
+    };
+    // Fail closed: a damaged store answers nothing.
+    if report.has_corruption() || report.has_unreadable() || report.probable_wrong_key {
+        return refuse(ErrorCode::HistoryStorageCorrupt, 1);
+    }
+    let mut entries = Vec::with_capacity(report.events.len());
+    let mut by_sequence = std::collections::HashMap::with_capacity(report.events.len());
+    for (chunk, record) in report.events.iter().filter_map(|loc| {
+        let chunk = report.chunks.get(loc.chunk)?;
+        Some((chunk, chunk.verdict.records().get(loc.record)?))
+    }) {
+        let Some(chunk_id) = chunk.chunk_id else {
+            continue;
+        };
+        let location = RecordLocation {
+            chunk_id,
+            position: record.position,
+            offset: record.offset,
+            len: record.len,
+            sequence: record.sequence(),
+        };
+        entries.push(IndexEntry::of(&record.event, location));
+        by_sequence.insert(record.sequence(), &record.event);
+    }
+    let index = Index::from_entries(entries);
+    let cutoff = args.retention_days.map_or(RetentionCutoff::NONE, |days| {
+        RetentionCutoff::new(
+            annal_engine::clock::Clock::now_since_epoch(&annal_engine::clock::SystemClock),
+            days,
+        )
+    });
+    let events: Vec<Event> = plan(&request, &index, session_key, cutoff)
+        .iter()
+        .filter_map(|location| by_sequence.get(&location.sequence).map(|e| (*e).clone()))
+        .collect();
+    let mut stdout = std::io::stdout().lock();
+    let written = if args.json {
+        serde_json::to_writer(&mut stdout, &QueryResponse { events })
+            .map_err(|e| e.to_string())
+            .and_then(|()| writeln!(stdout).map_err(|e| e.to_string()))
+    } else {
+        events.iter().try_for_each(|event| {
+            writeln!(
+                stdout,
+                "event {} {}",
+                event.data.sequence,
+                String::from_utf8_lossy(&event.to_json_vec())
+            )
+            .map_err(|e| e.to_string())
+        })
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("annal inspect: {message}");
+            ExitCode::from(2)
+        }
     }
 }
 
