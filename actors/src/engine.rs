@@ -51,6 +51,18 @@ pub enum EngineError {
     Unavailable,
 }
 
+/// Why a query returned no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueryError {
+    /// The engine did not answer (see [`EngineError`]).
+    #[error(transparent)]
+    Engine(EngineError),
+    /// The store refused with the contract's code (`history_storage_corrupt`, ...).
+    #[error("the query was refused: {0}")]
+    Refused(annal_schema::ErrorCode),
+}
+
 /// What `shutdown` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShutdownReport {
@@ -310,6 +322,39 @@ impl Engine {
     /// The contract's status (always the 11-field shape).
     pub fn status(&self) -> Result<StatusResponse, EngineError> {
         self.ask_blocking(|reply| SupervisorMsg::Status { reply })
+    }
+
+    /// Serves one `history_query` as the local CLI (`operation` says who reads: an agent through
+    /// the gate, or the owner). A non-empty answer appends the contract's `access` event, which
+    /// is not part of it. The policy gate (a later issue) will stand in front of this.
+    pub fn query(
+        &self,
+        request: annal_schema::tools::QueryRequest,
+        operation: annal_schema::AccessOperation,
+    ) -> Result<annal_schema::tools::QueryResponse, QueryError> {
+        self.ask_blocking(move |reply| SupervisorMsg::Query {
+            request,
+            operation,
+            reply,
+        })
+        .map_err(QueryError::Engine)?
+        .map_err(QueryError::Refused)
+    }
+
+    /// [`Engine::query`], for async callers.
+    pub async fn query_async(
+        &self,
+        request: annal_schema::tools::QueryRequest,
+        operation: annal_schema::AccessOperation,
+    ) -> Result<annal_schema::tools::QueryResponse, QueryError> {
+        self.ask_async(move |reply| SupervisorMsg::Query {
+            request,
+            operation,
+            reply,
+        })
+        .await
+        .map_err(QueryError::Engine)?
+        .map_err(QueryError::Refused)
     }
 
     /// [`Engine::enable`], for async callers.

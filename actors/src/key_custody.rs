@@ -33,6 +33,8 @@ pub struct StreamKeys {
     pub journal: JournalKeys,
     /// Turns raw session labels into keyed session ids.
     pub session: Arc<SessionIdKey>,
+    /// Encrypts and opens the derived index files.
+    pub index: Arc<annal_engine::index::IndexKey>,
     /// The reference the key is stored under (written into chunk headers).
     pub reference: KeyReference,
 }
@@ -211,6 +213,7 @@ impl Actor for KeyCustodyActor {
                     history: custody.history_keys(),
                     journal: custody.journal_keys(),
                     session: Arc::new(custody.session_id_key()),
+                    index: Arc::new(annal_engine::index::IndexKey::from(&custody.index_key())),
                     reference: custody.reference().clone(),
                 }));
             }

@@ -58,8 +58,9 @@
 //! - [`writer`]: the Writer actor: the history writer, group commit, drop markers, sequence
 //!   reservation.
 //! - [`ingress`]: the Ingress actor: drains the capture queue into the writer in batches.
-//! - [`query`], [`audit`]: the message interfaces of the Query and AuditJournal actors, which
-//!   the query-path and policy issues fill.
+//! - [`query`]: the Query actor: `history_query` through the one planner, over the lazily
+//!   loaded index files, a hot cache of recent events and reads by location; fails closed.
+//! - [`audit`]: the message interface of the audit records, which the policy issue fills.
 //! - `cli` (binary `annal`, feature `cli`): the command-line front-end (`inspect`, `doctor`).
 //!
 //! The actor tree, each message and who sends it, the life of one captured event and shutdown
@@ -77,5 +78,5 @@ pub mod supervisor;
 pub mod writer;
 
 pub use config::EngineConfig;
-pub use engine::{Engine, EngineError, ShutdownReport};
+pub use engine::{Engine, EngineError, QueryError, ShutdownReport};
 pub use writer::ControlError;

@@ -29,6 +29,7 @@ use crate::config::EngineConfig;
 use crate::ingress::{IngressActor, IngressArgs, IngressMsg};
 use crate::journal::{JournalActor, JournalArgs, JournalMsg, StorageSlot};
 use crate::key_custody::{KeyCustodyActor, KeyCustodyArgs, KeyCustodyMsg};
+use crate::query::{QueryActor, QueryArgs, QueryMsg};
 use crate::writer::{ControlError, WriterActor, WriterArgs, WriterMsg, status_from};
 
 /// Longest the supervisor waits for a child's answer to a routed request, in milliseconds.
@@ -54,6 +55,15 @@ pub enum SupervisorMsg {
     Status {
         /// The status.
         reply: RpcReplyPort<StatusResponse>,
+    },
+    /// One `history_query`; a non-empty answer appends the contract's `access` event.
+    Query {
+        /// The validated request.
+        request: annal_schema::tools::QueryRequest,
+        /// Who reads (an agent, or the local CLI).
+        operation: annal_schema::AccessOperation,
+        /// The answer, or the contract's code.
+        reply: RpcReplyPort<Result<annal_schema::tools::QueryResponse, annal_schema::ErrorCode>>,
     },
     /// Drain, sync and stop every child (reverse start order).
     Shutdown {
@@ -105,6 +115,8 @@ pub struct SupervisorState {
     keys: ActorRef<KeyCustodyMsg>,
     /// The journal child, while one runs.
     journal: Option<ActorRef<JournalMsg>>,
+    /// The query child, while one runs.
+    query: Option<ActorRef<QueryMsg>>,
     /// The writer child, while one runs.
     writer: Option<ActorRef<WriterMsg>>,
     /// The ingress child.
@@ -162,6 +174,7 @@ impl SupervisorState {
             capture: self.capture.clone(),
             action_seed: self.action_seed,
             storage: Arc::clone(&self.storage),
+            query: self.query.clone(),
         };
         match Actor::spawn_linked(
             Some(self.name("writer")),
@@ -243,6 +256,38 @@ impl SupervisorState {
         }
     }
 
+    async fn spawn_query(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
+        let Some(journal) = self.journal.clone() else {
+            return false;
+        };
+        let args = QueryArgs {
+            storage: Arc::clone(&self.storage),
+            keys: self.keys.clone(),
+            journal,
+            clock: Arc::clone(&self.clock),
+        };
+        match Actor::spawn_linked(
+            Some(self.name("query")),
+            QueryActor,
+            args,
+            myself.get_cell(),
+        )
+        .await
+        {
+            Ok((query, _)) => {
+                self.query = Some(query);
+                self.signal(SignalKind::ChildStarted {
+                    child: Child::Query,
+                });
+                true
+            }
+            Err(_) => {
+                self.query = None;
+                false
+            }
+        }
+    }
+
     async fn spawn_keys(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
         let args = KeyCustodyArgs {
             provider: Arc::clone(&self.provider),
@@ -271,6 +316,8 @@ impl SupervisorState {
             Some(Child::Writer)
         } else if self.ingress.as_ref().is_some_and(|i| i.get_id() == id) {
             Some(Child::Ingress)
+        } else if self.query.as_ref().is_some_and(|q| q.get_id() == id) {
+            Some(Child::Query)
         } else if self.journal.as_ref().is_some_and(|j| j.get_id() == id) {
             Some(Child::AuditJournal)
         } else if self.keys.get_id() == id {
@@ -292,6 +339,7 @@ impl SupervisorState {
             }
             Child::Ingress => self.ingress = None,
             Child::AuditJournal => self.journal = None,
+            Child::Query => self.query = None,
             _ => {}
         }
         self.signal(SignalKind::ChildFailed {
@@ -307,6 +355,15 @@ impl SupervisorState {
                     Child::Writer => self.spawn_writer(myself).await,
                     Child::Ingress => self.spawn_ingress(myself).await,
                     Child::KeyCustody => self.spawn_keys(myself).await,
+                    Child::Query => {
+                        // The writer holds the old reference; a restarted query actor rebuilds
+                        // its index from disk, and the writer is told of the new one.
+                        let restarted = self.spawn_query(myself).await;
+                        if restarted && let Some(writer) = self.writer.take() {
+                            writer.stop(Some("query restarted".into()));
+                        }
+                        restarted
+                    }
                     Child::AuditJournal => {
                         // A new journal generation; the writer keeps the old reference, so it
                         // restarts too (it reopens the journal first).
@@ -425,6 +482,7 @@ impl Actor for SupervisorActor {
             instance: args.instance,
             keys,
             journal: None,
+            query: None,
             writer: None,
             ingress: None,
             restarts: HashMap::new(),
@@ -434,6 +492,7 @@ impl Actor for SupervisorActor {
             stopping: false,
         };
         state.spawn_journal(&myself).await;
+        state.spawn_query(&myself).await;
         state.spawn_writer(&myself).await;
         state.spawn_ingress(&myself).await;
         Ok(state)
@@ -511,6 +570,36 @@ impl Actor for SupervisorActor {
                 };
                 let _ = reply.send(status);
             }
+            SupervisorMsg::Query {
+                request,
+                operation,
+                reply,
+            } => {
+                let answer = match &state.query {
+                    Some(query) => ask(
+                        query,
+                        |reply| QueryMsg::Query { request, reply },
+                        CHILD_CALL_DEADLINE_MS,
+                    )
+                    .await
+                    .unwrap_or(Err(annal_schema::ErrorCode::HistoryStorageUnavailable)),
+                    None => Err(annal_schema::ErrorCode::HistoryStorageUnavailable),
+                };
+                // The contract: a read that returns at least one event appends one `access`
+                // event, which is not part of that answer.
+                if let Ok(response) = &answer
+                    && let Some(returned_events) =
+                        annal_schema::ReturnedEvents::new(response.events.len())
+                    && returned_events.get() > 0
+                    && let Some(writer) = &state.writer
+                {
+                    let _ = writer.cast(WriterMsg::Access {
+                        operation,
+                        returned_events,
+                    });
+                }
+                let _ = reply.send(answer);
+            }
             SupervisorMsg::Shutdown { reply } => {
                 state.stopping = true;
                 let deadline =
@@ -524,6 +613,11 @@ impl Actor for SupervisorActor {
                 if let Some(writer) = state.writer.take() {
                     let _ = ask(&writer, |reply| WriterMsg::Sync { reply }, deadline).await;
                     let _ = writer
+                        .stop_and_wait(None, Some(state.config.shutdown_deadline))
+                        .await;
+                }
+                if let Some(query) = state.query.take() {
+                    let _ = query
                         .stop_and_wait(None, Some(state.config.shutdown_deadline))
                         .await;
                 }

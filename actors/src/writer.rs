@@ -80,6 +80,14 @@ pub enum WriterMsg {
         /// Where the status goes.
         reply: RpcReplyPort<StatusResponse>,
     },
+    /// A read returned events: append the contract's `access` event (not part of that read's
+    /// answer).
+    Access {
+        /// Who read.
+        operation: annal_schema::AccessOperation,
+        /// How many events the read returned (>= 1).
+        returned_events: annal_schema::ReturnedEvents,
+    },
     /// Group commit: sync what is unsynced (armed by the first unsynced append).
     Tick,
     /// Close an idle chunk that reached its age limit.
@@ -123,6 +131,8 @@ pub struct WriterArgs {
     pub action_seed: [u8; 32],
     /// The store's storage, shared with the journal (set once the store exists).
     pub storage: StorageSlot,
+    /// The query actor, told of every appended event (its index and hot cache).
+    pub query: Option<ActorRef<crate::query::QueryMsg>>,
 }
 
 /// The history writer, once the key is loaded.
@@ -153,6 +163,8 @@ pub struct WriterState {
     action_seed: [u8; 32],
     /// The store's storage slot.
     storage: StorageSlot,
+    /// The query actor, told of every appended event.
+    query: Option<ActorRef<crate::query::QueryMsg>>,
     /// The history writer, once open.
     open: Option<Open>,
     /// The journal's projection as of the writer's last exchange with it (enabled, paused:
@@ -572,12 +584,17 @@ impl WriterState {
         match open.history.append(drafts) {
             Ok(receipt) => {
                 open.dirty = true;
+                let written: u64 = receipt.records.iter().map(|r| r.len).sum();
+                if let Some(query) = &self.query {
+                    let appended = receipt.records.into_iter().zip(receipt.events).collect();
+                    let _ = query.cast(crate::query::QueryMsg::Appended(appended));
+                }
                 if !self.tick_armed {
                     self.tick_armed = true;
                     self.myself
                         .send_after(self.config.sync_interval, || WriterMsg::Tick);
                 }
-                self.bytes_used += receipt.records.iter().map(|r| r.len).sum::<u64>();
+                self.bytes_used += written;
                 if marked_drops > 0 {
                     // The lifetime total, durable with the journal's next tick.
                     let _ =
@@ -716,6 +733,7 @@ impl Actor for WriterActor {
             capture: args.capture,
             action_seed: args.action_seed,
             storage: args.storage,
+            query: args.query,
             open: None,
             projection: Projection::default(),
             storage_failing: false,
@@ -780,6 +798,20 @@ impl Actor for WriterActor {
             WriterMsg::Status { reply } => {
                 let status = state.status().await;
                 let _ = reply.send(status);
+            }
+            WriterMsg::Access {
+                operation,
+                returned_events,
+            } => {
+                if let Some(draft) = state.draft(
+                    "access",
+                    Payload::Access {
+                        operation,
+                        returned_events,
+                    },
+                ) {
+                    state.append_history(vec![draft], 0).await;
+                }
             }
             WriterMsg::Tick => {
                 state.tick_armed = false;

@@ -583,3 +583,135 @@ fn past_the_restart_limit_the_writer_stays_stopped_and_the_journal_replays_that_
     assert_eq!(replayed.health(true, 0), shown.health);
     assert!(replayed.enabled);
 }
+
+fn request(value: serde_json::Value) -> annal_schema::tools::QueryRequest {
+    annal_schema::tools::QueryRequest::parse(&value).unwrap()
+}
+
+fn access_events(events: &[Event]) -> Vec<u8> {
+    events
+        .iter()
+        .filter_map(|e| match e.data.payload {
+            Payload::Access {
+                returned_events, ..
+            } => Some(returned_events.get()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn queries_answer_from_the_hot_cache_and_from_disk_and_leave_one_access_record_each() {
+    use annal_schema::AccessOperation;
+    let s = setup();
+    let engine = s.start(s.config());
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    let session = capture.session_started("a raw label");
+    for _ in 0..30 {
+        let token = capture.action_started(click(), None, Some(&session));
+        capture.action_completed(token, outcome());
+    }
+    capture.session_ended(session);
+    engine.flush().unwrap();
+    // Newest three, ascending, from the hot cache.
+    let newest = engine
+        .query(
+            request(serde_json::json!({"limit": 3})),
+            AccessOperation::LocalCli,
+        )
+        .unwrap();
+    let sequences: Vec<u64> = newest
+        .events
+        .iter()
+        .map(|e| e.data.sequence.get())
+        .collect();
+    assert_eq!(sequences.len(), 3);
+    assert!(sequences.windows(2).all(|w| w[0] < w[1]));
+    // By the raw label: the session's events only (the keyed id, never the label, is stored).
+    let by_label = engine
+        .query(
+            request(serde_json::json!({"session_id": "a raw label", "limit": 200})),
+            AccessOperation::AgentQuery,
+        )
+        .unwrap();
+    assert_eq!(
+        by_label.events.len(),
+        62,
+        "30 starts, 30 completions, start and end"
+    );
+    let stored_id = by_label.events[0].data.session_id.clone().unwrap();
+    assert!(
+        by_label
+            .events
+            .iter()
+            .all(|e| e.data.session_id.as_ref() == Some(&stored_id))
+    );
+    // An empty answer leaves no access record.
+    let empty = engine
+        .query(
+            request(serde_json::json!({"session_id": "nobody"})),
+            AccessOperation::AgentQuery,
+        )
+        .unwrap();
+    assert!(empty.events.is_empty());
+    engine.flush().unwrap();
+    let report = engine.shutdown();
+    assert!(report.drained);
+    let events = s.events();
+    // Exactly one access record per non-empty read, with its count, none for the empty one;
+    // and no read returned its own access record.
+    assert_eq!(access_events(&events), [3, 62]);
+    assert!(
+        newest
+            .events
+            .iter()
+            .all(|e| !matches!(e.data.payload, Payload::Access { .. }))
+    );
+
+    // A new process answers the same from disk (no hot cache): the index files and reads by
+    // location.
+    let engine = s.start(s.config());
+    let again = engine
+        .query(
+            request(serde_json::json!({"session_id": "a raw label", "limit": 200})),
+            AccessOperation::LocalCli,
+        )
+        .unwrap();
+    assert_eq!(again.events, by_label.events);
+    engine.shutdown();
+}
+
+#[test]
+fn a_query_over_a_damaged_store_fails_closed() {
+    use annal_schema::AccessOperation;
+    let s = setup();
+    let engine = s.start(s.config());
+    engine.enable().unwrap();
+    for _ in 0..5 {
+        let _ = engine.capture().action_started(click(), None, None);
+    }
+    engine.flush().unwrap();
+    engine.shutdown();
+    // Flip a ciphertext byte in the middle of the (only) chunk's records.
+    let chunks = s.layout.history_root().join("chunks");
+    let chunk = std::fs::read_dir(&chunks)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    std::fs::write(&chunk, &bytes).unwrap();
+    let engine = s.start(s.config());
+    let answer = engine.query(request(serde_json::json!({})), AccessOperation::LocalCli);
+    assert_eq!(
+        answer,
+        Err(annal_actors::QueryError::Refused(
+            annal_schema::ErrorCode::HistoryStorageCorrupt
+        ))
+    );
+    engine.shutdown();
+}

@@ -264,14 +264,29 @@ pub struct ClosedChunk {
 
 /// What an append did. The records are written, not yet durable: [`StoreWriter::sync`] makes
 /// them so (group commit).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AppendReceipt {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendReceipt<E = annal_schema::Event> {
     /// Where each record of the batch went, in batch order.
     pub records: Vec<RecordLocation>,
+    /// The events as written (ids, source and sequence assigned), in batch order, moved out of
+    /// the writer rather than dropped: the query path's hot cache keeps them, so the newest
+    /// events are answered without decrypting anything.
+    pub events: Vec<E>,
     /// Chunks closed (rotated away from, synced) during this append.
     pub closed: Vec<ClosedChunk>,
     /// Chunks created during this append.
     pub created: Vec<ChunkId>,
+}
+
+impl<E> Default for AppendReceipt<E> {
+    fn default() -> Self {
+        Self {
+            records: Vec::new(),
+            events: Vec::new(),
+            closed: Vec::new(),
+            created: Vec::new(),
+        }
+    }
 }
 
 /// The chunk the writer is appending to.
@@ -459,7 +474,10 @@ impl<S: Stream> StoreWriter<S> {
     /// burned if one fails); then assigns the next sequences (burned from here on, whatever
     /// happens), serializes each event once, seals it into one buffer per chunk and writes
     /// that buffer with one write. Rotates at the size, count and age limits. Not synced.
-    pub fn append(&mut self, drafts: Vec<S::Draft>) -> Result<AppendReceipt, AppendError> {
+    pub fn append(
+        &mut self,
+        drafts: Vec<S::Draft>,
+    ) -> Result<AppendReceipt<EventOf<S>>, AppendError> {
         for (index, draft) in drafts.iter().enumerate() {
             S::check_write_rules(draft)
                 .map_err(|violation| AppendError::InvalidDraft { index, violation })?;
@@ -573,9 +591,10 @@ impl<S: Stream> StoreWriter<S> {
         &mut self,
         drafts: Vec<S::Draft>,
         first: u64,
-    ) -> Result<AppendReceipt, AppendError> {
+    ) -> Result<AppendReceipt<EventOf<S>>, AppendError> {
         let mut receipt = AppendReceipt::default();
         let mut pending: Vec<RecordLocation> = Vec::with_capacity(drafts.len());
+        let mut pending_events: Vec<EventOf<S>> = Vec::with_capacity(drafts.len());
         self.batch.clear();
         // The chunk first: starting one may start a new generation, and each record's `source`
         // must name the stream of the chunk it goes into. Rotation below keeps the generation.
@@ -603,7 +622,7 @@ impl<S: Stream> StoreWriter<S> {
             }
             let bound = self.plaintext.len() as u64 + RECORD_OVERHEAD_MAX_BYTES;
             if !self.fits(bound, aged) {
-                self.flush(&mut pending, &mut receipt)?;
+                self.flush(&mut pending, &mut pending_events, &mut receipt)?;
                 if let Some(closed) = self.close_current()? {
                     receipt.closed.push(closed);
                 }
@@ -631,8 +650,9 @@ impl<S: Stream> StoreWriter<S> {
                 len: range.len() as u64,
                 sequence,
             });
+            pending_events.push(event);
         }
-        self.flush(&mut pending, &mut receipt)?;
+        self.flush(&mut pending, &mut pending_events, &mut receipt)?;
         Ok(receipt)
     }
 
@@ -656,7 +676,8 @@ impl<S: Stream> StoreWriter<S> {
     fn flush(
         &mut self,
         pending: &mut Vec<RecordLocation>,
-        receipt: &mut AppendReceipt,
+        pending_events: &mut Vec<EventOf<S>>,
+        receipt: &mut AppendReceipt<EventOf<S>>,
     ) -> Result<(), AppendError> {
         if self.batch.is_empty() {
             return Ok(());
@@ -671,6 +692,7 @@ impl<S: Stream> StoreWriter<S> {
         current.len_bytes += self.batch.len() as u64;
         self.batch.clear();
         receipt.records.append(pending);
+        receipt.events.append(pending_events);
         Ok(())
     }
 
