@@ -35,6 +35,8 @@ pub struct StreamKeys {
     pub session: Arc<SessionIdKey>,
     /// Encrypts and opens the derived index files.
     pub index: Arc<annal_engine::index::IndexKey>,
+    /// Authenticates chunk seals.
+    pub seal: Arc<annal_engine::seal::SealKey>,
     /// The reference the key is stored under (written into chunk headers).
     pub reference: KeyReference,
 }
@@ -214,6 +216,7 @@ impl Actor for KeyCustodyActor {
                     journal: custody.journal_keys(),
                     session: Arc::new(custody.session_id_key()),
                     index: Arc::new(annal_engine::index::IndexKey::from(&custody.index_key())),
+                    seal: Arc::new(annal_engine::seal::SealKey::from_custody(&custody)),
                     reference: custody.reference().clone(),
                 }));
             }

@@ -143,6 +143,8 @@ struct Open {
     history: StoreWriter<History>,
     /// Sequences reserved in the journal so far (durable there).
     reserved_through: u64,
+    /// The newest seal (the chain's tip): the next closed chunk's seal links to it.
+    last_seal: Option<annal_engine::seal::Seal>,
     /// History records appended since the last sync.
     dirty: bool,
 }
@@ -377,12 +379,17 @@ impl WriterState {
             Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
         };
         let reserved_through = history.high_water().map_or(0, |s| s.get());
+        // The chain's tip: a seal that does not verify is never linked to (verify reports it).
+        let last_seal = annal_engine::seal::read_seals(storage.as_ref(), &keys.seal)
+            .ok()
+            .and_then(|seals| annal_engine::seal::chain_tip(&seals).cloned());
         self.bytes_used = store_bytes(storage.as_ref());
         self.projection = projection;
         self.open = Some(Open {
             keys,
             history,
             reserved_through,
+            last_seal,
             dirty: false,
         });
         Ok(())
@@ -585,6 +592,7 @@ impl WriterState {
             Ok(receipt) => {
                 open.dirty = true;
                 let written: u64 = receipt.records.iter().map(|r| r.len).sum();
+                let closed = receipt.closed.clone();
                 if let Some(query) = &self.query {
                     let appended = receipt.records.into_iter().zip(receipt.events).collect();
                     let _ = query.cast(crate::query::QueryMsg::Appended(appended));
@@ -595,6 +603,7 @@ impl WriterState {
                         .send_after(self.config.sync_interval, || WriterMsg::Tick);
                 }
                 self.bytes_used += written;
+                self.seal(&closed);
                 if marked_drops > 0 {
                     // The lifetime total, durable with the journal's next tick.
                     let _ =
@@ -612,6 +621,33 @@ impl WriterState {
                 self.lost_unreported += lost_if_failed;
                 self.append_failed(&error);
             }
+        }
+    }
+
+    /// Seals every chunk the writer closed (synced at rotation), chaining each to the previous
+    /// seal. A seal that cannot be written is a storage signal; the chunk stays readable and
+    /// `verify` reports it as unsealed.
+    fn seal(&mut self, closed: &[annal_engine::store::ClosedChunk]) {
+        let Some(storage) = self.storage.get().cloned() else {
+            return;
+        };
+        let mut failed = false;
+        if let Some(open) = self.open.as_mut() {
+            for chunk in closed {
+                match annal_engine::seal::seal_chunk(
+                    storage.as_ref(),
+                    &open.keys.history,
+                    chunk,
+                    open.last_seal.as_ref(),
+                    &open.keys.seal,
+                ) {
+                    Ok(seal) => open.last_seal = Some(seal),
+                    Err(_) => failed = true,
+                }
+            }
+        }
+        if failed {
+            let _ = self.storage_fault(HealthCategory::StorageUnavailable);
         }
     }
 
@@ -819,10 +855,11 @@ impl Actor for WriterActor {
                 state.update_capture();
             }
             WriterMsg::RotationCheck => {
-                if let Some(open) = state.open.as_mut()
-                    && let Err(error) = open.history.rotate_if_due()
-                {
-                    state.append_failed(&error);
+                let rotated = state.open.as_mut().map(|open| open.history.rotate_if_due());
+                match rotated {
+                    Some(Ok(Some(closed))) => state.seal(&[closed]),
+                    Some(Err(error)) => state.append_failed(&error),
+                    _ => {}
                 }
                 state.update_capture();
             }

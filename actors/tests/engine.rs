@@ -715,3 +715,34 @@ fn a_query_over_a_damaged_store_fails_closed() {
     );
     engine.shutdown();
 }
+
+#[test]
+fn every_chunk_the_engine_closes_is_sealed_and_the_store_verifies_clean() {
+    let s = setup();
+    let engine = s.start(s.config());
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    // Past one 4 MiB chunk, at the queue's pace.
+    for _ in 0..7_000 {
+        while engine.queued_events() > 256 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let _ = capture.action_started(click(), None, None);
+    }
+    engine.flush().unwrap();
+    let status = engine.shutdown();
+    assert!(status.drained);
+    let storage: Arc<dyn Storage> = Arc::new(open_store(&s.layout, Access::Read).unwrap());
+    let root = RootKey::from_bytes(ROOT);
+    let seal_key = annal_engine::seal::SealKey::from_purpose_key(&root.seal_key());
+    let report = annal_engine::seal::verify(
+        &storage,
+        &HistoryKeys::from_root(RootKey::from_bytes(ROOT)),
+        &seal_key,
+        None,
+    )
+    .unwrap();
+    assert!(report.is_clean(), "{report:#?}");
+    assert!(report.seals >= 1, "the closed chunk was sealed");
+    assert_eq!(action_events(&s.events()), 7_000);
+}
