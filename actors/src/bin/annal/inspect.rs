@@ -19,13 +19,10 @@
 //! 1 when a chunk is corrupt or unreadable, chunks conflict, or the key is probably wrong; 2 for bad usage or
 //! input (unsafe or malformed key file, not a store, unreadable store).
 
-use std::io::{Read, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use annal_engine::keys::RootKey;
-use annal_engine::keys::material::KEY_LEN_BYTES;
 use annal_engine::profile::ChunkVerdict;
 use std::sync::Arc;
 
@@ -33,14 +30,9 @@ use annal_engine::keys::HistoryKeys;
 use annal_engine::storage::{Access, StoreLayout};
 use annal_engine::store::{History, StoreReader, StoreReport, open_store};
 use annal_schema::Event;
-use annal_schema::ids::{HexCase, decode_hex_into};
 
 use serde::Serialize;
 use serde_json::value::RawValue;
-use zeroize::Zeroizing;
-
-/// Largest key file read, in bytes: 64 hex characters plus generous whitespace.
-const MAX_KEY_FILE_BYTES: u64 = 256;
 
 /// Arguments of `annal inspect`.
 #[derive(Debug, clap::Args)]
@@ -90,7 +82,7 @@ struct JsonReport<'a> {
 
 /// Runs `annal inspect`.
 pub fn run(args: &InspectArgs) -> ExitCode {
-    let key = match load_key(&args.key_hex_file) {
+    let key = match crate::keyfile::load_key(&args.key_hex_file) {
         Ok(key) => key,
         Err(message) => {
             eprintln!("annal inspect: {}: {message}", args.key_hex_file.display());
@@ -231,47 +223,6 @@ fn answer_query(
             ExitCode::from(2)
         }
     }
-}
-
-/// Reads the key file read-only, refusing symlinks, non-regular files and any mode that lets
-/// group or others read or write it.
-fn load_key(path: &Path) -> Result<RootKey, String> {
-    // Read-only and O_NOFOLLOW: a symlink planted in place of the key file is refused.
-    let file = annal_engine::storage::fs::open_regular_file_no_follow(path)
-        .map_err(|e| format!("cannot open key file: {e}"))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot stat key file: {e}"))?;
-    if !meta.is_file() {
-        return Err("key file is not a regular file".into());
-    }
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(format!(
-            "key file mode is {mode:04o}; it must not be accessible by group or others (chmod 600)"
-        ));
-    }
-    let mut text = Zeroizing::new(Vec::with_capacity(80));
-    file.take(MAX_KEY_FILE_BYTES + 1)
-        .read_to_end(&mut text)
-        .map_err(|e| format!("cannot read key file: {e}"))?;
-    if text.len() as u64 > MAX_KEY_FILE_BYTES {
-        return Err("key file is too long".into());
-    }
-    let digits: Zeroizing<Vec<u8>> = Zeroizing::new(
-        text.iter()
-            .copied()
-            .filter(|b| !b.is_ascii_whitespace())
-            .collect(),
-    );
-    if digits.len() != KEY_LEN_BYTES * 2 {
-        return Err("key file must hold exactly 64 hex characters".into());
-    }
-    let mut bytes = Zeroizing::new([0u8; KEY_LEN_BYTES]);
-    // Either case: the key file is written by hand or by tools that may use upper case.
-    decode_hex_into(&digits, HexCase::Either, bytes.as_mut_slice())
-        .map_err(|_| "key file must hold exactly 64 hex characters".to_owned())?;
-    Ok(RootKey::from_bytes(*bytes))
 }
 
 fn detail(verdict: &ChunkVerdict) -> Option<&'static str> {

@@ -5,6 +5,8 @@
 //! - `main.rs`: argument parsing and dispatch; maps each command's outcome to an exit code.
 //! - `inspect.rs`: `annal inspect`, the offline read-only store decoder.
 //! - `doctor.rs`: `annal doctor`, credential-store diagnostics.
+//! - `verify.rs`: `annal verify`, the read-only check of chunks, seals and the seal chain.
+//! - `keyfile.rs`: reading a root key file for the offline tools.
 //!
 //! # Exit codes
 //!
@@ -21,6 +23,8 @@ use clap::{Parser, Subcommand};
 
 mod doctor;
 mod inspect;
+mod keyfile;
+mod verify;
 
 /// annal: an encrypted, append-only local history of what computer-use agents did.
 #[derive(Debug, Parser)]
@@ -38,6 +42,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Report which credential stores are reachable, locked or missing.
     Doctor(doctor::DoctorArgs),
+    /// Check a store's chunks, seals and seal chain (read-only); non-zero exit on any finding.
+    Verify(verify::VerifyArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,5 +55,6 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Inspect(args) => inspect::run(&args),
         Command::Doctor(args) => doctor::run(&args),
+        Command::Verify(args) => verify::run(&args),
     }
 }
