@@ -416,11 +416,61 @@ impl WriterState {
         })
     }
 
+    /// The keyed session id of `label` (when there is a label and a key).
+    fn keyed_session(
+        &mut self,
+        label: Option<&SessionLabel>,
+        key: Option<&SessionIdKey>,
+    ) -> Option<OpaqueId> {
+        Some(Self::session_id(label?, key?, &mut self.session_ids))
+    }
+
+    /// The draft of an action's start or completion: the same identity fields, another payload.
+    fn action_draft(
+        &mut self,
+        time: EventTime,
+        action: u64,
+        context: &annal_engine::capture::ActionContext,
+        key: Option<&SessionIdKey>,
+        payload: Payload,
+    ) -> Option<EventDraft> {
+        let id = action_id(&self.action_seed, action);
+        Some(EventDraft {
+            subject: Subject::for_action(&id),
+            time,
+            session_id: self.keyed_session(context.session.as_ref(), key),
+            action_id: Some(id),
+            platform: self.config.platform,
+            capability: Some(context.capability.clone()),
+            application: context.application.clone(),
+            payload,
+        })
+    }
+
+    /// The draft of a session's start or end.
+    fn session_draft(
+        &mut self,
+        time: EventTime,
+        label: &SessionLabel,
+        key: Option<&SessionIdKey>,
+        phase: SessionPhase,
+    ) -> Option<EventDraft> {
+        Some(EventDraft {
+            subject: Subject::new("session").ok()?,
+            time,
+            session_id: self.keyed_session(Some(label), key),
+            action_id: None,
+            platform: self.config.platform,
+            capability: None,
+            application: None,
+            payload: Payload::Session { phase },
+        })
+    }
+
     /// Turns drained items into history drafts (and the journal's drop records).
     fn drafts(&mut self, batch: Vec<Drained<Captured>>) -> (Vec<EventDraft>, u64) {
         let mut drafts = Vec::with_capacity(batch.len() + 1);
         let mut dropped = 0u64;
-        let platform = self.config.platform;
         let session_key = self.open.as_ref().map(|o| Arc::clone(&o.keys.session));
         let mut lost_before = std::mem::take(&mut self.lost_unreported);
         for item in batch {
@@ -449,79 +499,30 @@ impl WriterState {
                 lost_before += 1;
                 continue;
             };
-            let session = |label: Option<&SessionLabel>,
-                           cache: &mut HashMap<SessionLabel, OpaqueId>| {
-                match (label, &session_key) {
-                    (Some(label), Some(key)) => Some(Self::session_id(label, key, cache)),
-                    _ => None,
-                }
-            };
+            let key = session_key.as_deref();
             let draft = match captured.item {
                 CapturedItem::ActionStarted { action, context } => {
-                    let id = action_id(&self.action_seed, action);
-                    EventDraft {
-                        subject: Subject::for_action(&id),
-                        time,
-                        session_id: session(context.session.as_ref(), &mut self.session_ids),
-                        action_id: Some(id),
-                        platform,
-                        capability: Some(context.capability.clone()),
-                        application: context.application.clone(),
-                        payload: Payload::ActionStarted,
-                    }
+                    self.action_draft(time, action, &context, key, Payload::ActionStarted)
                 }
                 CapturedItem::ActionCompleted {
                     action,
                     context,
                     outcome,
-                } => {
-                    let id = action_id(&self.action_seed, action);
-                    EventDraft {
-                        subject: Subject::for_action(&id),
-                        time,
-                        session_id: session(context.session.as_ref(), &mut self.session_ids),
-                        action_id: Some(id),
-                        platform,
-                        capability: Some(context.capability.clone()),
-                        application: context.application.clone(),
-                        payload: Payload::ActionCompleted(outcome),
-                    }
+                } => self.action_draft(
+                    time,
+                    action,
+                    &context,
+                    key,
+                    Payload::ActionCompleted(outcome),
+                ),
+                CapturedItem::SessionStarted { session } => {
+                    self.session_draft(time, &session, key, SessionPhase::Started)
                 }
-                CapturedItem::SessionStarted { session: label } => {
-                    let Ok(subject) = Subject::new("session") else {
-                        continue;
-                    };
-                    EventDraft {
-                        subject,
-                        time,
-                        session_id: session(Some(&label), &mut self.session_ids),
-                        action_id: None,
-                        platform,
-                        capability: None,
-                        application: None,
-                        payload: Payload::Session {
-                            phase: SessionPhase::Started,
-                        },
-                    }
-                }
-                CapturedItem::SessionEnded { session: label } => {
-                    let Ok(subject) = Subject::new("session") else {
-                        continue;
-                    };
-                    EventDraft {
-                        subject,
-                        time,
-                        session_id: session(Some(&label), &mut self.session_ids),
-                        action_id: None,
-                        platform,
-                        capability: None,
-                        application: None,
-                        payload: Payload::Session {
-                            phase: SessionPhase::Ended,
-                        },
-                    }
+                CapturedItem::SessionEnded { session } => {
+                    self.session_draft(time, &session, key, SessionPhase::Ended)
                 }
             };
+            let Some(draft) = draft else { continue };
             drafts.push(draft);
         }
         // Drops with no event after them yet: reported before the next event.
