@@ -28,6 +28,7 @@
 //! `FIGURE capture.idle_cpu_percent <x> %`.
 #![allow(missing_docs)]
 
+use annal_bench::quantile;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -83,18 +84,6 @@ fn idle_cpu_percent() -> f64 {
     let wall = wall_before.elapsed();
     rig.finish(0, 0).unwrap_or_else(|e| panic!("idle: {e}"));
     PERCENT * cpu.as_secs_f64() / wall.as_secs_f64()
-}
-
-/// The `q` quantile (0..=1) of `sorted`, nearest rank.
-fn quantile(sorted: &[u64], q: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted
-        .get(rank.clamp(1, sorted.len()) - 1)
-        .copied()
-        .unwrap_or(0)
 }
 
 /// The median of `values` (upper median for an even count).

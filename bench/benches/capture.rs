@@ -20,6 +20,7 @@
 //! `FIGURE capture.<scenario>[.8threads].{p50,p99,p99_9}_ns <n> ns`.
 #![allow(missing_docs)]
 
+use annal_bench::quantile;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -238,18 +239,6 @@ fn run(threads: usize, calls: usize, spacing: Spacing, mode: DrainMode) -> Sampl
     }
     drop(rig.control);
     all
-}
-
-/// The `q` quantile (0..=1) of `sorted`, nearest rank.
-fn quantile(sorted: &[u64], q: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted
-        .get(rank.clamp(1, sorted.len()) - 1)
-        .copied()
-        .unwrap_or(0)
 }
 
 fn print_quantiles(name: &str, mut ns: Vec<u64>) {
