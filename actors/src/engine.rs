@@ -314,6 +314,22 @@ impl Engine {
         self.control(ControlOperation::Resume)
     }
 
+    /// The owner sets the encrypted-byte quota (default 100 MiB) and what capture does at it.
+    /// At the quota capture stops (`quota_reached`); reads and their access records keep
+    /// working.
+    pub fn set_quota(
+        &self,
+        bytes: u64,
+        on_quota: annal_engine::journal::OnQuota,
+    ) -> Result<StatusResponse, EngineError> {
+        Ok(self.ask_blocking(move |reply| SupervisorMsg::SetQuota {
+            bytes,
+            on_quota,
+            caller: CallerKind::Embedder,
+            reply,
+        })??)
+    }
+
     /// Everything captured before this call is durable when it returns.
     pub fn flush(&self) -> Result<StatusResponse, EngineError> {
         Ok(self.ask_blocking(|reply| SupervisorMsg::Flush { reply })??)

@@ -46,6 +46,17 @@ pub enum SupervisorMsg {
         /// The status after it.
         reply: RpcReplyPort<Result<StatusResponse, ControlError>>,
     },
+    /// The owner sets the quota; durable before the reply.
+    SetQuota {
+        /// The quota, in bytes.
+        bytes: u64,
+        /// What capture does at the quota.
+        on_quota: annal_engine::journal::OnQuota,
+        /// Who asked.
+        caller: CallerKind,
+        /// The status after it.
+        reply: RpcReplyPort<Result<StatusResponse, ControlError>>,
+    },
     /// Everything captured before this request, durable before the reply.
     Flush {
         /// The status after the flush.
@@ -527,6 +538,29 @@ impl Actor for SupervisorActor {
                 if let Ok(status) = &result {
                     state.last_status = Some(status.clone());
                 }
+                let _ = reply.send(result);
+            }
+            SupervisorMsg::SetQuota {
+                bytes,
+                on_quota,
+                caller,
+                reply,
+            } => {
+                let result = match &state.writer {
+                    Some(writer) => ask(
+                        writer,
+                        |reply| WriterMsg::SetQuota {
+                            bytes,
+                            on_quota,
+                            caller,
+                            reply,
+                        },
+                        CHILD_CALL_DEADLINE_MS,
+                    )
+                    .await
+                    .unwrap_or(Err(ControlError::Unavailable)),
+                    None => Err(ControlError::Unavailable),
+                };
                 let _ = reply.send(result);
             }
             SupervisorMsg::Flush { reply } => {

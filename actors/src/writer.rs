@@ -70,6 +70,17 @@ pub enum WriterMsg {
         /// The status after it, or why it failed.
         reply: RpcReplyPort<Result<StatusResponse, ControlError>>,
     },
+    /// The owner sets the quota (and what capture does at it); replies after it is durable.
+    SetQuota {
+        /// The quota, in bytes (`journal::QUOTA_MIN_BYTES..=QUOTA_MAX_BYTES`).
+        bytes: u64,
+        /// What capture does at the quota.
+        on_quota: annal_engine::journal::OnQuota,
+        /// Who asked.
+        caller: CallerKind,
+        /// The status after it, or why it failed.
+        reply: RpcReplyPort<Result<StatusResponse, ControlError>>,
+    },
     /// Make everything received so far durable.
     Sync {
         /// The status after the sync, or why it failed.
@@ -186,6 +197,9 @@ pub struct WriterState {
     myself: ActorRef<WriterMsg>,
     /// Whether a group-commit tick is armed (an idle writer has none).
     tick_armed: bool,
+    /// The store is at its quota: capture admits nothing new (reads, control and access
+    /// records still go through: they are the headroom above the quota).
+    at_quota: bool,
 }
 
 /// The Writer actor.
@@ -274,6 +288,23 @@ impl WriterState {
             && self.projection.enabled
             && !self.projection.paused
             && self.open.is_some()
+            && !self.at_quota
+    }
+
+    /// Compares the bytes in the store with the quota, and signals when that changes. At the
+    /// quota capture stops (`quota_reached`); it resumes once the quota is raised. (Eviction of
+    /// the oldest sealed chunks, `on_quota = evict_oldest`, is not implemented yet: that choice
+    /// stops capture too.)
+    fn check_quota(&mut self) {
+        let at = self.open.is_some() && self.bytes_used >= self.projection.quota_bytes;
+        if at != self.at_quota {
+            self.at_quota = at;
+            self.signal(if at {
+                SignalKind::QuotaReached
+            } else {
+                SignalKind::QuotaCleared
+            });
+        }
     }
 
     fn update_capture(&self) {
@@ -385,6 +416,7 @@ impl WriterState {
             .and_then(|seals| annal_engine::seal::chain_tip(&seals).cloned());
         self.bytes_used = store_bytes(storage.as_ref());
         self.projection = projection;
+        self.at_quota = false;
         self.open = Some(Open {
             keys,
             history,
@@ -392,6 +424,7 @@ impl WriterState {
             last_seal,
             dirty: false,
         });
+        self.check_quota();
         Ok(())
     }
 
@@ -605,6 +638,7 @@ impl WriterState {
                 }
                 self.bytes_used += written;
                 self.seal(&closed);
+                self.check_quota();
                 if marked_drops > 0 {
                     // The lifetime total, durable with the journal's next tick.
                     let _ =
@@ -694,6 +728,27 @@ impl WriterState {
         }
     }
 
+    async fn set_quota(
+        &mut self,
+        bytes: u64,
+        on_quota: annal_engine::journal::OnQuota,
+        caller: CallerKind,
+    ) -> Result<StatusResponse, ControlError> {
+        if self.open.is_none() {
+            return Err(ControlError::Refused);
+        }
+        let events = decide(
+            &self.projection,
+            Command::SetQuota { bytes, on_quota },
+            caller,
+        )
+        .map_err(|_| ControlError::Refused)?;
+        self.journal(events, true).await?;
+        self.check_quota();
+        self.update_capture();
+        Ok(self.status().await)
+    }
+
     async fn control(
         &mut self,
         operation: ControlOperation,
@@ -780,6 +835,7 @@ impl Actor for WriterActor {
             bytes_used: 0,
             myself: myself.clone(),
             tick_armed: false,
+            at_quota: false,
         };
         // A store the owner enabled is reopened at start; a never-enabled one stays closed until
         // `enable` (opt-in: no key is created before it).
@@ -821,6 +877,16 @@ impl Actor for WriterActor {
                 reply,
             } => {
                 let result = state.control(operation, caller).await;
+                state.update_capture();
+                let _ = reply.send(result);
+            }
+            WriterMsg::SetQuota {
+                bytes,
+                on_quota,
+                caller,
+                reply,
+            } => {
+                let result = state.set_quota(bytes, on_quota, caller).await;
                 state.update_capture();
                 let _ = reply.send(result);
             }

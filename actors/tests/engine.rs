@@ -746,3 +746,63 @@ fn every_chunk_the_engine_closes_is_sealed_and_the_store_verifies_clean() {
     assert!(report.seals >= 1, "the closed chunk was sealed");
     assert_eq!(action_events(&s.events()), 7_000);
 }
+
+#[test]
+fn at_the_quota_capture_stops_but_reads_and_their_access_records_keep_working() {
+    use annal_engine::capture::Admission;
+    use annal_engine::journal::{OnQuota, QUOTA_MIN_BYTES};
+    use annal_schema::AccessOperation;
+    let s = setup();
+    let engine = s.start(s.config());
+    engine.enable().unwrap();
+    engine
+        .set_quota(QUOTA_MIN_BYTES, OnQuota::StopCapture)
+        .unwrap();
+    // Below the minimum is refused, never clamped.
+    assert!(
+        engine
+            .set_quota(QUOTA_MIN_BYTES - 1, OnQuota::StopCapture)
+            .is_err()
+    );
+    let capture = engine.capture();
+    let started = Instant::now();
+    let status = loop {
+        for _ in 0..100 {
+            let _ = capture.action_started(click(), None, None);
+        }
+        let status = engine.flush().unwrap();
+        if status.health == HealthCategory::QuotaReached {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{status:?}");
+    };
+    assert!(status.bytes_used >= QUOTA_MIN_BYTES);
+    // Capture admits nothing new, and that is not a drop.
+    let token = capture.action_started(click(), None, None);
+    assert_eq!(token.admission(), Admission::NotAdmitted);
+    capture.action_completed(token, outcome());
+    let status = engine.flush().unwrap();
+    assert_eq!(status.dropped_events, 0);
+    // Reads work at the quota, and leave their access record.
+    let newest = engine
+        .query(
+            request(serde_json::json!({"limit": 5})),
+            AccessOperation::LocalCli,
+        )
+        .unwrap();
+    assert_eq!(newest.events.len(), 5);
+    engine.flush().unwrap();
+    // A larger quota: capture resumes.
+    let status = engine
+        .set_quota(QUOTA_MIN_BYTES * 100, OnQuota::StopCapture)
+        .unwrap();
+    assert_eq!(status.health, HealthCategory::Ready);
+    let token = capture.action_started(click(), None, None);
+    assert_eq!(token.admission(), Admission::Accepted);
+    capture.action_completed(token, outcome());
+    engine.flush().unwrap();
+    engine.shutdown();
+    let events = s.events();
+    assert_eq!(access_events(&events), [5]);
+    assert!(drop_markers(&events).is_empty());
+}
