@@ -17,7 +17,9 @@ use annal_engine::capture::{
 };
 use annal_engine::clock::Clock;
 use annal_engine::health::{KeyFault, Signal, SignalKind, StorageFault};
-use annal_engine::journal::{CallerKind, Command, JournalEvent, State as Projection, decide};
+use annal_engine::journal::{
+    CallerKind, Command, JournalEvent, State as Projection, TORN_TAIL_MAX_BYTES, decide,
+};
 use annal_engine::keys::{KeyError, SessionIdKey};
 use annal_engine::storage::{Access, Storage};
 use annal_engine::store::{
@@ -409,6 +411,22 @@ impl WriterState {
             Ok(history) => history,
             Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
         };
+        // A crash's torn tails, once each (readers leave them out whether recorded or not).
+        let tears: Vec<JournalEvent> = history
+            .torn_tails_at_open()
+            .iter()
+            .filter(|tear| {
+                tear.bytes_left_out <= TORN_TAIL_MAX_BYTES
+                    && !projection.torn_tails.contains(&tear.chunk_id)
+            })
+            .map(|tear| JournalEvent::TornTailRecorded {
+                chunk: tear.chunk_id,
+                bytes_left_out: tear.bytes_left_out,
+            })
+            .collect();
+        if !tears.is_empty() {
+            let _ = self.journal.cast(JournalMsg::Record(tears));
+        }
         let reserved_through = history.high_water().map_or(0, |s| s.get());
         // The chain's tip: a seal that does not verify is never linked to (verify reports it).
         let last_seal = annal_engine::seal::read_seals(storage.as_ref(), &keys.seal)

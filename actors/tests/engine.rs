@@ -405,6 +405,57 @@ fn a_crash_keeping_an_unsynced_prefix_loses_nothing_acknowledged() {
     assert_strictly_increasing(&events);
 }
 
+#[test]
+fn a_torn_tail_found_at_open_is_journaled_once_and_left_out_of_reads() {
+    use annal_engine::journal::{Journal, JournalEvent};
+    use annal_engine::keys::JournalKeys;
+    let s = setup();
+    let engine = s.start(s.config());
+    engine.enable().unwrap();
+    for _ in 0..3 {
+        let _ = capture_after(&engine);
+    }
+    engine.flush().unwrap();
+    engine.shutdown();
+    let before = s.events();
+    // A crash mid-append: bytes after the newest history chunk's last record.
+    let chunks = s.layout.history_root().join("chunks");
+    let newest = std::fs::read_dir(&chunks)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
+        .unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&newest)
+        .unwrap();
+    std::io::Write::write_all(&mut file, &[0xA5; 37]).unwrap();
+    drop(file);
+    for _ in 0..2 {
+        let engine = s.start(s.config());
+        assert!(engine.status().unwrap().enabled);
+        engine.flush().unwrap();
+        engine.shutdown();
+    }
+    let storage: Arc<dyn Storage> = Arc::new(open_store(&s.layout, Access::Read).unwrap());
+    let report = StoreReader::<Journal>::new(storage)
+        .read(&JournalKeys::from_namespace_root(&RootKey::from_bytes(
+            ROOT,
+        )))
+        .unwrap();
+    let tears: Vec<u64> = report
+        .records()
+        .filter_map(|r| match r.event.event {
+            JournalEvent::TornTailRecorded { bytes_left_out, .. } => Some(bytes_left_out),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tears, [37], "recorded once, across two restarts");
+    // The tail is left out; nothing before it is.
+    let after = s.events();
+    assert_eq!(after[..before.len()], before[..]);
+}
+
 fn capture_after(engine: &Engine) -> annal_engine::capture::ActionToken {
     engine.capture().action_started(click(), None, None)
 }

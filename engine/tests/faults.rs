@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use annal_engine::profile::ChunkVerdict;
 use annal_engine::storage::{Access, FaultKind, FaultOp, FaultyStorage, StoreLayout};
-use annal_engine::store::{AppendError, History, StoreWriter, open_store};
+use annal_engine::store::{AppendError, History, StoreWriter, TornTailFound, open_store};
 use annal_schema::HealthCategory;
 use common::*;
 
@@ -112,6 +112,26 @@ fn a_short_write_leaves_a_torn_tail_in_the_abandoned_chunk_only() {
         unreachable!()
     };
     assert_eq!(report.chunks[0].len_bytes, valid_len + 300);
+    // The next writer finds that tail (and only it) for the journal to record.
+    let w = writer_on(&storage);
+    assert_eq!(
+        w.torn_tails_at_open(),
+        [TornTailFound {
+            chunk_id: report.chunks[0].chunk_id.unwrap(),
+            bytes_left_out: 300,
+        }]
+    );
+}
+
+#[test]
+fn a_clean_store_has_no_torn_tail_to_record() {
+    let (_dir, layout) = new_store();
+    let storage = faulty(&layout);
+    let mut w = writer_on(&storage);
+    w.append(fixture_drafts()[..3].to_vec()).unwrap();
+    w.sync().unwrap();
+    drop(w);
+    assert_eq!(writer_on(&storage).torn_tails_at_open(), []);
 }
 
 #[test]

@@ -33,8 +33,9 @@
 //! `apply` is total. An event outside its bounds (which neither the writer nor the reader lets
 //! through) changes nothing; a `SequenceMarked` below the current mark and a `KeyEpochStarted`
 //! not above the current epoch change nothing (neither ever goes backwards);
-//! `ControlApplied { Delete }` returns capture to disabled and not paused; a torn tail changes no
-//! state (recovery reads it); a quarantine adds the chunk to the quarantined set once.
+//! `ControlApplied { Delete }` returns capture to disabled and not paused; a torn tail adds the
+//! chunk to the recorded set once (readers still leave the tail out by themselves); a
+//! quarantine adds the chunk to the quarantined set once.
 
 use std::num::NonZeroU64;
 
@@ -84,6 +85,9 @@ pub struct State {
     pub signals: Vec<Signal>,
     /// Chunks quarantined by a repair, in the order they were quarantined.
     pub quarantined: Vec<ChunkId>,
+    /// Chunks whose torn tail was recorded, once each, in the order they were recorded (so a
+    /// restart does not record the same tear again).
+    pub torn_tails: Vec<ChunkId>,
 }
 
 impl Default for State {
@@ -101,6 +105,7 @@ impl Default for State {
             key_epoch: None,
             signals: Vec::new(),
             quarantined: Vec::new(),
+            torn_tails: Vec::new(),
         }
     }
 }
@@ -166,7 +171,11 @@ impl State {
                         .map_or(*high_water, |h| h.max(*high_water)),
                 );
             }
-            JournalEvent::TornTailRecorded { .. } => {}
+            JournalEvent::TornTailRecorded { chunk, .. } => {
+                if !self.torn_tails.contains(chunk) {
+                    self.torn_tails.push(*chunk);
+                }
+            }
             JournalEvent::ChunkQuarantined { chunk, .. } => {
                 if !self.quarantined.contains(chunk) {
                     self.quarantined.push(*chunk);

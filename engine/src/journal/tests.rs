@@ -460,6 +460,10 @@ fn applying_covers_every_event_deterministically() {
             chunk,
             bytes_left_out: 17,
         },
+        JournalEvent::TornTailRecorded {
+            chunk,
+            bytes_left_out: 17,
+        },
         JournalEvent::ChunkQuarantined {
             chunk,
             caller: CallerKind::OwnerCli,
@@ -481,6 +485,7 @@ fn applying_covers_every_event_deterministically() {
         "delete returns to disabled"
     );
     assert_eq!(state.quarantined, [chunk]);
+    assert_eq!(state.torn_tails, [chunk], "a tear is recorded once");
     // A pause recorded while disabled (never decided) changes nothing.
     assert!(!State::replay(&[paused()]).paused);
     // Events out of bounds (never written, never read) change nothing.
@@ -496,6 +501,10 @@ fn applying_covers_every_event_deterministically() {
         },
         JournalEvent::SequenceMarked { high_water: 0 },
         JournalEvent::DropsRecorded { count: 0 },
+        JournalEvent::TornTailRecorded {
+            chunk,
+            bytes_left_out: 0,
+        },
         JournalEvent::SupervisorSignalled(Signal {
             at_ms: u64::MAX,
             kind: SignalKind::QuotaReached,

@@ -48,7 +48,7 @@ pub use read::{
 pub use stream::{History, RecordIdentity, Stream};
 pub use write::{
     AppendError, AppendReceipt, ClosedChunk, OpenWriterError, RecordLocation, StoreWriter,
-    WriterConfig,
+    TornTailFound, WriterConfig,
 };
 
 use crate::profile::ChunkId;

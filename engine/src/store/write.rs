@@ -37,8 +37,8 @@ use crate::entropy::{Entropy, EntropyError, OsEntropy};
 use crate::keys::KeyReference;
 use crate::keys::material::CHUNK_ID_LEN_BYTES;
 use crate::profile::{
-    ChunkHeader, ChunkId, MAX_PLAINTEXT_LEN_BYTES, MAX_RECORDS_PER_CHUNK, NONCE_PREFIX_LEN_BYTES,
-    RECORD_OVERHEAD_MAX_BYTES, RecordSchema, RecordSealer, SealError,
+    ChunkHeader, ChunkId, ChunkVerdict, MAX_PLAINTEXT_LEN_BYTES, MAX_RECORDS_PER_CHUNK,
+    NONCE_PREFIX_LEN_BYTES, RECORD_OVERHEAD_MAX_BYTES, RecordSchema, RecordSealer, SealError,
 };
 use crate::storage::{Area, FileName, Replace, Storage, StorageError, WriteFile};
 
@@ -241,6 +241,17 @@ pub struct RecordLocation {
     pub sequence: u64,
 }
 
+/// A torn tail the writer found when it opened: the bytes after the last authenticated record
+/// of a stream's newest chunk, which every reader leaves out. The writer never appends to that
+/// chunk again (each generation writes new chunks), so the tail stays as the crash left it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TornTailFound {
+    /// The chunk.
+    pub chunk_id: ChunkId,
+    /// How many bytes follow its last authenticated record (>= 1).
+    pub bytes_left_out: u64,
+}
+
 /// A chunk the writer closed: complete and synced; the seal of a later issue is written from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClosedChunk {
@@ -347,6 +358,8 @@ pub struct StoreWriter<S: Stream> {
     plaintext: Vec<u8>,
     /// Scratch: the sealed records of the current chunk not yet written.
     batch: Vec<u8>,
+    /// The torn tails found at open, for the shell to record.
+    torn_tails_at_open: Vec<TornTailFound>,
 }
 
 impl<S: Stream> std::fmt::Debug for StoreWriter<S> {
@@ -435,6 +448,17 @@ impl<S: Stream> StoreWriter<S> {
         if report.probable_wrong_key {
             return Err(OpenWriterError::ProbableWrongKey);
         }
+        let torn_tails_at_open = report
+            .chunks
+            .iter()
+            .filter_map(|chunk| match chunk.verdict {
+                ChunkVerdict::TornTail { valid_len, .. } => Some(TornTailFound {
+                    chunk_id: chunk.chunk_id?,
+                    bytes_left_out: chunk.len_bytes.checked_sub(valid_len).filter(|&n| n > 0)?,
+                }),
+                _ => None,
+            })
+            .collect();
         let on_disk = report.last_authenticated_sequence().and_then(Sequence::new);
         let high_water = on_disk.max(config.sequence_floor);
         let generation = new_generation(entropy.as_mut())?;
@@ -451,7 +475,13 @@ impl<S: Stream> StoreWriter<S> {
             current: None,
             plaintext: Vec::with_capacity(1024),
             batch: Vec::new(),
+            torn_tails_at_open,
         })
+    }
+
+    /// The torn tails found when this writer opened (in the store's chunk order).
+    pub fn torn_tails_at_open(&self) -> &[TornTailFound] {
+        &self.torn_tails_at_open
     }
 
     /// The highest sequence handed out so far (the mark the journal persists).
