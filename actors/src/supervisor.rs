@@ -187,29 +187,17 @@ impl SupervisorState {
             storage: Arc::clone(&self.storage),
             query: self.query.clone(),
         };
-        match Actor::spawn_linked(
-            Some(self.name("writer")),
-            WriterActor,
-            args,
-            myself.get_cell(),
-        )
-        .await
-        {
-            Ok((writer, _)) => {
-                if let Some(ingress) = &self.ingress {
-                    let _ = ingress.cast(IngressMsg::Writer(Some(writer.clone())));
-                }
-                self.writer = Some(writer);
-                self.signal(SignalKind::ChildStarted {
-                    child: Child::Writer,
-                });
-                true
-            }
-            Err(_) => {
-                self.writer = None;
-                false
-            }
+        self.writer = spawn_child(myself, self.name("writer"), WriterActor, args).await;
+        let Some(writer) = &self.writer else {
+            return false;
+        };
+        if let Some(ingress) = &self.ingress {
+            let _ = ingress.cast(IngressMsg::Writer(Some(writer.clone())));
         }
+        self.signal(SignalKind::ChildStarted {
+            child: Child::Writer,
+        });
+        true
     }
 
     async fn spawn_ingress(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
@@ -218,21 +206,13 @@ impl SupervisorState {
             tick: self.config.drain_tick,
             idle_tick: self.config.drain_idle_tick,
         };
-        match Actor::spawn_linked(
-            Some(self.name("ingress")),
-            IngressActor,
-            args,
-            myself.get_cell(),
-        )
-        .await
-        {
-            Ok((ingress, _)) => {
-                let _ = ingress.cast(IngressMsg::Writer(self.writer.clone()));
-                self.ingress = Some(ingress);
-                true
-            }
-            Err(_) => false,
-        }
+        let Some(ingress) = spawn_child(myself, self.name("ingress"), IngressActor, args).await
+        else {
+            return false;
+        };
+        let _ = ingress.cast(IngressMsg::Writer(self.writer.clone()));
+        self.ingress = Some(ingress);
+        true
     }
 
     async fn spawn_journal(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
@@ -245,26 +225,8 @@ impl SupervisorState {
                 .map(JournalEvent::SupervisorSignalled)
                 .collect(),
         };
-        match Actor::spawn_linked(
-            Some(self.name("journal")),
-            JournalActor,
-            args,
-            myself.get_cell(),
-        )
-        .await
-        {
-            Ok((journal, _)) => {
-                self.journal = Some(journal);
-                self.signal(SignalKind::ChildStarted {
-                    child: Child::AuditJournal,
-                });
-                true
-            }
-            Err(_) => {
-                self.journal = None;
-                false
-            }
-        }
+        self.journal = spawn_child(myself, self.name("journal"), JournalActor, args).await;
+        self.started(Child::AuditJournal, self.journal.is_some())
     }
 
     async fn spawn_query(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
@@ -277,26 +239,8 @@ impl SupervisorState {
             journal,
             clock: Arc::clone(&self.clock),
         };
-        match Actor::spawn_linked(
-            Some(self.name("query")),
-            QueryActor,
-            args,
-            myself.get_cell(),
-        )
-        .await
-        {
-            Ok((query, _)) => {
-                self.query = Some(query);
-                self.signal(SignalKind::ChildStarted {
-                    child: Child::Query,
-                });
-                true
-            }
-            Err(_) => {
-                self.query = None;
-                false
-            }
-        }
+        self.query = spawn_child(myself, self.name("query"), QueryActor, args).await;
+        self.started(Child::Query, self.query.is_some())
     }
 
     async fn spawn_keys(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
@@ -305,20 +249,19 @@ impl SupervisorState {
             namespace: self.config.namespace.clone(),
             deadline: self.config.key_call_deadline,
         };
-        match Actor::spawn_linked(
-            Some(self.name("keys")),
-            KeyCustodyActor,
-            args,
-            myself.get_cell(),
-        )
-        .await
-        {
-            Ok((keys, _)) => {
-                self.keys = keys;
-                true
-            }
-            Err(_) => false,
+        let Some(keys) = spawn_child(myself, self.name("keys"), KeyCustodyActor, args).await else {
+            return false;
+        };
+        self.keys = keys;
+        true
+    }
+
+    /// Signals that `child` started, when it did; returns whether it did.
+    fn started(&mut self, child: Child, started: bool) -> bool {
+        if started {
+            self.signal(SignalKind::ChildStarted { child });
         }
+        started
     }
 
     fn which(&self, cell: &ActorCell) -> Option<Child> {
@@ -442,6 +385,20 @@ async fn ask<M: ractor::Message, T: Send + 'static>(
     deadline_ms: u64,
 ) -> Option<T> {
     ractor::call_t!(actor, make, deadline_ms).ok()
+}
+
+/// Starts `actor` linked to the supervisor under `name` (its failures come back as supervision
+/// events); `None` when it failed to start.
+async fn spawn_child<A: Actor>(
+    myself: &ActorRef<SupervisorMsg>,
+    name: String,
+    actor: A,
+    args: A::Arguments,
+) -> Option<ActorRef<A::Msg>> {
+    Actor::spawn_linked(Some(name), actor, args, myself.get_cell())
+        .await
+        .ok()
+        .map(|(child, _)| child)
 }
 
 impl Actor for SupervisorActor {
