@@ -202,6 +202,9 @@ pub struct WriterState {
     /// The store is at its quota: capture admits nothing new (reads, control and access
     /// records still go through: they are the headroom above the quota).
     at_quota: bool,
+    /// Seal files being written on blocking threads (two syncs and a rename each, kept off the
+    /// capture path); each answers whether its seal was written. Awaited at stop.
+    seal_writes: Vec<tokio::task::JoinHandle<bool>>,
 }
 
 /// The Writer actor.
@@ -655,7 +658,7 @@ impl WriterState {
                         .send_after(self.config.sync_interval, || WriterMsg::Tick);
                 }
                 self.bytes_used += written;
-                self.seal(&closed);
+                self.seal(&closed).await;
                 self.check_quota();
                 if marked_drops > 0 {
                     // The lifetime total, durable with the journal's next tick.
@@ -680,25 +683,51 @@ impl WriterState {
     /// Seals every chunk the writer closed (synced at rotation), chaining each to the previous
     /// seal. A seal that cannot be written is a storage signal; the chunk stays readable and
     /// `verify` reports it as unsealed.
-    fn seal(&mut self, closed: &[annal_engine::store::ClosedChunk]) {
+    /// Seals the chunks just closed: each seal is prepared here, in order (the next one chains
+    /// to it), and its file written on a blocking thread.
+    async fn seal(&mut self, closed: &[annal_engine::store::ClosedChunk]) {
         let Some(storage) = self.storage.get().cloned() else {
             return;
         };
         let mut failed = false;
         if let Some(open) = self.open.as_mut() {
             for chunk in closed {
-                match annal_engine::seal::seal_chunk(
-                    storage.as_ref(),
-                    &open.keys.history,
-                    chunk,
-                    open.last_seal.as_ref(),
-                    &open.keys.seal,
-                ) {
-                    Ok(seal) => open.last_seal = Some(seal),
+                match annal_engine::seal::prepare_seal(chunk, open.last_seal.as_ref()) {
+                    Ok(seal) => {
+                        open.last_seal = Some(seal.clone());
+                        let (storage, key, chunk) = (
+                            Arc::clone(&storage),
+                            Arc::clone(&open.keys.seal),
+                            chunk.clone(),
+                        );
+                        self.seal_writes.push(tokio::task::spawn_blocking(move || {
+                            annal_engine::seal::write_seal(storage.as_ref(), &chunk, &seal, &key)
+                                .is_ok()
+                        }));
+                    }
                     Err(_) => failed = true,
                 }
             }
         }
+        if failed {
+            let _ = self.storage_fault(HealthCategory::StorageUnavailable);
+        }
+        self.reap_seal_writes(false).await;
+    }
+
+    /// Collects the seal writes that finished (all of them, waiting, when `all`); a failed one
+    /// is a storage fault (its chunk stays unsealed, which `verify` reports).
+    async fn reap_seal_writes(&mut self, all: bool) {
+        let mut failed = false;
+        let mut still_running = Vec::new();
+        for write in std::mem::take(&mut self.seal_writes) {
+            if all || write.is_finished() {
+                failed |= !write.await.unwrap_or(false);
+            } else {
+                still_running.push(write);
+            }
+        }
+        self.seal_writes = still_running;
         if failed {
             let _ = self.storage_fault(HealthCategory::StorageUnavailable);
         }
@@ -854,6 +883,7 @@ impl Actor for WriterActor {
             myself: myself.clone(),
             tick_armed: false,
             at_quota: false,
+            seal_writes: Vec::new(),
         };
         // A store the owner enabled is reopened at start; a never-enabled one stays closed until
         // `enable` (opt-in: no key is created before it).
@@ -937,12 +967,13 @@ impl Actor for WriterActor {
             WriterMsg::Tick => {
                 state.tick_armed = false;
                 let _ = state.sync();
+                state.reap_seal_writes(false).await;
                 state.update_capture();
             }
             WriterMsg::RotationCheck => {
                 let rotated = state.open.as_mut().map(|open| open.history.rotate_if_due());
                 match rotated {
-                    Some(Ok(Some(closed))) => state.seal(&[closed]),
+                    Some(Ok(Some(closed))) => state.seal(&[closed]).await,
                     Some(Err(error)) => state.append_failed(&error),
                     _ => {}
                 }
@@ -961,8 +992,10 @@ impl Actor for WriterActor {
         _myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        // A clean stop makes everything durable; capture stays closed until a new writer opens.
+        // A clean stop makes everything durable (the seals being written included); capture
+        // stays closed until a new writer opens.
         let _ = state.sync();
+        state.reap_seal_writes(true).await;
         state.capture.set_accepting(false);
         Ok(())
     }

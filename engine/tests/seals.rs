@@ -12,8 +12,8 @@ use std::sync::Arc;
 use annal_engine::profile::{ChunkId, CorruptReason};
 use annal_engine::seal::{
     Checkpoint, CheckpointStore, ChunkCheck, ChunkFinding, InMemoryCheckpoints, Mismatch, Seal,
-    SealFault, SealKey, StoreFinding, VerifyReport, chain_tip, read_seals, seal_chunk,
-    seal_file_name, verify,
+    SealError, SealFault, SealKey, StoreFinding, VerifyReport, chain_digest, chain_tip, read_seals,
+    seal_chunk, seal_file_name, verify,
 };
 use annal_engine::storage::{Storage, StoreLayout};
 use annal_engine::store::{ClosedChunk, RecordLocation, chunk_file_name};
@@ -68,14 +68,7 @@ fn session(
     };
     let mut held: Option<ClosedChunk> = None;
     let seal = |closed: &ClosedChunk, tip: &mut Option<Seal>, seals: &mut Vec<Seal>| {
-        let seal = seal_chunk(
-            storage.as_ref(),
-            &fixture_keys(),
-            closed,
-            tip.as_ref(),
-            &key,
-        )
-        .unwrap();
+        let seal = seal_chunk(storage.as_ref(), closed, tip.as_ref(), &key).unwrap();
         checkpoints.store(&Checkpoint::of(&seal)).unwrap();
         seals.push(seal.clone());
         *tip = Some(seal);
@@ -197,6 +190,67 @@ fn a_clean_store_verifies_clean() {
     let mut written = s.seals.clone();
     written.sort_by_key(|x| x.chunk_id);
     assert_eq!(read, written);
+}
+
+#[test]
+fn the_writers_chain_digest_is_the_one_recomputed_from_the_file() {
+    let (_dir, layout, s, _) = sealed_store(1);
+    let report = common::read_report(&layout);
+    assert!(!s.closed.is_empty());
+    for closed in &s.closed {
+        let chunk = report
+            .chunks
+            .iter()
+            .find(|c| c.chunk_id == Some(closed.chunk_id))
+            .unwrap();
+        let bytes = std::fs::read(chunk_path(&layout, closed.chunk_id)).unwrap();
+        let items = chunk.verdict.records().iter().map(|r| {
+            let start = usize::try_from(r.offset).unwrap();
+            &bytes[start..start + usize::try_from(r.len).unwrap()]
+        });
+        let recomputed = chain_digest(&chunk.header.as_ref().unwrap().bytes, items);
+        assert_eq!(closed.chain, recomputed);
+    }
+}
+
+#[test]
+fn a_chunk_whose_length_changed_since_it_closed_is_not_sealed() {
+    let (_dir, layout) = new_store();
+    let storage = open_write(&layout);
+    let mut config = common::writer_config();
+    config.max_records_per_chunk = 2;
+    let mut writer = annal_engine::store::StoreWriter::<annal_engine::store::History>::open(
+        Arc::clone(&storage),
+        fixture_keys(),
+        config,
+        common::clock(),
+    )
+    .unwrap();
+    let receipt = writer.append(fixture_drafts()[..3].to_vec()).unwrap();
+    writer.sync().unwrap();
+    let closed = &receipt.closed[0];
+    let path = chunk_path(&layout, closed.chunk_id);
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    std::io::Write::write_all(&mut file, &[0; 9]).unwrap();
+    assert!(matches!(
+        seal_chunk(storage.as_ref(), closed, None, &seal_key()),
+        Err(SealError::ChunkDisagrees { what: "length" })
+    ));
+    let mut empty = closed.clone();
+    empty.records = 0;
+    empty.len_bytes += 9;
+    assert!(matches!(
+        seal_chunk(storage.as_ref(), &empty, None, &seal_key()),
+        Err(SealError::ChunkDisagrees { what: "records" })
+    ));
+    assert!(
+        read_seals(storage.as_ref(), &seal_key())
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[test]
@@ -341,14 +395,7 @@ fn a_sealed_chunk_put_back_as_an_older_copy_of_itself_is_replaced() {
     writer.sync().unwrap();
     assert_eq!(receipt.closed.len(), 1);
     assert_eq!(receipt.closed[0].chunk_id, id);
-    let seal = seal_chunk(
-        storage.as_ref(),
-        &fixture_keys(),
-        &receipt.closed[0],
-        None,
-        &seal_key(),
-    )
-    .unwrap();
+    let seal = seal_chunk(storage.as_ref(), &receipt.closed[0], None, &seal_key()).unwrap();
     checkpoints.store(&Checkpoint::of(&seal)).unwrap();
     drop(writer);
     drop(storage);

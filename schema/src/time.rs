@@ -86,18 +86,30 @@ impl EventTime {
         if year > TIME_MAX_YEAR {
             return Err(InvalidTime);
         }
-        let mut text = format!(
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
-            rem / 3600,
-            (rem / 60) % 60,
-            rem % 60
-        );
+        // The writer formats one time per event: digits are pushed directly (no `format!`).
+        let mut text = String::with_capacity(WRITTEN_TIME_MAX_LEN_BYTES);
+        push_digits(&mut text, year.into(), 4);
+        text.push('-');
+        push_digits(&mut text, month.into(), 2);
+        text.push('-');
+        push_digits(&mut text, day.into(), 2);
+        text.push('T');
+        push_digits(&mut text, rem / 3600, 2);
+        text.push(':');
+        push_digits(&mut text, (rem / 60) % 60, 2);
+        text.push(':');
+        push_digits(&mut text, rem % 60, 2);
         if nanos != 0 {
-            let fraction = format!("{nanos:09}");
+            let (mut fraction, mut width) = (nanos, 9);
+            while fraction % 10 == 0 {
+                fraction /= 10;
+                width -= 1;
+            }
             text.push('.');
-            text.push_str(fraction.trim_end_matches('0'));
+            push_digits(&mut text, fraction.into(), width);
         }
         text.push('Z');
+        debug_assert!(text.len() <= WRITTEN_TIME_MAX_LEN_BYTES);
         Ok(Self { text, since_epoch })
     }
 
@@ -134,6 +146,19 @@ impl<'de> Deserialize<'de> for EventTime {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
         Self::parse_lenient(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The longest text [`EventTime::from_unix`] writes: `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ`.
+const WRITTEN_TIME_MAX_LEN_BYTES: usize = 30;
+
+/// Pushes the low `width` decimal digits of `value`, zero-padded (the callers' values fit).
+fn push_digits(text: &mut String, value: u64, width: u32) {
+    let mut divisor = 10u64.pow(width.saturating_sub(1));
+    while divisor > 0 {
+        let digit = u8::try_from((value / divisor) % 10).unwrap_or(0);
+        text.push(char::from(b'0' + digit));
+        divisor /= 10;
     }
 }
 
@@ -275,6 +300,7 @@ fn civil_from_days(mut days: u64) -> (u32, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::{Just, Strategy};
 
     #[test]
     fn parses_reference_times_and_keeps_text() {
@@ -401,6 +427,31 @@ mod tests {
         for text in ["2501-01-01T00:00:00Z", "2026-11-30T22:14:03.0000000000Z"] {
             assert_eq!(EventTime::parse(text), Err(InvalidTime), "{text}");
             assert!(!EventTime::parse_lenient(text).unwrap().meets_write_rules());
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn formatting_matches_the_format_macro(
+            secs in 0u64..=days_since_epoch(TIME_MAX_YEAR, 12, 31) as u64 * 86_400 + 86_399,
+            nanos in proptest::prop_oneof![Just(0u32), 0u32..1_000_000_000, (1u32..1_000).prop_map(|n| n * 1_000_000)],
+        ) {
+            let (year, month, day) = civil_from_days(secs / 86_400);
+            let rem = secs % 86_400;
+            let mut want = format!(
+                "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
+                rem / 3600,
+                (rem / 60) % 60,
+                rem % 60
+            );
+            if nanos != 0 {
+                want.push('.');
+                want.push_str(format!("{nanos:09}").trim_end_matches('0'));
+            }
+            want.push('Z');
+            let t = EventTime::from_unix(Duration::new(secs, nanos)).unwrap();
+            proptest::prop_assert_eq!(t.as_str(), want.as_str());
+            proptest::prop_assert!(t.meets_write_rules());
         }
     }
 

@@ -34,10 +34,10 @@ pub use verify::{
 use std::time::Duration;
 
 use crate::keys::material::{CHUNK_ID_LEN_BYTES, KEY_LEN_BYTES};
-use crate::keys::{HistoryKeys, KeyCustody, PurposeKey};
-use crate::profile::{ChunkId, HistorySchema, RecordSchema, ScanEnd, scan_chunk};
+use crate::keys::{KeyCustody, PurposeKey};
+use crate::profile::ChunkId;
 use crate::storage::{Area, EntryKind, FileName, Replace, Storage, StorageError, read_bounded};
-use crate::store::{ClosedChunk, MAX_CHUNK_FILE_BYTES, chunk_file_name};
+use crate::store::{ClosedChunk, chunk_file_name};
 
 /// The seal format version, item 0 of every seal.
 pub const SEAL_FORMAT_VERSION: u64 = 1;
@@ -195,11 +195,12 @@ pub enum SealError {
         /// The storage error.
         source: StorageError,
     },
-    /// The chunk on disk is not what the writer reported closing (`what` names the first field
-    /// that disagrees, or the chunk's problem): nothing is sealed.
+    /// The chunk on disk is not what the writer reported closing (`what` names the field that
+    /// disagrees): nothing is sealed.
     #[error("the chunk on disk disagrees with the closed chunk: {what}")]
     ChunkDisagrees {
-        /// The field or problem (`length`, `not_clean`, `records`, ...).
+        /// The field (`length`: the file's length; `records`: no records, or a first sequence
+        /// above the last).
         what: &'static str,
     },
     /// The chunk already has a seal (a seal is never replaced).
@@ -239,23 +240,47 @@ fn seal_temp_file_name(chunk_id: ChunkId) -> FileName {
     ))
 }
 
-/// The chain digest of a chunk: `h_0 = BLAKE3(header)`, then for every record item in order
-/// `h_i = BLAKE3(h_{i-1} || u64_be(len(item_i)) || item_i)`; the digest is `h_n`. `header` and
-/// each item are the exact bytes of the file (item 0, then each COSE_Encrypt0 item), so the
-/// digest covers every byte of a clean chunk, and the lengths make the split unambiguous.
+/// The chain digest of a chunk: `BLAKE3(header || item_1 || ... || item_n)`, over the exact
+/// bytes of the file (item 0, then each COSE_Encrypt0 item in file order). Every item is one
+/// self-delimiting CBOR item, so the concatenation has exactly one split and the digest covers
+/// every byte of a clean chunk. (One hash over the whole run, rather than one per record, lets
+/// BLAKE3 hash a write's records in parallel lanes: the writer folds in each write at once.)
 pub fn chain_digest<'a>(
     header: &[u8],
     items: impl IntoIterator<Item = &'a [u8]>,
 ) -> [u8; DIGEST_LEN_BYTES] {
-    let mut h = *blake3::hash(header).as_bytes();
+    let mut chain = ChainDigest::new(header);
     for item in items {
-        let mut hasher = blake3::Hasher::new();
-        hasher.update(&h);
-        hasher.update(&(item.len() as u64).to_be_bytes());
-        hasher.update(item);
-        h = *hasher.finalize().as_bytes();
+        chain.push(item);
     }
-    h
+    chain.value()
+}
+
+/// [`chain_digest`] computed as the bytes arrive: the writer folds in each write (whole record
+/// items) as it makes it, so closing a chunk never reads it back.
+#[derive(Debug, Clone)]
+pub struct ChainDigest {
+    /// BLAKE3 over the header and the items pushed so far.
+    hasher: blake3::Hasher,
+}
+
+impl ChainDigest {
+    /// Starts with the header item's bytes.
+    pub fn new(header: &[u8]) -> Self {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(header);
+        Self { hasher }
+    }
+
+    /// Folds in the next bytes: one or more whole record items, in file order.
+    pub fn push(&mut self, items: &[u8]) {
+        self.hasher.update(items);
+    }
+
+    /// The digest of everything pushed so far.
+    pub fn value(&self) -> [u8; DIGEST_LEN_BYTES] {
+        *self.hasher.finalize().as_bytes()
+    }
 }
 
 fn time_value(time: Duration) -> Value {
@@ -403,56 +428,33 @@ impl Seal {
     }
 }
 
-/// Seals chunk `closed` (as the writer's receipt reported it) after `previous` (the chain's
-/// newest seal, `None` for the first): reads the chunk back through `storage`, checks it is
-/// exactly what was reported (clean end, length, stream, record count, first and last sequence
-/// and time), computes the chain digest over those bytes, and writes `engine/seals/<id>.seal`
-/// atomically (a new file in `engine/tmp/`, synced, renamed without replacing, the directory
-/// synced). Needs a writable storage (the writer's). Returns the seal written.
+/// Seals chunk `closed` (as the writer's receipt reported it, chain digest included) after
+/// `previous` (the chain's newest seal, `None` for the first), and writes
+/// `engine/seals/<id>.seal` atomically (a new file in `engine/tmp/`, synced, renamed without
+/// replacing, the directory synced). Needs a writable storage (the writer's). Returns the seal
+/// written.
+///
+/// The chunk is not read back: the writer computed the digest over the bytes it wrote and
+/// synced, and a read-back would come from the page cache, not the disk, while costing a full
+/// decrypt and parse of the chunk on the writer's task at every rotation. One `stat` checks that
+/// the file is still the length reported; `verify` checks the bytes on disk against the seal.
 pub fn seal_chunk(
     storage: &dyn Storage,
-    keys: &HistoryKeys,
     closed: &ClosedChunk,
     previous: Option<&Seal>,
     key: &SealKey,
 ) -> Result<Seal, SealError> {
-    let disagrees = |what| SealError::ChunkDisagrees { what };
-    let file = storage
-        .open_read(Area::Chunks, &chunk_file_name(closed.chunk_id))
-        .map_err(storage_failed("read"))?;
-    let bytes = read_bounded(file.as_ref(), MAX_CHUNK_FILE_BYTES)
-        .map_err(storage_failed("read"))?
-        .map_err(|_| disagrees("too_large"))?;
-    drop(file);
-    if bytes.len() as u64 != closed.len_bytes {
-        return Err(disagrees("length"));
+    let seal = prepare_seal(closed, previous)?;
+    write_seal(storage, closed, &seal, key)?;
+    Ok(seal)
+}
+
+/// The seal of `closed` after `previous`, in memory (no I/O): the writer chains the next seal
+/// to it at once and leaves [`write_seal`] to another thread, off the capture path.
+pub fn prepare_seal(closed: &ClosedChunk, previous: Option<&Seal>) -> Result<Seal, SealError> {
+    if closed.records == 0 || closed.first_sequence > closed.last_sequence {
+        return Err(SealError::ChunkDisagrees { what: "records" });
     }
-    let scan = scan_chunk::<HistorySchema>(&bytes, keys, Some(closed.chunk_id));
-    if scan.end != ScanEnd::Clean {
-        return Err(disagrees("not_clean"));
-    }
-    let header = scan.header.as_ref().ok_or(disagrees("header"))?;
-    if header.header.stream_id() != closed.stream_id.as_str() {
-        return Err(disagrees("stream"));
-    }
-    let (Some(first), Some(last)) = (scan.records.first(), scan.records.last()) else {
-        return Err(disagrees("records"));
-    };
-    if scan.records.len() as u64 != closed.records {
-        return Err(disagrees("records"));
-    }
-    if HistorySchema::sequence(&first.event) != closed.first_sequence
-        || HistorySchema::sequence(&last.event) != closed.last_sequence
-    {
-        return Err(disagrees("sequences"));
-    }
-    if HistorySchema::time_since_epoch(&first.event) != closed.first_time
-        || HistorySchema::time_since_epoch(&last.event) != closed.last_time
-    {
-        return Err(disagrees("times"));
-    }
-    let items = record_items(&bytes, scan.records.iter().map(|r| (r.offset, r.len)))
-        .ok_or(disagrees("records"))?;
     let (ordinal, previous) = match previous {
         None => (1, [0u8; DIGEST_LEN_BYTES]),
         Some(p) => (
@@ -462,7 +464,7 @@ pub fn seal_chunk(
             p.digest(),
         ),
     };
-    let seal = Seal {
+    Ok(Seal {
         version: SEAL_FORMAT_VERSION,
         ordinal,
         stream_id: closed.stream_id.as_str().to_owned(),
@@ -473,11 +475,26 @@ pub fn seal_chunk(
         last_sequence: closed.last_sequence,
         first_time: closed.first_time,
         last_time: closed.last_time,
-        chain: chain_digest(&header.bytes, items),
+        chain: closed.chain,
         previous,
-    };
-    write_seal_file(storage, &seal, key)?;
-    Ok(seal)
+    })
+}
+
+/// Writes `seal` (prepared from `closed`) once the chunk on disk still has the length reported.
+pub fn write_seal(
+    storage: &dyn Storage,
+    closed: &ClosedChunk,
+    seal: &Seal,
+    key: &SealKey,
+) -> Result<(), SealError> {
+    let file = storage
+        .open_read(Area::Chunks, &chunk_file_name(closed.chunk_id))
+        .map_err(storage_failed("read"))?;
+    if file.current_len().map_err(storage_failed("read"))? != closed.len_bytes {
+        return Err(SealError::ChunkDisagrees { what: "length" });
+    }
+    drop(file);
+    write_seal_file(storage, seal, key)
 }
 
 /// The record items at `(offset, len)` of `bytes`, or `None` when one lies outside.

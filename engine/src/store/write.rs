@@ -40,6 +40,7 @@ use crate::profile::{
     ChunkHeader, ChunkId, ChunkVerdict, MAX_PLAINTEXT_LEN_BYTES, MAX_RECORDS_PER_CHUNK,
     NONCE_PREFIX_LEN_BYTES, RECORD_OVERHEAD_MAX_BYTES, RecordSchema, RecordSealer, SealError,
 };
+use crate::seal::{ChainDigest, DIGEST_LEN_BYTES};
 use crate::storage::{Area, FileName, Replace, Storage, StorageError, WriteFile};
 
 /// Longest a chunk stays open for appends, in seconds, measured on the wall clock (and, so a
@@ -271,6 +272,9 @@ pub struct ClosedChunk {
     pub first_time: Duration,
     /// Event time of its last record (since the epoch).
     pub last_time: Duration,
+    /// The chain digest over the exact bytes written (header, then every record item): what
+    /// its seal attests, computed while writing so that sealing never reads the chunk back.
+    pub chain: [u8; DIGEST_LEN_BYTES],
 }
 
 /// What an append did. The records are written, not yet durable: [`StoreWriter::sync`] makes
@@ -320,6 +324,8 @@ struct OpenChunk {
     last: Option<(u64, Duration)>,
     /// First sequence written to it since its last successful sync.
     unsynced_first: Option<u64>,
+    /// The chain digest over its header and every record written to it, for its seal.
+    chain: ChainDigest,
 }
 
 /// One writer generation's identity: its stream and the key its event ids are derived with.
@@ -719,6 +725,7 @@ impl<S: Stream> StoreWriter<S> {
             .file
             .append(&self.batch)
             .map_err(storage_error("write"))?;
+        current.chain.push(&self.batch);
         current.len_bytes += self.batch.len() as u64;
         self.batch.clear();
         receipt.records.append(pending);
@@ -758,6 +765,7 @@ impl<S: Stream> StoreWriter<S> {
                     last_sequence,
                     first_time,
                     last_time,
+                    chain: chunk.chain.value(),
                 })
             }
             _ => None,
@@ -813,6 +821,7 @@ impl<S: Stream> StoreWriter<S> {
         self.storage
             .sync_dir(S::AREA)
             .map_err(storage_error("sync directory"))?;
+        let chain = ChainDigest::new(sealer.header_bytes());
         self.current = Some(OpenChunk {
             file,
             chunk_id,
@@ -823,6 +832,7 @@ impl<S: Stream> StoreWriter<S> {
             first: None,
             last: None,
             unsynced_first: None,
+            chain,
         });
         Ok(chunk_id)
     }
