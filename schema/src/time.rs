@@ -279,22 +279,33 @@ fn days_since_epoch(year: u32, month: u32, day: u32) -> i64 {
 }
 
 /// The date of a day count since 1970-01-01.
-fn civil_from_days(mut days: u64) -> (u32, u32, u32) {
-    let mut year = 1970u32;
-    loop {
-        let len = if is_leap(year) { 366 } else { 365 };
-        if days < len || year > TIME_MAX_YEAR {
-            break;
-        }
-        days -= len;
-        year += 1;
-    }
-    let mut month = 1u32;
-    while month < 12 && days >= u64::from(days_in_month(year, month)) {
-        days -= u64::from(days_in_month(year, month));
-        month += 1;
-    }
-    (year, month, days as u32 + 1)
+/// (year, month, day) of `days` after 1970-01-01, in closed form (the proleptic Gregorian
+/// calendar in 400-year eras of 146,097 days, years starting in March so the leap day is last).
+/// A year beyond `u32` saturates, which `from_unix` refuses as beyond `TIME_MAX_YEAR`.
+fn civil_from_days(days: u64) -> (u32, u32, u32) {
+    const DAYS_PER_ERA: u64 = 146_097;
+    // Days from 0000-03-01 to 1970-01-01.
+    const EPOCH_FROM_MARCH_0000: u64 = 719_468;
+    let z = days.saturating_add(EPOCH_FROM_MARCH_0000);
+    let era = z / DAYS_PER_ERA;
+    let day_of_era = z % DAYS_PER_ERA;
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    // month is 1..=12 and day 1..=31 by construction.
+    (
+        u32::try_from(year).unwrap_or(u32::MAX),
+        month as u32,
+        day as u32,
+    )
 }
 
 #[cfg(test)]
@@ -453,6 +464,45 @@ mod tests {
             proptest::prop_assert_eq!(t.as_str(), want.as_str());
             proptest::prop_assert!(t.meets_write_rules());
         }
+    }
+
+    /// The calendar walked a year and a month at a time: the oracle for the closed form.
+    fn civil_from_days_by_walking(mut days: u64) -> (u32, u32, u32) {
+        let mut year = 1970u32;
+        while days >= if is_leap(year) { 366 } else { 365 } {
+            days -= if is_leap(year) { 366 } else { 365 };
+            year += 1;
+        }
+        let mut month = 1u32;
+        while month < 12 && days >= u64::from(days_in_month(year, month)) {
+            days -= u64::from(days_in_month(year, month));
+            month += 1;
+        }
+        (year, month, days as u32 + 1)
+    }
+
+    #[test]
+    fn the_closed_form_calendar_matches_walking_it_on_every_day() {
+        let mut walked = (1970u32, 1u32, 0u32);
+        let last = u64::try_from(days_since_epoch(TIME_MAX_YEAR + 1, 12, 31)).unwrap();
+        for days in 0..=last {
+            // Walking one day at a time from the previous date.
+            walked = if walked.2 == 0 {
+                (1970, 1, 1)
+            } else if walked.2 < days_in_month(walked.0, walked.1) {
+                (walked.0, walked.1, walked.2 + 1)
+            } else if walked.1 < 12 {
+                (walked.0, walked.1 + 1, 1)
+            } else {
+                (walked.0 + 1, 1, 1)
+            };
+            assert_eq!(civil_from_days(days), walked, "day {days}");
+        }
+        for days in [0, 59, 60, 365, 10_957, 11_016, 20_000, last] {
+            assert_eq!(civil_from_days(days), civil_from_days_by_walking(days));
+        }
+        assert_eq!(civil_from_days(u64::MAX).0, u32::MAX);
+        assert!(EventTime::from_unix(Duration::MAX).is_err());
     }
 
     #[test]
