@@ -256,6 +256,24 @@ impl SupervisorState {
         true
     }
 
+    /// Asks the writer to apply an owner's change (it answers once the change is durable) and
+    /// keeps the status it returns as the last one seen; no writer is `Unavailable`.
+    async fn control_through_writer(
+        &mut self,
+        make: impl FnOnce(RpcReplyPort<Result<StatusResponse, ControlError>>) -> WriterMsg,
+    ) -> Result<StatusResponse, ControlError> {
+        let Some(writer) = &self.writer else {
+            return Err(ControlError::Unavailable);
+        };
+        let result = ask(writer, make, CHILD_CALL_DEADLINE_MS)
+            .await
+            .unwrap_or(Err(ControlError::Unavailable));
+        if let Ok(status) = &result {
+            self.last_status = Some(status.clone());
+        }
+        result
+    }
+
     /// Signals that `child` started, when it did; returns whether it did.
     fn started(&mut self, child: Child, started: bool) -> bool {
         if started {
@@ -478,23 +496,13 @@ impl Actor for SupervisorActor {
                 caller,
                 reply,
             } => {
-                let result = match &state.writer {
-                    Some(writer) => ask(
-                        writer,
-                        |reply| WriterMsg::Control {
-                            operation,
-                            caller,
-                            reply,
-                        },
-                        CHILD_CALL_DEADLINE_MS,
-                    )
-                    .await
-                    .unwrap_or(Err(ControlError::Unavailable)),
-                    None => Err(ControlError::Unavailable),
-                };
-                if let Ok(status) = &result {
-                    state.last_status = Some(status.clone());
-                }
+                let result = state
+                    .control_through_writer(|reply| WriterMsg::Control {
+                        operation,
+                        caller,
+                        reply,
+                    })
+                    .await;
                 let _ = reply.send(result);
             }
             SupervisorMsg::SetQuota {
@@ -503,21 +511,14 @@ impl Actor for SupervisorActor {
                 caller,
                 reply,
             } => {
-                let result = match &state.writer {
-                    Some(writer) => ask(
-                        writer,
-                        |reply| WriterMsg::SetQuota {
-                            bytes,
-                            on_quota,
-                            caller,
-                            reply,
-                        },
-                        CHILD_CALL_DEADLINE_MS,
-                    )
-                    .await
-                    .unwrap_or(Err(ControlError::Unavailable)),
-                    None => Err(ControlError::Unavailable),
-                };
+                let result = state
+                    .control_through_writer(|reply| WriterMsg::SetQuota {
+                        bytes,
+                        on_quota,
+                        caller,
+                        reply,
+                    })
+                    .await;
                 let _ = reply.send(result);
             }
             SupervisorMsg::Flush { reply } => {

@@ -17,14 +17,12 @@ use annal_engine::capture::{
 };
 use annal_engine::clock::Clock;
 use annal_engine::health::{KeyFault, Signal, SignalKind, StorageFault};
-use annal_engine::journal::{
-    CallerKind, Command, JournalEvent, State as Projection, TORN_TAIL_MAX_BYTES, decide,
-};
+use annal_engine::journal::{CallerKind, Command, JournalEvent, State as Projection, decide};
 use annal_engine::keys::{KeyError, SessionIdKey};
 use annal_engine::storage::{Access, Storage};
 use annal_engine::store::{
-    AppendError, History, StateMirror, StoreWriter, WriterConfig, create_store, open_store,
-    write_state_mirror,
+    AppendError, AppendReceipt, History, StateMirror, StoreWriter, WriterConfig, create_store,
+    open_store, write_state_mirror,
 };
 use annal_schema::tools::{STORAGE_PROFILE_ID, StatusResponse};
 use annal_schema::{
@@ -415,17 +413,16 @@ impl WriterState {
             Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
         };
         // A crash's torn tails, once each (readers leave them out whether recorded or not).
+        // (A tear outside the journal's bounds is not recorded: the journal would refuse it.)
         let tears: Vec<JournalEvent> = history
             .torn_tails_at_open()
             .iter()
-            .filter(|tear| {
-                tear.bytes_left_out <= TORN_TAIL_MAX_BYTES
-                    && !projection.torn_tails.contains(&tear.chunk_id)
-            })
+            .filter(|tear| !projection.torn_tails.contains(&tear.chunk_id))
             .map(|tear| JournalEvent::TornTailRecorded {
                 chunk: tear.chunk_id,
                 bytes_left_out: tear.bytes_left_out,
             })
+            .filter(|event| event.check_bounds().is_ok())
             .collect();
         if !tears.is_empty() {
             let _ = self.journal.cast(JournalMsg::Record(tears));
@@ -644,12 +641,16 @@ impl WriterState {
             return;
         };
         match open.history.append(drafts) {
-            Ok(receipt) => {
+            Ok(AppendReceipt {
+                records,
+                events,
+                closed,
+                ..
+            }) => {
                 open.dirty = true;
-                let written: u64 = receipt.records.iter().map(|r| r.len).sum();
-                let closed = receipt.closed.clone();
+                let written: u64 = records.iter().map(|r| r.len).sum();
                 if let Some(query) = &self.query {
-                    let appended = receipt.records.into_iter().zip(receipt.events).collect();
+                    let appended = records.into_iter().zip(events).collect();
                     let _ = query.cast(crate::query::QueryMsg::Appended(appended));
                 }
                 if !self.tick_armed {
@@ -662,14 +663,11 @@ impl WriterState {
                 self.check_quota();
                 if marked_drops > 0 {
                     // The lifetime total, durable with the journal's next tick.
-                    let _ =
-                        self.journal
-                            .cast(JournalMsg::Record(vec![JournalEvent::DropsRecorded {
-                                count: marked_drops,
-                            }]));
-                    self.projection.apply(&JournalEvent::DropsRecorded {
+                    let recorded = JournalEvent::DropsRecorded {
                         count: marked_drops,
-                    });
+                    };
+                    self.projection.apply(&recorded);
+                    let _ = self.journal.cast(JournalMsg::Record(vec![recorded]));
                 }
                 self.storage_ok();
             }
@@ -680,11 +678,10 @@ impl WriterState {
         }
     }
 
-    /// Seals every chunk the writer closed (synced at rotation), chaining each to the previous
-    /// seal. A seal that cannot be written is a storage signal; the chunk stays readable and
-    /// `verify` reports it as unsealed.
-    /// Seals the chunks just closed: each seal is prepared here, in order (the next one chains
-    /// to it), and its file written on a blocking thread.
+    /// Seals the chunks just closed (synced at rotation): each seal is prepared here, in order
+    /// (the next one chains to it), and its file written on a blocking thread. A seal that
+    /// cannot be written is a storage signal; the chunk stays readable and `verify` reports it
+    /// as unsealed.
     async fn seal(&mut self, closed: &[annal_engine::store::ClosedChunk]) {
         let Some(storage) = self.storage.get().cloned() else {
             return;

@@ -97,6 +97,24 @@ fn check_markers(out: &[Drained<Item>], outcomes: &[Vec<Admission>]) {
     assert_eq!(seen.len(), accepted, "every accepted item drained once");
 }
 
+/// Two producer threads, each offering `per_producer` items `(producer, index)`; each answers
+/// its admissions in order.
+fn spawn_producers(
+    channel: &Arc<Channel<Item>>,
+    per_producer: usize,
+) -> Vec<thread::JoinHandle<Vec<Admission>>> {
+    (0..2)
+        .map(|producer| {
+            let channel = channel.clone();
+            thread::spawn(move || {
+                (0..per_producer)
+                    .map(|index| channel.offer(|| (producer, index)))
+                    .collect()
+            })
+        })
+        .collect()
+}
+
 /// Two producers capture `per_producer` items each into a queue of `capacity` while `drain`
 /// empties it concurrently; returns the outcomes and the whole drained sequence.
 fn race_markers(
@@ -107,16 +125,7 @@ fn race_markers(
     model(move || {
         let channel = Arc::new(Channel::<Item>::new(capacity));
         channel.set_accepting(true);
-        let producers: Vec<_> = (0..2)
-            .map(|producer| {
-                let channel = channel.clone();
-                thread::spawn(move || {
-                    (0..per_producer)
-                        .map(|index| channel.offer(|| (producer, index)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
+        let producers = spawn_producers(&channel, per_producer);
         let consumer = {
             let channel = channel.clone();
             thread::spawn(move || {
@@ -318,16 +327,7 @@ fn race_close(
     model(move || {
         let channel = Arc::new(Channel::<Item>::new(capacity));
         channel.set_accepting(true);
-        let producers: Vec<_> = (0..2)
-            .map(|producer| {
-                let channel = channel.clone();
-                thread::spawn(move || {
-                    (0..per_producer)
-                        .map(|index| channel.offer(|| (producer, index)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
+        let producers = spawn_producers(&channel, per_producer);
         let consumer = {
             let channel = channel.clone();
             thread::spawn(move || closer(&channel))
