@@ -519,7 +519,7 @@ impl WriterState {
     }
 
     /// Turns drained items into history drafts (and the journal's drop records).
-    fn drafts(&mut self, batch: Vec<Drained<Captured>>) -> (Vec<EventDraft>, u64) {
+    fn drafts(&mut self, batch: Vec<Drained<Captured>>) -> Vec<EventDraft> {
         let mut drafts = Vec::with_capacity(batch.len() + 1);
         let mut dropped = 0u64;
         let session_key = self.open.as_ref().map(|o| Arc::clone(&o.keys.session));
@@ -578,38 +578,27 @@ impl WriterState {
         }
         // Drops with no event after them yet: reported before the next event.
         self.lost_unreported = lost_before + dropped;
-        let total_dropped = drafts
-            .iter()
-            .filter_map(|d| match d.payload {
-                Payload::Health {
-                    category: HealthCategory::EventsDropped,
-                    count,
-                } => Some(count),
-                _ => None,
-            })
-            .sum();
-        (drafts, total_dropped)
+        drafts
     }
 
     /// Appends history drafts, reserving sequences first. A failure is a signal and the
     /// batch's events are counted as lost (reported by the next drop marker).
-    async fn append_history(&mut self, drafts: Vec<EventDraft>, marked_drops: u64) {
+    async fn append_history(&mut self, drafts: Vec<EventDraft>) {
         if drafts.is_empty() {
             return;
         }
         let count = drafts.len() as u64;
-        let markers = drafts
-            .iter()
-            .filter(|d| {
-                matches!(
-                    d.payload,
+        // The drop markers among them, and the drops they report.
+        let (markers, marked_drops) =
+            drafts
+                .iter()
+                .fold((0u64, 0u64), |(markers, drops), d| match d.payload {
                     Payload::Health {
                         category: HealthCategory::EventsDropped,
-                        ..
-                    }
-                )
-            })
-            .count() as u64;
+                        count,
+                    } => (markers + 1, drops + count),
+                    _ => (markers, drops),
+                });
         // If this batch is lost, its events and the drops its markers reported are reported
         // again by the next marker.
         let lost_if_failed = count - markers + marked_drops;
@@ -820,7 +809,7 @@ impl WriterState {
         if (applied || operation == ControlOperation::Flush)
             && let Some(draft) = self.draft("control", Payload::Control { operation })
         {
-            self.append_history(vec![draft], 0).await;
+            self.append_history(vec![draft]).await;
         }
         self.sync()?;
         self.mirror_state();
@@ -911,8 +900,8 @@ impl Actor for WriterActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             WriterMsg::Batch { items, reply } => {
-                let (drafts, marked) = state.drafts(items);
-                state.append_history(drafts, marked).await;
+                let drafts = state.drafts(items);
+                state.append_history(drafts).await;
                 state.update_capture();
                 let _ = reply.send(());
             }
@@ -958,7 +947,7 @@ impl Actor for WriterActor {
                         returned_events,
                     },
                 ) {
-                    state.append_history(vec![draft], 0).await;
+                    state.append_history(vec![draft]).await;
                 }
             }
             WriterMsg::Tick => {
