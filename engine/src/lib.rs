@@ -48,7 +48,9 @@
 //!   `engine/seals/`, the checkpoint of the newest seal, and `verify` with its typed findings
 //!   (`docs/format.md` "Seals", `docs/design.md` "Verify"). Pure rules over the storage seam.
 //!
-//! Later work adds policy evaluation.
+//! - `policy`: the policy gate's rules (deny by default; per-actor grants with expiry and idle
+//!   timeout; bounded-mode manifests; revocation and the global agents switch; the `ReadGrant`
+//!   proof only a decision mints) and single-use paging cursors (`docs/policy.md`). Pure.
 #![forbid(unsafe_code)]
 
 pub mod capture;
@@ -58,6 +60,7 @@ pub mod health;
 pub mod index;
 pub mod journal;
 pub mod keys;
+pub mod policy;
 pub mod profile;
 pub mod query;
 pub mod seal;

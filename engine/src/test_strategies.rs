@@ -1,6 +1,10 @@
 //! proptest strategies shared by the unit tests of the pure core (signals, journal events,
 //! commands).
 
+use crate::policy::{
+    AUDIT_RETURNED_EVENTS_MAX, ActorId, AuditOutcome, CursorRefusal, DenyReason,
+    GRANT_LIFETIME_MAX_SECS, GrantSource, Operation, PolicyEvent, Principal, Refusal, Verdict,
+};
 use std::num::NonZeroU64;
 
 use annal_schema::ControlOperation;
@@ -120,6 +124,80 @@ pub fn event() -> impl Strategy<Value = JournalEvent> {
         }),
         (chunk(), caller())
             .prop_map(|(chunk, caller)| JournalEvent::ChunkQuarantined { chunk, caller }),
+        policy_event().prop_map(JournalEvent::Policy),
+    ]
+}
+
+pub fn actor() -> impl Strategy<Value = ActorId> {
+    "[a-z0-9][a-z0-9._-]{0,63}".prop_map(|s| ActorId::new(&s).expect("a valid actor id"))
+}
+
+pub fn policy_operation() -> impl Strategy<Value = Operation> {
+    proptest::sample::select(Operation::ALL.to_vec())
+}
+
+/// A policy event within bounds.
+pub fn policy_event() -> impl Strategy<Value = PolicyEvent> {
+    let principal = prop_oneof![Just(Principal::Owner), actor().prop_map(Principal::Agent)];
+    let verdict = prop_oneof![
+        Just(Verdict::Allowed),
+        proptest::sample::select(DenyReason::ALL.to_vec()).prop_map(Verdict::Denied),
+    ];
+    let outcome = prop_oneof![
+        Just(AuditOutcome::Completed),
+        proptest::sample::select(DenyReason::ALL.to_vec())
+            .prop_map(|r| AuditOutcome::Refused(Refusal::Denied(r))),
+        proptest::sample::select(CursorRefusal::ALL.to_vec())
+            .prop_map(|r| AuditOutcome::Refused(Refusal::Cursor(r))),
+        proptest::sample::select(annal_schema::ErrorCode::ALL.to_vec())
+            .prop_map(|c| AuditOutcome::Refused(Refusal::Contract(c))),
+    ];
+    prop_oneof![
+        (
+            actor(),
+            policy_operation(),
+            prop_oneof![Just(GrantSource::Owner), Just(GrantSource::Manifest)],
+            0..=JOURNAL_TIME_MAX_MS / 2,
+            0..=JOURNAL_TIME_MAX_MS / 2,
+            1_000..=GRANT_LIFETIME_MAX_SECS * 1_000,
+        )
+            .prop_map(
+                |(actor, operation, source, issued_at_ms, lifetime, idle_timeout_ms)| {
+                    PolicyEvent::GrantIssued {
+                        actor,
+                        operation,
+                        source,
+                        issued_at_ms,
+                        expires_at_ms: issued_at_ms + lifetime,
+                        idle_timeout_ms,
+                    }
+                }
+            ),
+        actor().prop_map(|actor| PolicyEvent::ActorRevoked { actor }),
+        any::<bool>().prop_map(|enabled| PolicyEvent::AgentsSwitched { enabled }),
+        (
+            1..=u64::MAX,
+            0..=JOURNAL_TIME_MAX_MS,
+            principal,
+            policy_operation(),
+            verdict
+        )
+            .prop_map(|(audit, at_ms, principal, operation, verdict)| {
+                PolicyEvent::AuditStarted {
+                    audit,
+                    at_ms,
+                    principal,
+                    operation,
+                    verdict,
+                }
+            }),
+        (1..=u64::MAX, outcome, 0..=AUDIT_RETURNED_EVENTS_MAX).prop_map(
+            |(audit, outcome, returned_events)| PolicyEvent::AuditFinished {
+                audit,
+                outcome,
+                returned_events,
+            }
+        ),
     ]
 }
 

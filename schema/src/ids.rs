@@ -161,13 +161,7 @@ bounded_string!(OpaqueId, check_opaque_id);
 impl OpaqueId {
     /// The id of 16 raw bytes, as lower-case hex.
     pub fn from_bytes(bytes: [u8; 16]) -> Self {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut s = String::with_capacity(OPAQUE_ID_LEN_CHARS);
-        for b in bytes {
-            s.push(char::from(HEX[usize::from(b >> 4)]));
-            s.push(char::from(HEX[usize::from(b & 0x0f)]));
-        }
-        Self(s)
+        Self(encode_lower_hex(&bytes))
     }
 
     /// The 16 raw bytes of the id.
@@ -175,6 +169,18 @@ impl OpaqueId {
         // The value was validated as 32 lower-case hex digits, so decoding cannot fail.
         decode_lower_hex(&self.0).unwrap_or([0; 16])
     }
+}
+
+/// The lower-case hex spelling of `bytes` (two digits per byte): the one hex encoder, the
+/// inverse of [`decode_hex_into`] with [`HexCase::Lower`].
+pub fn encode_lower_hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 0x0f)]));
+    }
+    s
 }
 
 /// Which letter case a hex decoder accepts.

@@ -25,6 +25,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::health::{Child, FailureCategory, KeyFault, Signal, SignalKind, StorageFault};
 use crate::keys::{JournalKeys, KeyReference};
+use crate::policy::{
+    ActorId, AuditOutcome, GrantSource, Operation, PolicyEvent, Principal, Verdict,
+};
 use crate::profile::{ChunkId, PlaintextFault, RecordSchema};
 use crate::storage::Area;
 use crate::store::{CHUNK_SIZE_LIMIT_BYTES, RecordIdentity, Stream};
@@ -151,6 +154,8 @@ pub enum JournalEvent {
         /// Who ran the repair.
         caller: CallerKind,
     },
+    /// A policy fact: a grant, a revocation, the agents switch, an audit record.
+    Policy(PolicyEvent),
 }
 
 /// Which bound an event or record breaks. Names the field, never its value.
@@ -178,6 +183,9 @@ pub enum BoundViolation {
     /// A signal's `at_ms` is after [`JOURNAL_TIME_MAX_MS`].
     #[error("a signal's `at_ms` is beyond annal's time range")]
     SignalTime,
+    /// A policy record's audit id, count or times are outside their bounds.
+    #[error("a policy record is outside its bounds")]
+    Policy,
 }
 
 impl JournalEvent {
@@ -201,6 +209,10 @@ impl JournalEvent {
             Self::TornTailRecorded { bytes_left_out, .. } => ok_if(
                 (1..=TORN_TAIL_MAX_BYTES).contains(bytes_left_out),
                 BoundViolation::TornTailBytes,
+            ),
+            Self::Policy(event) => ok_if(
+                event.in_bounds(JOURNAL_TIME_MAX_MS),
+                BoundViolation::Policy,
             ),
         }
     }
@@ -473,6 +485,32 @@ enum WireEvent {
         chunk: ChunkId,
         caller: CallerKind,
     },
+    GrantIssued {
+        actor: ActorId,
+        operation: Operation,
+        source: GrantSource,
+        issued_at_ms: u64,
+        expires_at_ms: u64,
+        idle_timeout_ms: u64,
+    },
+    ActorRevoked {
+        actor: ActorId,
+    },
+    AgentsSwitched {
+        enabled: bool,
+    },
+    AuditStarted {
+        audit: u64,
+        at_ms: u64,
+        principal: Principal,
+        operation: Operation,
+        verdict: Verdict,
+    },
+    AuditFinished {
+        audit: u64,
+        outcome: AuditOutcome,
+        returned_events: u16,
+    },
 }
 
 /// A stored signal, internally tagged by `kind`; each variant's fields are those of the
@@ -558,6 +596,51 @@ impl WireEvent {
                 chunk: *chunk,
                 caller: *caller,
             },
+            JournalEvent::Policy(event) => Self::from_policy(event),
+        }
+    }
+
+    fn from_policy(event: &PolicyEvent) -> Self {
+        match event.clone() {
+            PolicyEvent::GrantIssued {
+                actor,
+                operation,
+                source,
+                issued_at_ms,
+                expires_at_ms,
+                idle_timeout_ms,
+            } => Self::GrantIssued {
+                actor,
+                operation,
+                source,
+                issued_at_ms,
+                expires_at_ms,
+                idle_timeout_ms,
+            },
+            PolicyEvent::ActorRevoked { actor } => Self::ActorRevoked { actor },
+            PolicyEvent::AgentsSwitched { enabled } => Self::AgentsSwitched { enabled },
+            PolicyEvent::AuditStarted {
+                audit,
+                at_ms,
+                principal,
+                operation,
+                verdict,
+            } => Self::AuditStarted {
+                audit,
+                at_ms,
+                principal,
+                operation,
+                verdict,
+            },
+            PolicyEvent::AuditFinished {
+                audit,
+                outcome,
+                returned_events,
+            } => Self::AuditFinished {
+                audit,
+                outcome,
+                returned_events,
+            },
         }
     }
 
@@ -597,6 +680,49 @@ impl WireEvent {
             Self::ChunkQuarantined { chunk, caller } => {
                 JournalEvent::ChunkQuarantined { chunk, caller }
             }
+            Self::GrantIssued {
+                actor,
+                operation,
+                source,
+                issued_at_ms,
+                expires_at_ms,
+                idle_timeout_ms,
+            } => JournalEvent::Policy(PolicyEvent::GrantIssued {
+                actor,
+                operation,
+                source,
+                issued_at_ms,
+                expires_at_ms,
+                idle_timeout_ms,
+            }),
+            Self::ActorRevoked { actor } => {
+                JournalEvent::Policy(PolicyEvent::ActorRevoked { actor })
+            }
+            Self::AgentsSwitched { enabled } => {
+                JournalEvent::Policy(PolicyEvent::AgentsSwitched { enabled })
+            }
+            Self::AuditStarted {
+                audit,
+                at_ms,
+                principal,
+                operation,
+                verdict,
+            } => JournalEvent::Policy(PolicyEvent::AuditStarted {
+                audit,
+                at_ms,
+                principal,
+                operation,
+                verdict,
+            }),
+            Self::AuditFinished {
+                audit,
+                outcome,
+                returned_events,
+            } => JournalEvent::Policy(PolicyEvent::AuditFinished {
+                audit,
+                outcome,
+                returned_events,
+            }),
         }
     }
 }

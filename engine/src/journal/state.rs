@@ -50,6 +50,7 @@ use annal_schema::HealthCategory;
 
 use crate::health::{Child, HealthInputs, Signal};
 use crate::keys::KeyReference;
+use crate::policy::PolicyState;
 use crate::profile::ChunkId;
 
 /// The key epoch chunks are currently sealed under.
@@ -88,6 +89,8 @@ pub struct State {
     /// Chunks whose torn tail was recorded, once each, in the order they were recorded (so a
     /// restart does not record the same tear again).
     pub torn_tails: Vec<ChunkId>,
+    /// Grants, revocations, the agents switch and the audit counter.
+    pub policy: PolicyState,
 }
 
 impl Default for State {
@@ -106,6 +109,7 @@ impl Default for State {
             signals: Vec::new(),
             quarantined: Vec::new(),
             torn_tails: Vec::new(),
+            policy: PolicyState::default(),
         }
     }
 }
@@ -176,6 +180,7 @@ impl State {
                     self.torn_tails.push(*chunk);
                 }
             }
+            JournalEvent::Policy(event) => self.policy.apply(event),
             JournalEvent::ChunkQuarantined { chunk, .. } => {
                 if !self.quarantined.contains(chunk) {
                     self.quarantined.push(*chunk);

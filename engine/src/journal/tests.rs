@@ -1,6 +1,10 @@
 //! The journal's pure core, through a given/when/then harness: decisions, the projection, the
 //! closed schema, and their properties.
 
+use crate::policy::{
+    ActorId, AuditOutcome, CursorRefusal, DenyReason, GrantSource, Operation, PolicyEvent,
+    Principal, Refusal, Verdict,
+};
 use std::num::NonZeroU64;
 
 use annal_schema::{ControlOperation, HealthCategory, OpaqueId, Sequence, WriteRuleViolation};
@@ -605,6 +609,45 @@ fn golden() -> Vec<(JournalEvent, &'static str)> {
                 caller: CallerKind::OwnerCli,
             },
             r#"{"kind":"chunk_quarantined","chunk":"0123456789abcdef0123456789abcdef","caller":"owner_cli"}"#,
+        ),
+        (
+            JournalEvent::Policy(PolicyEvent::GrantIssued {
+                actor: ActorId::new("agent-a").expect("valid"),
+                operation: Operation::Query,
+                source: GrantSource::Owner,
+                issued_at_ms: 1_000,
+                expires_at_ms: 3_601_000,
+                idle_timeout_ms: 600_000,
+            }),
+            r#"{"kind":"grant_issued","actor":"agent-a","operation":"query","source":"owner","issued_at_ms":1000,"expires_at_ms":3601000,"idle_timeout_ms":600000}"#,
+        ),
+        (
+            JournalEvent::Policy(PolicyEvent::ActorRevoked {
+                actor: ActorId::new("agent-a").expect("valid"),
+            }),
+            r#"{"kind":"actor_revoked","actor":"agent-a"}"#,
+        ),
+        (
+            JournalEvent::Policy(PolicyEvent::AgentsSwitched { enabled: false }),
+            r#"{"kind":"agents_switched","enabled":false}"#,
+        ),
+        (
+            JournalEvent::Policy(PolicyEvent::AuditStarted {
+                audit: 7,
+                at_ms: 2_000,
+                principal: Principal::Owner,
+                operation: Operation::Status,
+                verdict: Verdict::Denied(DenyReason::IdleTimeout),
+            }),
+            r#"{"kind":"audit_started","audit":7,"at_ms":2000,"principal":"@owner","operation":"status","verdict":"idle_timeout"}"#,
+        ),
+        (
+            JournalEvent::Policy(PolicyEvent::AuditFinished {
+                audit: 7,
+                outcome: AuditOutcome::Refused(Refusal::Cursor(CursorRefusal::Replayed)),
+                returned_events: 0,
+            }),
+            r#"{"kind":"audit_finished","audit":7,"outcome":"cursor_replayed","returned_events":0}"#,
         ),
     ]
 }

@@ -82,6 +82,11 @@ impl KeyCustody {
         self.root.index_key()
     }
 
+    /// The key that seals paging cursors.
+    pub fn cursor_key(&self) -> PurposeKey {
+        self.root.cursor_key()
+    }
+
     /// The chunk keys of the history stream (what the history writer and reader hold).
     pub fn history_keys(&self) -> HistoryKeys {
         HistoryKeys::shared(Arc::clone(&self.root))

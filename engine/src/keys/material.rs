@@ -32,6 +32,9 @@ pub const SEAL_KEY_INFO: &[u8] = b"annal/v1/seal-mac-key";
 /// HKDF info for the key that encrypts annal's derived index (annal-only).
 pub const INDEX_KEY_INFO: &[u8] = b"annal/v1/index-key";
 
+/// HKDF info of the key that seals paging cursors (annal-only).
+pub const CURSOR_KEY_INFO: &[u8] = b"annal/v1/cursor-key";
+
 /// HKDF info for the root of annal's engine journal stream (annal-only).
 pub const JOURNAL_KEY_INFO: &[u8] = b"annal/v1/journal-root-key";
 
@@ -175,6 +178,11 @@ impl RootKey {
     /// Derives the key that encrypts the derived index.
     pub fn index_key(&self) -> PurposeKey {
         PurposeKey(self.purpose_key(INDEX_KEY_INFO))
+    }
+
+    /// Derives the key that seals paging cursors.
+    pub fn cursor_key(&self) -> PurposeKey {
+        PurposeKey(self.purpose_key(CURSOR_KEY_INFO))
     }
 
     /// Derives the root of the engine journal stream (its chunks derive from it like history
@@ -323,7 +331,10 @@ mod tests {
         let root = RootKey::from_bytes(FIXTURE_ROOT);
         let seal = root.seal_key();
         let index = root.index_key();
+        let cursor = root.cursor_key();
         assert_ne!(seal.as_bytes(), index.as_bytes());
+        assert_ne!(cursor.as_bytes(), index.as_bytes());
+        assert_ne!(cursor.as_bytes(), seal.as_bytes());
         assert_ne!(seal.as_bytes(), &FIXTURE_ROOT);
     }
 

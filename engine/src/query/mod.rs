@@ -13,7 +13,7 @@
 //! # Layout
 //!
 //! - this module: [`IndexEntry`], [`Index`] (every record's sequence, time, keyed session, type
-//!   and location, ordered by sequence), [`SessionMatch`], [`RetentionCutoff`] and [`plan`].
+//!   and location, ordered by sequence), [`SessionMatch`], [`RetentionCutoff`] [`plan`] and its paged form [`plan_page`].
 
 use std::time::Duration;
 
@@ -182,21 +182,67 @@ pub fn plan(
     session_key: &SessionIdKey,
     cutoff: RetentionCutoff,
 ) -> Vec<RecordLocation> {
+    plan_page(request, index, session_key, cutoff, None).locations
+}
+
+/// One page of a query: what it reads, and whether older matching records remain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// The locations, ascending by sequence.
+    pub locations: Vec<RecordLocation>,
+    /// Older records match too (the next page, below the first of these, is not empty).
+    pub has_more: bool,
+}
+
+/// [`plan`] for the page below `before_sequence` (exclusive; `None`: the first page). Pages of
+/// one request are disjoint, and the first `n` pages of a request with `limit` L hold exactly
+/// what the unpaged request with `limit` n * L holds (when that is within the contract's
+/// limit), whatever was appended in between.
+pub fn plan_page(
+    request: &QueryRequest,
+    index: &Index,
+    session_key: &SessionIdKey,
+    cutoff: RetentionCutoff,
+    before_sequence: Option<u64>,
+) -> Page {
     let session = request
         .session_id()
         .map(|value| SessionMatch::new(value, session_key));
     let limit = usize::from(request.limit());
-    let mut picked: Vec<RecordLocation> = index
-        .range(request.since_sequence(), request.until_sequence())
+    let until = match (request.until_sequence(), before_sequence) {
+        (_, Some(0)) => {
+            return Page {
+                locations: Vec::new(),
+                has_more: false,
+            };
+        }
+        (Some(until), Some(before)) => Some(until.min(before - 1)),
+        (None, Some(before)) => Some(before - 1),
+        (until, None) => until,
+    };
+    let since = request.since_sequence();
+    if let (Some(since), Some(until)) = (since, until)
+        && since > until
+    {
+        return Page {
+            locations: Vec::new(),
+            has_more: false,
+        };
+    }
+    let mut matching = index
+        .range(since, until)
         .iter()
         .rev()
         .filter(|e| cutoff.admits(e.time))
         .filter(|e| session.as_ref().is_none_or(|m| m.matches(e.session)))
-        .take(limit)
-        .map(|e| e.location)
-        .collect();
-    picked.reverse();
-    picked
+        .map(|e| e.location);
+    let mut locations: Vec<RecordLocation> = matching.by_ref().take(limit).collect();
+    let has_more = matching.next().is_some();
+    locations.reverse();
+    Page {
+        locations,
+        has_more,
+    }
 }
 
 #[cfg(test)]

@@ -255,3 +255,61 @@ proptest! {
         prop_assert!(planned.windows(2).all(|w| w[0] < w[1]));
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Pages are disjoint, each is ascending, and the first n pages of limit L together are
+    /// the unpaged answer of limit n * L; `has_more` is true exactly when another page follows.
+    #[test]
+    fn pages_are_disjoint_and_together_equal_the_unpaged_answer(
+        gaps in prop::collection::vec((1u64..5, 0usize..4, 0u64..1_000), 0..300),
+        page_limit in 1u8..=40,
+        pages in 1u8..=5,
+        session in prop::option::of(0usize..4),
+        since in prop::option::of(1u64..100),
+    ) {
+        let all_sessions = sessions();
+        let mut sequence = 0;
+        let entries: Vec<IndexEntry> = gaps
+            .iter()
+            .map(|(gap, session, time)| {
+                sequence += gap;
+                entry(sequence, time * 1_000, all_sessions[*session])
+            })
+            .collect();
+        let index = Index::from_entries(entries);
+        let mut filters = serde_json::Map::new();
+        if let Some(session) = session.and_then(|s| all_sessions[s]) {
+            filters.insert("session_id".into(), json!(OpaqueId::from_bytes(session).as_str()));
+        }
+        if let Some(since) = since {
+            filters.insert("since_sequence".into(), json!(since));
+        }
+        let mut paged = serde_json::Value::Object(filters.clone());
+        paged["limit"] = json!(page_limit);
+        let mut unpaged = serde_json::Value::Object(filters);
+        unpaged["limit"] = json!(u16::from(page_limit) * u16::from(pages));
+        let paged = request(paged);
+        let unpaged = request(unpaged);
+
+        let mut collected: Vec<u64> = Vec::new();
+        let mut before = None;
+        for _ in 0..pages {
+            let page = plan_page(&paged, &index, &key(), RetentionCutoff::NONE, before);
+            let got = sequences(&page.locations);
+            prop_assert!(got.windows(2).all(|w| w[0] < w[1]));
+            prop_assert!(got.iter().all(|s| collected.iter().all(|c| c > s)), "pages overlap");
+            let next = plan_page(&paged, &index, &key(), RetentionCutoff::NONE, got.first().copied());
+            prop_assert_eq!(page.has_more, !got.is_empty() && !next.locations.is_empty());
+            let mut older = got.clone();
+            older.extend(collected);
+            collected = older;
+            if !page.has_more {
+                break;
+            }
+            before = got.first().copied();
+        }
+        prop_assert_eq!(collected, sequences(&plan(&unpaged, &index, &key(), RetentionCutoff::NONE)));
+    }
+}
