@@ -45,6 +45,9 @@ pub struct EngineConfig {
     /// Whether the embedder admits history at all (the daemon's admission). Without it nothing
     /// is captured, whatever the owner enabled.
     pub admitted: bool,
+    /// Agents need no grant (unrestricted mode). Only an explicit choice turns it on; never a
+    /// default. Admission and the agents switch still apply.
+    pub unrestricted: bool,
     /// The platform written into every event.
     pub platform: Platform,
     /// Capacity of the capture queue, in events.
@@ -70,6 +73,7 @@ impl EngineConfig {
             layout,
             namespace,
             admitted: true,
+            unrestricted: false,
             platform: Platform::Linux,
             capture_capacity_events: CAPTURE_QUEUE_CAPACITY_EVENTS,
             sync_interval: Duration::from_millis(SYNC_INTERVAL_MS),

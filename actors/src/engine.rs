@@ -22,8 +22,10 @@ use annal_schema::tools::StatusResponse;
 use ractor::{Actor, ActorRef, RpcReplyPort};
 
 use crate::config::{CONTROL_DEADLINE_MS, EngineConfig};
+use crate::gate::{PolicyChange, ToolAnswer, ToolCall};
 use crate::supervisor::{SupervisorActor, SupervisorArgs, SupervisorMsg};
 use crate::writer::ControlError;
+use annal_engine::policy::{Operation, Principal, Refusal};
 
 /// Worker threads of the engine's own runtime: one for the writer's blocking file I/O, one so
 /// the ingress and the rest keep running meanwhile.
@@ -340,21 +342,23 @@ impl Engine {
         self.ask_blocking(|reply| SupervisorMsg::Status { reply })
     }
 
-    /// Serves one `history_query` as the local CLI (`operation` says who reads: an agent through
-    /// the gate, or the owner). A non-empty answer appends the contract's `access` event, which
-    /// is not part of it. The policy gate (a later issue) will stand in front of this.
+    /// Serves one `history_query` for the owner (`operation` says how the read is recorded:
+    /// `local_cli`, or `agent_query` for an embedder reading on an agent's behalf). It goes
+    /// through the policy gate as the owner, so it is audited like every read; a non-empty
+    /// answer appends the contract's `access` event, which is not part of it.
     pub fn query(
         &self,
         request: annal_schema::tools::QueryRequest,
         operation: annal_schema::AccessOperation,
     ) -> Result<annal_schema::tools::QueryResponse, QueryError> {
-        self.ask_blocking(move |reply| SupervisorMsg::Query {
-            request,
-            operation,
+        let call = owner_query(request);
+        let answer = self.ask_blocking(move |reply| SupervisorMsg::Tool {
+            principal: Principal::Owner,
+            call,
+            access: operation,
             reply,
-        })
-        .map_err(QueryError::Engine)?
-        .map_err(QueryError::Refused)
+        });
+        query_response(answer)
     }
 
     /// [`Engine::query`], for async callers.
@@ -363,14 +367,87 @@ impl Engine {
         request: annal_schema::tools::QueryRequest,
         operation: annal_schema::AccessOperation,
     ) -> Result<annal_schema::tools::QueryResponse, QueryError> {
-        self.ask_async(move |reply| SupervisorMsg::Query {
-            request,
-            operation,
+        let call = owner_query(request);
+        let answer = self
+            .ask_async(move |reply| SupervisorMsg::Tool {
+                principal: Principal::Owner,
+                call,
+                access: operation,
+                reply,
+            })
+            .await;
+        query_response(answer)
+    }
+
+    /// One MCP tool call by `principal`: `tool` is the tool's name, `arguments` its JSON
+    /// arguments. Decided by the policy gate, audited before it runs and after; the answer is
+    /// the structured result (the contract's fields, plus `has_more` and `cursor` when another
+    /// page exists), the refusal its fixed code (`{"code": ...}`).
+    pub fn call_tool(
+        &self,
+        principal: &Principal,
+        tool: &str,
+        arguments: &serde_json::Value,
+    ) -> Result<ToolAnswer, Refusal> {
+        let call = ToolCall::parse(tool, arguments).map_err(Refusal::Contract)?;
+        let principal = principal.clone();
+        let access = access_of(&principal);
+        self.ask_blocking(move |reply| SupervisorMsg::Tool {
+            principal,
+            call,
+            access,
+            reply,
+        })
+        .map_err(|_| Refusal::Contract(annal_schema::ErrorCode::HistoryStorageUnavailable))?
+    }
+
+    /// [`Engine::call_tool`], for async callers.
+    pub async fn call_tool_async(
+        &self,
+        principal: &Principal,
+        tool: &str,
+        arguments: &serde_json::Value,
+    ) -> Result<ToolAnswer, Refusal> {
+        let call = ToolCall::parse(tool, arguments).map_err(Refusal::Contract)?;
+        let principal = principal.clone();
+        let access = access_of(&principal);
+        self.ask_async(move |reply| SupervisorMsg::Tool {
+            principal,
+            call,
+            access,
             reply,
         })
         .await
-        .map_err(QueryError::Engine)?
-        .map_err(QueryError::Refused)
+        .map_err(|_| Refusal::Contract(annal_schema::ErrorCode::HistoryStorageUnavailable))?
+    }
+
+    /// The tools `principal` may call right now (what an MCP server lists): none when history
+    /// is not admitted, agents are disabled, or the actor holds no live grant.
+    pub fn tools_for(&self, principal: &Principal) -> Vec<Operation> {
+        let principal = principal.clone();
+        self.ask_blocking(move |reply| SupervisorMsg::ToolsFor { principal, reply })
+            .unwrap_or_default()
+    }
+
+    /// [`Engine::tools_for`], for async callers.
+    pub async fn tools_for_async(&self, principal: &Principal) -> Vec<Operation> {
+        let principal = principal.clone();
+        self.ask_async(move |reply| SupervisorMsg::ToolsFor { principal, reply })
+            .await
+            .unwrap_or_default()
+    }
+
+    /// The owner changes the policy (a grant, a manifest approval, a revocation, the agents
+    /// switch): durable when this returns, in effect from the next call.
+    pub fn change_policy(&self, change: PolicyChange) -> Result<(), EngineError> {
+        Ok(self.ask_blocking(move |reply| SupervisorMsg::Policy { change, reply })??)
+    }
+
+    /// [`Engine::change_policy`], for async callers.
+    pub async fn change_policy_async(&self, change: PolicyChange) -> Result<(), EngineError> {
+        Ok(self
+            .ask_async(move |reply| SupervisorMsg::Policy { change, reply })
+            .await??)
     }
 
     /// [`Engine::enable`], for async callers.
@@ -483,6 +560,39 @@ impl Engine {
             let left = deadline.saturating_sub(started.elapsed()) + Duration::from_millis(500);
             let _ = ended.recv_timeout(left);
         }
+    }
+}
+
+/// An owner's query as a tool call (no cursor).
+fn owner_query(request: annal_schema::tools::QueryRequest) -> ToolCall {
+    ToolCall {
+        operation: Operation::Query,
+        arguments: Ok(Some((request, None))),
+    }
+}
+
+/// How a principal's non-empty read is recorded.
+fn access_of(principal: &Principal) -> annal_schema::AccessOperation {
+    match principal {
+        Principal::Owner => annal_schema::AccessOperation::LocalCli,
+        Principal::Agent(_) => annal_schema::AccessOperation::AgentQuery,
+    }
+}
+
+/// An owner's query answer as the contract's response or code.
+fn query_response(
+    answer: Result<Result<ToolAnswer, Refusal>, EngineError>,
+) -> Result<annal_schema::tools::QueryResponse, QueryError> {
+    match answer.map_err(QueryError::Engine)? {
+        Ok(ToolAnswer::Query { response, .. }) => Ok(response),
+        Ok(ToolAnswer::Status(_)) => Err(QueryError::Refused(
+            annal_schema::ErrorCode::HistoryStorageUnavailable,
+        )),
+        Err(Refusal::Contract(code)) => Err(QueryError::Refused(code)),
+        // The owner is never denied and passes no cursor; anything else is the store's fault.
+        Err(_) => Err(QueryError::Refused(
+            annal_schema::ErrorCode::HistoryStorageUnavailable,
+        )),
     }
 }
 

@@ -48,6 +48,15 @@ pub enum JournalMsg {
         /// The projection after them.
         reply: RpcReplyPort<Result<State, JournalUnavailable>>,
     },
+    /// Append `events`, apply them and sync before replying (an audit record or a policy
+    /// change that must be durable before anything depends on it). Replies without the
+    /// projection, which the sender does not need.
+    Commit {
+        /// What happened.
+        events: Vec<JournalEvent>,
+        /// `Ok` once durable.
+        reply: RpcReplyPort<Result<(), JournalUnavailable>>,
+    },
     /// Append `events` and apply them; durable with the next tick. Never fails the sender.
     Record(Vec<JournalEvent>),
     /// The current projection.
@@ -224,6 +233,10 @@ impl Actor for JournalActor {
                     result = state.sync();
                 }
                 let _ = reply.send(result.map(|()| state.projection.clone()));
+            }
+            JournalMsg::Commit { events, reply } => {
+                let result = state.record(events).and_then(|()| state.sync());
+                let _ = reply.send(result);
             }
             JournalMsg::Record(events) => {
                 let _ = state.record(events);

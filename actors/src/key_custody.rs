@@ -37,6 +37,8 @@ pub struct StreamKeys {
     pub index: Arc<annal_engine::index::IndexKey>,
     /// Authenticates chunk seals.
     pub seal: Arc<annal_engine::seal::SealKey>,
+    /// Seals paging cursors.
+    pub cursor: Arc<annal_engine::policy::cursor::CursorKey>,
     /// The reference the key is stored under (written into chunk headers).
     pub reference: KeyReference,
 }
@@ -217,6 +219,9 @@ impl Actor for KeyCustodyActor {
                     session: Arc::new(custody.session_id_key()),
                     index: Arc::new(annal_engine::index::IndexKey::from(&custody.index_key())),
                     seal: Arc::new(annal_engine::seal::SealKey::from_custody(&custody)),
+                    cursor: Arc::new(annal_engine::policy::cursor::CursorKey::new(
+                        &custody.cursor_key(),
+                    )),
                     reference: custody.reference().clone(),
                 }));
             }

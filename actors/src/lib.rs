@@ -70,6 +70,7 @@
 pub mod audit;
 pub mod config;
 pub mod engine;
+pub mod gate;
 pub mod ingress;
 pub mod journal;
 pub mod key_custody;

@@ -19,8 +19,9 @@ use annal_engine::clock::Clock;
 use annal_engine::index::load_index;
 use annal_engine::journal::State as Projection;
 use annal_engine::keys::KeyError;
+use annal_engine::policy::{Operation, ReadGrant};
 use annal_engine::profile::ChunkId;
-use annal_engine::query::{Index, IndexEntry, RetentionCutoff, plan};
+use annal_engine::query::{Index, IndexEntry, RetentionCutoff, plan_page};
 use annal_engine::store::{ChunkHandle, History, RecordLocation, StoreReader};
 use annal_schema::tools::{QueryRequest, QueryResponse};
 use annal_schema::{ErrorCode, Event};
@@ -41,15 +42,28 @@ const CHILD_CALL_DEADLINE_MS: u64 = crate::config::CONTROL_DEADLINE_MS;
 
 /// What the Query actor can be asked.
 pub enum QueryMsg {
-    /// Serve one validated `history_query`.
+    /// Serve one validated `history_query` page, which the gate allowed.
     Query {
+        /// The gate's proof: no read without it.
+        grant: ReadGrant,
         /// The request.
         request: QueryRequest,
-        /// The response, or the contract's error code.
-        reply: RpcReplyPort<Result<QueryResponse, ErrorCode>>,
+        /// The page below this sequence (exclusive; `None`: the first page).
+        before_sequence: Option<u64>,
+        /// The page, or the contract's error code.
+        reply: RpcReplyPort<Result<QueryPage, ErrorCode>>,
     },
     /// Events the writer just appended, with their locations (in sequence order).
     Appended(Vec<(RecordLocation, Event)>),
+}
+
+/// One page of a `history_query` answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryPage {
+    /// The contract's response.
+    pub response: QueryResponse,
+    /// Older matching events remain (below the first one returned).
+    pub has_more: bool,
 }
 
 /// What the Query actor starts with.
@@ -184,7 +198,15 @@ impl QueryState {
             .map_err(|_| ErrorCode::HistoryStorageCorrupt)
     }
 
-    async fn query(&mut self, request: &QueryRequest) -> Result<QueryResponse, ErrorCode> {
+    async fn query(
+        &mut self,
+        grant: &ReadGrant,
+        request: &QueryRequest,
+        before_sequence: Option<u64>,
+    ) -> Result<QueryPage, ErrorCode> {
+        if grant.operation() != Operation::Query {
+            return Err(ErrorCode::InvalidHistoryQuery);
+        }
         self.load().await?;
         let projection: Projection = ractor::call_t!(
             self.args.journal,
@@ -201,12 +223,21 @@ impl QueryState {
         }
         let cutoff =
             RetentionCutoff::new(self.args.clock.now_since_epoch(), projection.retention_days);
-        let locations = plan(request, &loaded.index, &loaded.keys.session, cutoff);
-        let mut events = Vec::with_capacity(locations.len());
-        for location in &locations {
+        let page = plan_page(
+            request,
+            &loaded.index,
+            &loaded.keys.session,
+            cutoff,
+            before_sequence,
+        );
+        let mut events = Vec::with_capacity(page.locations.len());
+        for location in &page.locations {
             events.push(self.event(location)?);
         }
-        Ok(QueryResponse { events })
+        Ok(QueryPage {
+            response: QueryResponse { events },
+            has_more: page.has_more,
+        })
     }
 }
 
@@ -241,8 +272,13 @@ impl Actor for QueryActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            QueryMsg::Query { request, reply } => {
-                let answer = state.query(&request).await;
+            QueryMsg::Query {
+                grant,
+                request,
+                before_sequence,
+                reply,
+            } => {
+                let answer = state.query(&grant, &request, before_sequence).await;
                 let _ = reply.send(answer);
             }
             QueryMsg::Appended(records) => {

@@ -26,11 +26,13 @@ use annal_schema::{ControlOperation, HealthCategory};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
 use crate::config::EngineConfig;
+use crate::gate::{GateActor, GateArgs, GateMsg, PolicyChange, ToolAnswer, ToolCall};
 use crate::ingress::{IngressActor, IngressArgs, IngressMsg};
 use crate::journal::{JournalActor, JournalArgs, JournalMsg, StorageSlot};
 use crate::key_custody::{KeyCustodyActor, KeyCustodyArgs, KeyCustodyMsg};
 use crate::query::{QueryActor, QueryArgs, QueryMsg};
 use crate::writer::{ControlError, WriterActor, WriterArgs, WriterMsg, status_from};
+use annal_engine::policy::{Admission, AuditOutcome, Operation, Principal, Refusal};
 
 /// Longest the supervisor waits for a child's answer to a routed request, in milliseconds.
 const CHILD_CALL_DEADLINE_MS: u64 = crate::config::CONTROL_DEADLINE_MS;
@@ -67,14 +69,31 @@ pub enum SupervisorMsg {
         /// The status.
         reply: RpcReplyPort<StatusResponse>,
     },
-    /// One `history_query`; a non-empty answer appends the contract's `access` event.
-    Query {
-        /// The validated request.
-        request: annal_schema::tools::QueryRequest,
-        /// Who reads (an agent, or the local CLI).
-        operation: annal_schema::AccessOperation,
-        /// The answer, or the contract's code.
-        reply: RpcReplyPort<Result<annal_schema::tools::QueryResponse, annal_schema::ErrorCode>>,
+    /// One gated tool call: decided and audited by the gate, run, and its outcome audited. A
+    /// query that returns events appends the contract's `access` event (not part of it).
+    Tool {
+        /// Who calls.
+        principal: Principal,
+        /// The call.
+        call: ToolCall,
+        /// How a non-empty read is recorded (`agent_query`, `local_cli`).
+        access: annal_schema::AccessOperation,
+        /// The answer, or the refusal's code.
+        reply: RpcReplyPort<Result<ToolAnswer, Refusal>>,
+    },
+    /// The tools `principal` may call now.
+    ToolsFor {
+        /// Who asks.
+        principal: Principal,
+        /// The operations, in listing order.
+        reply: RpcReplyPort<Vec<Operation>>,
+    },
+    /// An owner's change to the policy, durable before the reply.
+    Policy {
+        /// The change.
+        change: PolicyChange,
+        /// `Ok` once durable.
+        reply: RpcReplyPort<Result<(), ControlError>>,
     },
     /// Drain, sync and stop every child (reverse start order).
     Shutdown {
@@ -128,6 +147,8 @@ pub struct SupervisorState {
     journal: Option<ActorRef<JournalMsg>>,
     /// The query child, while one runs.
     query: Option<ActorRef<QueryMsg>>,
+    /// The policy gate child, while one runs.
+    gate: Option<ActorRef<GateMsg>>,
     /// The writer child, while one runs.
     writer: Option<ActorRef<WriterMsg>>,
     /// The ingress child.
@@ -243,6 +264,171 @@ impl SupervisorState {
         self.started(Child::Query, self.query.is_some())
     }
 
+    async fn spawn_gate(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
+        let args = GateArgs {
+            keys: self.keys.clone(),
+            clock: Arc::clone(&self.clock),
+        };
+        self.gate = spawn_child(myself, self.name("gate"), GateActor, args).await;
+        self.started(Child::PolicyGate, self.gate.is_some())
+    }
+
+    /// Whether agents may be admitted at all, and whether they need grants.
+    fn admission(&self) -> Admission {
+        Admission {
+            admitted: self.config.admitted,
+            unrestricted: self.config.unrestricted,
+        }
+    }
+
+    /// The contract's status: the writer's, else what the journal and the last status say.
+    async fn status(&mut self) -> StatusResponse {
+        let status = match &self.writer {
+            Some(writer) => {
+                ask(
+                    writer,
+                    |reply| WriterMsg::Status { reply },
+                    CHILD_CALL_DEADLINE_MS,
+                )
+                .await
+            }
+            None => None,
+        };
+        match status {
+            Some(status) => {
+                self.last_status = Some(status.clone());
+                status
+            }
+            None => self.fallback_status().await,
+        }
+    }
+
+    /// One gated tool call (see [`SupervisorMsg::Tool`]).
+    async fn tool(
+        &mut self,
+        principal: Principal,
+        call: ToolCall,
+        access: annal_schema::AccessOperation,
+    ) -> Result<ToolAnswer, Refusal> {
+        let unavailable = Refusal::Contract(annal_schema::ErrorCode::HistoryStorageUnavailable);
+        let (Some(gate), Some(journal)) = (self.gate.clone(), self.journal.clone()) else {
+            return Err(unavailable);
+        };
+        let operation = call.operation;
+        let (request, cursor, invalid) = match call.arguments {
+            Ok(Some((request, cursor))) => (Some(request), cursor, None),
+            Ok(None) => (None, None, None),
+            Err(code) => (None, None, Some(code)),
+        };
+        let admission = self.admission();
+        let admitted = ask(
+            &gate,
+            |reply| GateMsg::Admit {
+                principal: principal.clone(),
+                operation,
+                request: request.clone(),
+                cursor,
+                admission,
+                journal: journal.clone(),
+                reply,
+            },
+            CHILD_CALL_DEADLINE_MS,
+        )
+        .await
+        .unwrap_or(Err(unavailable))?;
+        let audit = admitted.grant.audit();
+        let result: Result<
+            (ToolAnswer, Option<(annal_schema::tools::QueryRequest, u64)>),
+            Refusal,
+        > = match (invalid, operation, request) {
+            (Some(code), _, _) => Err(Refusal::Contract(code)),
+            (None, Operation::Status, _) => Ok((ToolAnswer::Status(self.status().await), None)),
+            (None, Operation::Query, Some(request)) => self.read(admitted, request, access).await,
+            (None, Operation::Query, None) => Err(Refusal::Contract(
+                annal_schema::ErrorCode::InvalidHistoryQuery,
+            )),
+        };
+        let (outcome, returned_events, next_page) = match &result {
+            Ok((ToolAnswer::Query { response, .. }, next)) => (
+                AuditOutcome::Completed,
+                u16::try_from(response.events.len()).unwrap_or(u16::MAX),
+                next.clone(),
+            ),
+            Ok((ToolAnswer::Status(_), _)) => (AuditOutcome::Completed, 0, None),
+            Err(refusal) => (AuditOutcome::Refused(*refusal), 0, None),
+        };
+        let cursor = ask(
+            &gate,
+            |reply| GateMsg::Finish {
+                audit,
+                principal,
+                outcome,
+                returned_events,
+                next_page,
+                journal,
+                reply,
+            },
+            CHILD_CALL_DEADLINE_MS,
+        )
+        .await
+        .flatten();
+        result.map(|(answer, _)| match answer {
+            ToolAnswer::Query { response, .. } => ToolAnswer::Query { response, cursor },
+            status => status,
+        })
+    }
+
+    /// An allowed query: the page, the `access` event when it returned events, and the next
+    /// page's request and bound when more remain.
+    async fn read(
+        &mut self,
+        admitted: crate::gate::Admitted,
+        request: annal_schema::tools::QueryRequest,
+        access: annal_schema::AccessOperation,
+    ) -> Result<(ToolAnswer, Option<(annal_schema::tools::QueryRequest, u64)>), Refusal> {
+        let Some(query) = &self.query else {
+            return Err(Refusal::Contract(
+                annal_schema::ErrorCode::HistoryStorageUnavailable,
+            ));
+        };
+        let next_request = request.clone();
+        let page = ask(
+            query,
+            |reply| QueryMsg::Query {
+                grant: admitted.grant,
+                request,
+                before_sequence: admitted.before_sequence,
+                reply,
+            },
+            CHILD_CALL_DEADLINE_MS,
+        )
+        .await
+        .unwrap_or(Err(annal_schema::ErrorCode::HistoryStorageUnavailable))
+        .map_err(Refusal::Contract)?;
+        // The contract: a read that returns at least one event appends one `access` event,
+        // which is not part of that answer.
+        if let Some(returned_events) = annal_schema::ReturnedEvents::new(page.response.events.len())
+            && returned_events.get() > 0
+            && let Some(writer) = &self.writer
+        {
+            let _ = writer.cast(WriterMsg::Access {
+                operation: access,
+                returned_events,
+            });
+        }
+        let next = match (page.has_more, page.response.events.first()) {
+            (true, Some(first)) => Some((next_request, first.data.sequence.get())),
+            _ => None,
+        };
+        Ok((
+            ToolAnswer::Query {
+                response: page.response,
+                cursor: None,
+            },
+            next,
+        ))
+    }
+
     async fn spawn_keys(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
         let args = KeyCustodyArgs {
             provider: Arc::clone(&self.provider),
@@ -292,6 +478,8 @@ impl SupervisorState {
             Some(Child::Query)
         } else if self.journal.as_ref().is_some_and(|j| j.get_id() == id) {
             Some(Child::AuditJournal)
+        } else if self.gate.as_ref().is_some_and(|g| g.get_id() == id) {
+            Some(Child::PolicyGate)
         } else if self.keys.get_id() == id {
             Some(Child::KeyCustody)
         } else {
@@ -312,6 +500,7 @@ impl SupervisorState {
             Child::Ingress => self.ingress = None,
             Child::AuditJournal => self.journal = None,
             Child::Query => self.query = None,
+            Child::PolicyGate => self.gate = None,
             _ => {}
         }
         self.signal(SignalKind::ChildFailed {
@@ -327,6 +516,7 @@ impl SupervisorState {
                     Child::Writer => self.spawn_writer(myself).await,
                     Child::Ingress => self.spawn_ingress(myself).await,
                     Child::KeyCustody => self.spawn_keys(myself).await,
+                    Child::PolicyGate => self.spawn_gate(myself).await,
                     Child::Query => {
                         // The writer holds the old reference; a restarted query actor rebuilds
                         // its index from disk, and the writer is told of the new one.
@@ -469,6 +659,7 @@ impl Actor for SupervisorActor {
             keys,
             journal: None,
             query: None,
+            gate: None,
             writer: None,
             ingress: None,
             restarts: HashMap::new(),
@@ -479,6 +670,7 @@ impl Actor for SupervisorActor {
         };
         state.spawn_journal(&myself).await;
         state.spawn_query(&myself).await;
+        state.spawn_gate(&myself).await;
         state.spawn_writer(&myself).await;
         state.spawn_ingress(&myself).await;
         Ok(state)
@@ -542,55 +734,55 @@ impl Actor for SupervisorActor {
                 let _ = reply.send(result);
             }
             SupervisorMsg::Status { reply } => {
-                let status = match &state.writer {
-                    Some(writer) => {
-                        ask(
-                            writer,
-                            |reply| WriterMsg::Status { reply },
-                            CHILD_CALL_DEADLINE_MS,
-                        )
-                        .await
-                    }
-                    None => None,
-                };
-                let status = match status {
-                    Some(status) => {
-                        state.last_status = Some(status.clone());
-                        status
-                    }
-                    None => state.fallback_status().await,
-                };
+                let status = state.status().await;
                 let _ = reply.send(status);
             }
-            SupervisorMsg::Query {
-                request,
-                operation,
+            SupervisorMsg::Tool {
+                principal,
+                call,
+                access,
                 reply,
             } => {
-                let answer = match &state.query {
-                    Some(query) => ask(
-                        query,
-                        |reply| QueryMsg::Query { request, reply },
+                let answer = state.tool(principal, call, access).await;
+                let _ = reply.send(answer);
+            }
+            SupervisorMsg::ToolsFor { principal, reply } => {
+                let admission = state.admission();
+                let tools = match (&state.gate, &state.journal) {
+                    (Some(gate), Some(journal)) => ask(
+                        gate,
+                        |reply| GateMsg::ToolsFor {
+                            principal,
+                            admission,
+                            journal: journal.clone(),
+                            reply,
+                        },
                         CHILD_CALL_DEADLINE_MS,
                     )
                     .await
-                    .unwrap_or(Err(annal_schema::ErrorCode::HistoryStorageUnavailable)),
-                    None => Err(annal_schema::ErrorCode::HistoryStorageUnavailable),
+                    .unwrap_or_default(),
+                    _ => Vec::new(),
                 };
-                // The contract: a read that returns at least one event appends one `access`
-                // event, which is not part of that answer.
-                if let Ok(response) = &answer
-                    && let Some(returned_events) =
-                        annal_schema::ReturnedEvents::new(response.events.len())
-                    && returned_events.get() > 0
-                    && let Some(writer) = &state.writer
-                {
-                    let _ = writer.cast(WriterMsg::Access {
-                        operation,
-                        returned_events,
-                    });
-                }
-                let _ = reply.send(answer);
+                let _ = reply.send(tools);
+            }
+            SupervisorMsg::Policy { change, reply } => {
+                let result = match (&state.gate, &state.journal) {
+                    (Some(gate), Some(journal)) => ask(
+                        gate,
+                        |reply| GateMsg::Change {
+                            change,
+                            journal: journal.clone(),
+                            reply,
+                        },
+                        CHILD_CALL_DEADLINE_MS,
+                    )
+                    .await
+                    .map_or(Err(ControlError::Unavailable), |r| {
+                        r.map_err(|_| ControlError::Unavailable)
+                    }),
+                    _ => Err(ControlError::Unavailable),
+                };
+                let _ = reply.send(result);
             }
             SupervisorMsg::Shutdown { reply } => {
                 state.stopping = true;
@@ -605,6 +797,11 @@ impl Actor for SupervisorActor {
                 if let Some(writer) = state.writer.take() {
                     let _ = ask(&writer, |reply| WriterMsg::Sync { reply }, deadline).await;
                     let _ = writer
+                        .stop_and_wait(None, Some(state.config.shutdown_deadline))
+                        .await;
+                }
+                if let Some(gate) = state.gate.take() {
+                    let _ = gate
                         .stop_and_wait(None, Some(state.config.shutdown_deadline))
                         .await;
                 }

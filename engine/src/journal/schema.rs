@@ -210,10 +210,9 @@ impl JournalEvent {
                 (1..=TORN_TAIL_MAX_BYTES).contains(bytes_left_out),
                 BoundViolation::TornTailBytes,
             ),
-            Self::Policy(event) => ok_if(
-                event.in_bounds(JOURNAL_TIME_MAX_MS),
-                BoundViolation::Policy,
-            ),
+            Self::Policy(event) => {
+                ok_if(event.in_bounds(JOURNAL_TIME_MAX_MS), BoundViolation::Policy)
+            }
         }
     }
 }

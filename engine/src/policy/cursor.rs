@@ -10,6 +10,7 @@
 //! ([`CursorRefusal`]) and never reads anything.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use annal_schema::ids::{HexCase, decode_hex_into, encode_lower_hex};
 use annal_schema::tools::QueryRequest;
@@ -165,7 +166,7 @@ fn filter_digest(request: &QueryRequest) -> [u8; 32] {
 /// The cursors one engine run issued and that are still unused.
 pub struct CursorBook {
     /// Seals and opens cursors.
-    key: CursorKey,
+    key: Arc<CursorKey>,
     /// This run's generation: a cursor of another run is stale.
     generation: [u8; GENERATION_LEN_BYTES],
     /// Outstanding cursor ids and their issue times.
@@ -184,7 +185,7 @@ impl std::fmt::Debug for CursorBook {
 
 impl CursorBook {
     /// A book for one engine run (`generation` random per run).
-    pub fn new(key: CursorKey, generation: [u8; GENERATION_LEN_BYTES]) -> Self {
+    pub fn new(key: Arc<CursorKey>, generation: [u8; GENERATION_LEN_BYTES]) -> Self {
         Self {
             key,
             generation,
@@ -288,7 +289,11 @@ impl CursorBook {
         if claims.filters != filter_digest(request) {
             return Err(CursorRefusal::FilterMismatch);
         }
-        if now_ms >= claims.issued_at_ms.saturating_add(CURSOR_TTL_SECS * MS_PER_SEC) {
+        if now_ms
+            >= claims
+                .issued_at_ms
+                .saturating_add(CURSOR_TTL_SECS * MS_PER_SEC)
+        {
             return Err(CursorRefusal::Expired);
         }
         if self.outstanding.remove(&claims.id).is_none() {

@@ -67,9 +67,10 @@ impl Manifest {
             parse_duration_secs(&raw.expires_after).ok_or(ManifestError::Duration {
                 field: "expires_after",
             })?;
-        let idle_timeout = parse_duration_secs(&raw.idle_timeout).ok_or(ManifestError::Duration {
-            field: "idle_timeout",
-        })?;
+        let idle_timeout =
+            parse_duration_secs(&raw.idle_timeout).ok_or(ManifestError::Duration {
+                field: "idle_timeout",
+            })?;
         let terms = GrantTerms::new(expires_after, idle_timeout).map_err(|error| match error {
             super::InvalidTerms::ExpiresAfter => ManifestError::Duration {
                 field: "expires_after",
@@ -130,7 +131,9 @@ pub enum ManifestError {
         field: &'static str,
     },
     /// An operation or tool this engine does not know.
-    #[error("{field}: unknown name (operations: status, query; tools: history_status, history_query)")]
+    #[error(
+        "{field}: unknown name (operations: status, query; tools: history_status, history_query)"
+    )]
     UnknownName {
         /// Which list.
         field: &'static str,

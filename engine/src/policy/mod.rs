@@ -78,9 +78,7 @@ pub struct ActorId(String);
 
 /// An actor id was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "an actor id is 1 to 64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit"
-)]
+#[error("an actor id is 1 to 64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit")]
 pub struct InvalidActorId;
 
 impl ActorId {
@@ -223,7 +221,7 @@ impl Operation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DenyReason {
-    /// The embedding runtime did not admit history, or the owner has not enabled it.
+    /// The embedding runtime did not admit history (`EngineConfig::admitted`).
     NotAdmitted,
     /// The owner disabled every agent (`annal agents disable`).
     AgentsDisabled,
@@ -359,6 +357,37 @@ impl Serialize for Refusal {
         st.serialize_field("code", self.code())?;
         st.end()
     }
+}
+
+/// Most characters of a `cursor` argument (every cursor annal issues has exactly
+/// [`cursor::CURSOR_LEN_CHARS`]; anything longer is refused before it is read).
+pub const CURSOR_ARGUMENT_MAX_LEN_CHARS: usize = 512;
+
+/// Parses `history_query` arguments with the paging extension: the contract's closed fields
+/// (through [`QueryRequest::parse`], which refuses anything else) and an optional `cursor`
+/// string. A `cursor` that is not a string of at most [`CURSOR_ARGUMENT_MAX_LEN_CHARS`] is
+/// `invalid_history_query`.
+pub fn parse_query_arguments(
+    arguments: &serde_json::Value,
+) -> Result<(annal_schema::tools::QueryRequest, Option<String>), ErrorCode> {
+    let object = arguments
+        .as_object()
+        .ok_or(ErrorCode::InvalidHistoryQuery)?;
+    let cursor = match object.get("cursor") {
+        None => None,
+        Some(serde_json::Value::String(text)) if text.len() <= CURSOR_ARGUMENT_MAX_LEN_CHARS => {
+            Some(text.clone())
+        }
+        Some(_) => return Err(ErrorCode::InvalidHistoryQuery),
+    };
+    let request = if cursor.is_some() {
+        let mut rest = object.clone();
+        rest.remove("cursor");
+        annal_schema::tools::QueryRequest::parse(&serde_json::Value::Object(rest))?
+    } else {
+        annal_schema::tools::QueryRequest::parse(arguments)?
+    };
+    Ok((request, cursor))
 }
 
 /// How long a grant lasts: an absolute lifetime and an idle timeout, both within

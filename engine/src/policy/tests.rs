@@ -203,7 +203,11 @@ fn a_status_grant_does_not_grant_query_and_tools_lists_only_what_is_allowed() {
         admitted: false,
         unrestricted: false,
     };
-    assert!(state.tools_for(&agent("a"), not_admitted, T0 + 1).is_empty());
+    assert!(
+        state
+            .tools_for(&agent("a"), not_admitted, T0 + 1)
+            .is_empty()
+    );
     let disabled = policy(&[
         granted("a", Operation::Status, GrantSource::Owner),
         PolicyEvent::AgentsSwitched { enabled: false },
@@ -298,8 +302,14 @@ fn actor_ids_are_bounded_and_the_owner_cannot_be_impersonated() {
 #[test]
 fn every_code_reads_back_as_itself() {
     for reason in DenyReason::ALL {
-        assert_eq!(Verdict::from_code(reason.code()), Some(Verdict::Denied(reason)));
-        assert_eq!(Refusal::from_code(reason.code()), Some(Refusal::Denied(reason)));
+        assert_eq!(
+            Verdict::from_code(reason.code()),
+            Some(Verdict::Denied(reason))
+        );
+        assert_eq!(
+            Refusal::from_code(reason.code()),
+            Some(Refusal::Denied(reason))
+        );
     }
     for refusal in CursorRefusal::ALL {
         assert_eq!(
@@ -343,7 +353,10 @@ allow:
 #[test]
 fn the_contracts_example_manifest_grants_both_operations() {
     let manifest = Manifest::parse(SEED_MANIFEST).unwrap();
-    assert_eq!(manifest.operations(), &[Operation::Status, Operation::Query]);
+    assert_eq!(
+        manifest.operations(),
+        &[Operation::Status, Operation::Query]
+    );
     assert_eq!(manifest.terms(), GrantTerms::new(3_600, 600).unwrap());
     let json = r#"{"version":3,"expires_after":"1h","idle_timeout":"10m",
         "resources":{"computer_history":{"operations":["query"]}},
@@ -423,7 +436,10 @@ fn the_manifest_refusal_table() {
         ),
         (
             "repeated tool",
-            SEED_MANIFEST.replace("    - history_query\n", "    - history_query\n    - history_query\n"),
+            SEED_MANIFEST.replace(
+                "    - history_query\n",
+                "    - history_query\n    - history_query\n",
+            ),
             "allow.tools",
         ),
         (
@@ -456,11 +472,7 @@ fn the_manifest_refusal_table() {
             SEED_MANIFEST.replace("expires_after: 1h", "expires_after: 31d"),
             "expires_after",
         ),
-        (
-            "not a mapping",
-            "- version: 3\n".to_owned(),
-            "",
-        ),
+        ("not a mapping", "- version: 3\n".to_owned(), ""),
     ];
     for (name, text, field) in rows {
         let error = Manifest::parse(&text).expect_err(name);
@@ -476,10 +488,16 @@ fn a_refused_manifest_never_echoes_a_value() {
     let planted = "PLANTED-a8f3/home/user/secret.txt";
     for text in [
         SEED_MANIFEST.replace("version: 3", &format!("version: \"{planted}\"")),
-        SEED_MANIFEST.replace("expires_after: 1h", &format!("expires_after: \"{planted}\"")),
+        SEED_MANIFEST.replace(
+            "expires_after: 1h",
+            &format!("expires_after: \"{planted}\""),
+        ),
         SEED_MANIFEST.replace("      - query\n", &format!("      - \"{planted}\"\n")),
         SEED_MANIFEST.replace("    - history_query\n", &format!("    - \"{planted}\"\n")),
-        SEED_MANIFEST.replace("allow:\n  tools:", &format!("allow:\n  tools: \"{planted}\"\n  x:")),
+        SEED_MANIFEST.replace(
+            "allow:\n  tools:",
+            &format!("allow:\n  tools: \"{planted}\"\n  x:"),
+        ),
     ] {
         let message = Manifest::parse(&text).unwrap_err().to_string();
         assert!(!message.contains("PLANTED"), "{message}");
@@ -492,7 +510,18 @@ fn durations_parse_exactly() {
     assert_eq!(parse_duration_secs("10m"), Some(600));
     assert_eq!(parse_duration_secs("1h"), Some(3_600));
     assert_eq!(parse_duration_secs("2d"), Some(172_800));
-    for bad in ["", "h", "1", "1.5h", "-1h", "1H", "1 h", "1hh", "99999999999999d", "１h"] {
+    for bad in [
+        "",
+        "h",
+        "1",
+        "1.5h",
+        "-1h",
+        "1H",
+        "1 h",
+        "1hh",
+        "99999999999999d",
+        "１h",
+    ] {
         assert_eq!(parse_duration_secs(bad), None, "{bad}");
     }
 }
@@ -501,7 +530,7 @@ fn durations_parse_exactly() {
 
 fn book(generation: u8) -> CursorBook {
     CursorBook::new(
-        CursorKey::new(&RootKey::from_bytes([5; 32]).cursor_key()),
+        std::sync::Arc::new(CursorKey::new(&RootKey::from_bytes([5; 32]).cursor_key())),
         [generation; 16],
     )
 }
@@ -540,15 +569,26 @@ fn a_cursor_redeems_once_for_its_actor_and_filters() {
         Err(CursorRefusal::FilterMismatch)
     );
     assert_eq!(
-        book.redeem(&cursor, &agent("a"), &query(json!({"limit": 11, "session_id": "s1"})), T0 + 1),
+        book.redeem(
+            &cursor,
+            &agent("a"),
+            &query(json!({"limit": 11, "session_id": "s1"})),
+            T0 + 1
+        ),
         Err(CursorRefusal::FilterMismatch)
     );
-    assert_eq!(book.redeem(&cursor, &agent("a"), &request, T0 + 1), Ok(4_242));
+    assert_eq!(
+        book.redeem(&cursor, &agent("a"), &request, T0 + 1),
+        Ok(4_242)
+    );
     assert_eq!(
         book.redeem(&cursor, &agent("a"), &request, T0 + 2),
         Err(CursorRefusal::Replayed)
     );
-    assert_eq!(book.redeem(&again, &agent("a"), &request, T0 + 2), Ok(4_242));
+    assert_eq!(
+        book.redeem(&again, &agent("a"), &request, T0 + 2),
+        Ok(4_242)
+    );
 }
 
 #[test]
@@ -589,7 +629,7 @@ fn the_cursor_refusal_vectors() {
     };
     let other_key = {
         let mut other = CursorBook::new(
-            CursorKey::new(&RootKey::from_bytes([6; 32]).cursor_key()),
+            std::sync::Arc::new(CursorKey::new(&RootKey::from_bytes([6; 32]).cursor_key())),
             [1; 16],
         );
         other
@@ -598,13 +638,29 @@ fn the_cursor_refusal_vectors() {
     };
     let vectors: Vec<(&str, String, CursorRefusal)> = vec![
         ("empty", String::new(), CursorRefusal::Invalid),
-        ("short", cursor[..CURSOR_LEN_CHARS - 2].to_owned(), CursorRefusal::Invalid),
+        (
+            "short",
+            cursor[..CURSOR_LEN_CHARS - 2].to_owned(),
+            CursorRefusal::Invalid,
+        ),
         ("long", format!("{cursor}00"), CursorRefusal::Invalid),
-        ("upper-case hex", cursor.to_uppercase(), CursorRefusal::Invalid),
-        ("not hex", "z".repeat(CURSOR_LEN_CHARS), CursorRefusal::Invalid),
+        (
+            "upper-case hex",
+            cursor.to_uppercase(),
+            CursorRefusal::Invalid,
+        ),
+        (
+            "not hex",
+            "z".repeat(CURSOR_LEN_CHARS),
+            CursorRefusal::Invalid,
+        ),
         ("nonce tampered", flip(3), CursorRefusal::Invalid),
         ("claims tampered", flip(100), CursorRefusal::Invalid),
-        ("tag tampered", flip(CURSOR_LEN_CHARS - 1), CursorRefusal::Invalid),
+        (
+            "tag tampered",
+            flip(CURSOR_LEN_CHARS - 1),
+            CursorRefusal::Invalid,
+        ),
         ("another store's key", other_key, CursorRefusal::Invalid),
         ("a path", "/etc/passwd".to_owned(), CursorRefusal::Invalid),
     ];
@@ -617,7 +673,7 @@ fn the_cursor_refusal_vectors() {
     }
     // Another run of the engine (same key, new generation): stale.
     let mut next_run = CursorBook::new(
-        CursorKey::new(&RootKey::from_bytes([5; 32]).cursor_key()),
+        std::sync::Arc::new(CursorKey::new(&RootKey::from_bytes([5; 32]).cursor_key())),
         [2; 16],
     );
     assert_eq!(
@@ -625,7 +681,10 @@ fn the_cursor_refusal_vectors() {
         Err(CursorRefusal::Stale)
     );
     // None of the above used it up.
-    assert_eq!(issuing.redeem(&cursor, &agent("a"), &request, T0 + 1), Ok(10));
+    assert_eq!(
+        issuing.redeem(&cursor, &agent("a"), &request, T0 + 1),
+        Ok(10)
+    );
 }
 
 #[test]

@@ -1,0 +1,538 @@
+//! The PolicyGate actor: decides every gated call through the engine's one rule
+//! (`PolicyState::decide`), makes its pre-execution audit record durable before anything runs,
+//! records how it ended, and owns the paging cursors.
+//!
+//! A gated call has two steps, both asked by the supervisor, which runs the operation between
+//! them:
+//!
+//! 1. [`GateMsg::Admit`]: decide; on a denial, journal the verdict and the refusal and answer
+//!    it; when allowed, redeem the cursor (if any), journal the verdict durably (fail closed:
+//!    if that fails, nothing runs and the caller gets `history_storage_unavailable`) and hand
+//!    back the [`ReadGrant`].
+//! 2. [`GateMsg::Finish`]: journal the outcome and the returned count, and issue the next
+//!    page's cursor when more matches remain.
+//!
+//! Policy changes (grants, revocation, the agents switch) come here too, so one actor holds the
+//! policy every decision reads; each is durable before it answers and takes effect on the next
+//! call. Audit records carry principal, operation, verdict, outcome and count, never an
+//! argument, filter value, label or content (the journal's closed schema cannot hold one).
+
+use std::sync::Arc;
+
+use annal_engine::clock::Clock;
+use annal_engine::entropy::{Entropy, OsEntropy};
+use annal_engine::journal::JournalEvent;
+use annal_engine::policy::cursor::{CursorBook, GENERATION_LEN_BYTES};
+use annal_engine::policy::{
+    ActorId, Admission, AuditOutcome, CursorRefusal, GrantSource, GrantTerms, Operation,
+    PolicyEvent, PolicyState, Principal, ReadGrant, Refusal, Verdict,
+};
+use annal_schema::ErrorCode;
+use annal_schema::tools::QueryRequest;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use crate::journal::{JournalMsg, JournalUnavailable};
+use crate::key_custody::KeyCustodyMsg;
+
+/// Longest the gate waits for the journal or key custody, in milliseconds.
+const CHILD_CALL_DEADLINE_MS: u64 = crate::config::CONTROL_DEADLINE_MS;
+
+/// What an allowed call may go on with.
+#[derive(Debug)]
+pub struct Admitted {
+    /// The proof the Query actor requires.
+    pub grant: ReadGrant,
+    /// The exclusive upper sequence bound of the page the cursor stood for (`None`: the first
+    /// page).
+    pub before_sequence: Option<u64>,
+}
+
+/// An owner's change to the policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PolicyChange {
+    /// Grant `operation` to `actor` under `terms` (standard mode).
+    Grant {
+        /// To whom.
+        actor: ActorId,
+        /// What.
+        operation: Operation,
+        /// For how long.
+        terms: GrantTerms,
+    },
+    /// Approve a bounded-mode manifest for `actor`: a grant for each operation it names.
+    ApproveManifest {
+        /// For whom.
+        actor: ActorId,
+        /// The approved manifest.
+        manifest: annal_engine::policy::manifest::Manifest,
+    },
+    /// Revoke every grant of `actor`.
+    Revoke {
+        /// Whom.
+        actor: ActorId,
+    },
+    /// Turn every agent off (`false`) or back on (`true`).
+    SwitchAgents {
+        /// Agents may be allowed again.
+        enabled: bool,
+    },
+}
+
+/// What the gate can be asked.
+pub enum GateMsg {
+    /// Decide one call (step 1).
+    Admit {
+        /// Who calls.
+        principal: Principal,
+        /// What.
+        operation: Operation,
+        /// The query's request, to redeem or bind a cursor against.
+        request: Option<QueryRequest>,
+        /// The paging cursor, if the call carries one.
+        cursor: Option<String>,
+        /// Whether agents may be admitted at all.
+        admission: Admission,
+        /// The journal to record in.
+        journal: ActorRef<JournalMsg>,
+        /// The grant, or why not.
+        reply: RpcReplyPort<Result<Admitted, Refusal>>,
+    },
+    /// Record how an admitted call ended (step 2); replies with the next page's cursor.
+    Finish {
+        /// The call's audit id ([`ReadGrant::audit`]).
+        audit: u64,
+        /// Who called.
+        principal: Principal,
+        /// How it ended.
+        outcome: AuditOutcome,
+        /// How many events it returned.
+        returned_events: u16,
+        /// The request and the first sequence returned, when more matches remain.
+        next_page: Option<(QueryRequest, u64)>,
+        /// The journal to record in.
+        journal: ActorRef<JournalMsg>,
+        /// The cursor of the next page, when one was asked for and could be made.
+        reply: RpcReplyPort<Option<String>>,
+    },
+    /// An owner's change, durable before the reply.
+    Change {
+        /// The change.
+        change: PolicyChange,
+        /// The journal to record in.
+        journal: ActorRef<JournalMsg>,
+        /// `Ok` once durable.
+        reply: RpcReplyPort<Result<(), JournalUnavailable>>,
+    },
+    /// The tools `principal` may call now.
+    ToolsFor {
+        /// Who asks.
+        principal: Principal,
+        /// Whether agents may be admitted at all.
+        admission: Admission,
+        /// The journal (the policy is read from it on first use).
+        journal: ActorRef<JournalMsg>,
+        /// The operations, in listing order.
+        reply: RpcReplyPort<Vec<Operation>>,
+    },
+}
+
+/// What the gate starts with.
+pub struct GateArgs {
+    /// Key custody (the cursor key).
+    pub keys: ActorRef<KeyCustodyMsg>,
+    /// The clock (expiry, idle timeouts, cursor lifetimes).
+    pub clock: Arc<dyn Clock>,
+}
+
+/// The gate's state.
+pub struct GateState {
+    /// The arguments.
+    args: GateArgs,
+    /// The policy, once read from the journal; then kept current by the events this actor
+    /// journals (it is the only one that journals policy facts).
+    policy: Option<PolicyState>,
+    /// The outstanding cursors, once the cursor key is loaded.
+    cursors: Option<CursorBook>,
+    /// This run's cursor generation (cursors of an earlier run are stale).
+    generation: [u8; GENERATION_LEN_BYTES],
+}
+
+/// The PolicyGate actor.
+pub struct GateActor;
+
+impl GateState {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.args.clock.now_since_epoch().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The policy, read from the journal's projection on first use.
+    async fn policy(&mut self, journal: &ActorRef<JournalMsg>) -> Option<&mut PolicyState> {
+        if self.policy.is_none() {
+            let snapshot = ractor::call_t!(
+                journal,
+                |reply| JournalMsg::Snapshot { reply },
+                CHILD_CALL_DEADLINE_MS
+            )
+            .ok()?;
+            self.policy = Some(snapshot.policy);
+        }
+        self.policy.as_mut()
+    }
+
+    /// The cursor book, once the key is loaded.
+    async fn cursors(&mut self) -> Option<&mut CursorBook> {
+        if self.cursors.is_none() {
+            let keys = ractor::call_t!(
+                self.args.keys,
+                |reply| KeyCustodyMsg::Open {
+                    create: false,
+                    reply
+                },
+                CHILD_CALL_DEADLINE_MS
+            )
+            .ok()?
+            .ok()?;
+            self.cursors = Some(CursorBook::new(keys.cursor, self.generation));
+        }
+        self.cursors.as_mut()
+    }
+
+    /// Journals `events` durably and applies them to the policy.
+    async fn commit(
+        &mut self,
+        journal: &ActorRef<JournalMsg>,
+        events: Vec<PolicyEvent>,
+    ) -> Result<(), JournalUnavailable> {
+        // Applied whatever the outcome, as the journal applies them: an event it could not
+        // write is held and written with its next append, so the gate's policy and the
+        // journal's projection never disagree.
+        if let Some(policy) = self.policy.as_mut() {
+            for event in &events {
+                policy.apply(event);
+            }
+        }
+        let journaled = events.iter().cloned().map(JournalEvent::Policy).collect();
+        ractor::call_t!(
+            journal,
+            |reply| JournalMsg::Commit {
+                events: journaled,
+                reply
+            },
+            CHILD_CALL_DEADLINE_MS
+        )
+        .map_err(|_| JournalUnavailable)??;
+        Ok(())
+    }
+
+    /// Journals `events` with the next group commit (a completion record).
+    fn record(&mut self, journal: &ActorRef<JournalMsg>, events: Vec<PolicyEvent>) {
+        if let Some(policy) = self.policy.as_mut() {
+            for event in &events {
+                policy.apply(event);
+            }
+        }
+        let _ = journal.cast(JournalMsg::Record(
+            events.into_iter().map(JournalEvent::Policy).collect(),
+        ));
+    }
+
+    async fn admit(
+        &mut self,
+        principal: Principal,
+        operation: Operation,
+        request: Option<QueryRequest>,
+        cursor: Option<String>,
+        admission: Admission,
+        journal: &ActorRef<JournalMsg>,
+    ) -> Result<Admitted, Refusal> {
+        let now_ms = self.now_ms();
+        let unavailable = Refusal::Contract(ErrorCode::HistoryStorageUnavailable);
+        let Some(policy) = self.policy(journal).await else {
+            return Err(unavailable);
+        };
+        let audit = policy.next_audit();
+        let decision = policy.decide(&principal, operation, admission, now_ms, audit);
+        let verdict = match &decision {
+            Ok(_) => Verdict::Allowed,
+            Err(reason) => Verdict::Denied(*reason),
+        };
+        let started = PolicyEvent::AuditStarted {
+            audit,
+            at_ms: now_ms,
+            principal: principal.clone(),
+            operation,
+            verdict,
+        };
+        let grant = match decision {
+            Ok(grant) => grant,
+            Err(reason) => {
+                let refusal = Refusal::Denied(reason);
+                let finished = finished(audit, AuditOutcome::Refused(refusal), 0);
+                // A denial is recorded before it is answered; if even that cannot be made
+                // durable, the caller learns the store is unavailable instead.
+                return match self.commit(journal, vec![started, finished]).await {
+                    Ok(()) => Err(refusal),
+                    Err(JournalUnavailable) => Err(unavailable),
+                };
+            }
+        };
+        // The cursor is checked after the decision (a denied caller learns nothing of it) and
+        // before the pre-execution record, so a refused cursor is audited as such.
+        let before_sequence = match (cursor, &request) {
+            (Some(text), Some(request)) => {
+                let redeemed = match self.cursors().await {
+                    Some(book) => book.redeem(&text, &principal, request, now_ms),
+                    None => Err(CursorRefusal::Stale),
+                };
+                match redeemed {
+                    Ok(before) => Some(before),
+                    Err(refusal) => {
+                        let refusal = Refusal::Cursor(refusal);
+                        let finished = finished(audit, AuditOutcome::Refused(refusal), 0);
+                        return match self.commit(journal, vec![started, finished]).await {
+                            Ok(()) => Err(refusal),
+                            Err(JournalUnavailable) => Err(unavailable),
+                        };
+                    }
+                }
+            }
+            (Some(_), None) => {
+                let refusal = Refusal::Contract(ErrorCode::InvalidHistoryQuery);
+                let finished = finished(audit, AuditOutcome::Refused(refusal), 0);
+                return match self.commit(journal, vec![started, finished]).await {
+                    Ok(()) => Err(refusal),
+                    Err(JournalUnavailable) => Err(unavailable),
+                };
+            }
+            (None, _) => None,
+        };
+        // Fail closed: nothing runs unless its pre-execution record is durable.
+        self.commit(journal, vec![started])
+            .await
+            .map_err(|JournalUnavailable| unavailable)?;
+        Ok(Admitted {
+            grant,
+            before_sequence,
+        })
+    }
+
+    async fn finish(
+        &mut self,
+        audit: u64,
+        principal: Principal,
+        outcome: AuditOutcome,
+        returned_events: u16,
+        next_page: Option<(QueryRequest, u64)>,
+        journal: &ActorRef<JournalMsg>,
+    ) -> Option<String> {
+        self.record(journal, vec![finished(audit, outcome, returned_events)]);
+        let (request, before) = next_page?;
+        let now_ms = self.now_ms();
+        let book = self.cursors().await?;
+        book.issue(&principal, &request, before, now_ms, &mut OsEntropy)
+            .ok()
+    }
+
+    async fn change(
+        &mut self,
+        change: PolicyChange,
+        journal: &ActorRef<JournalMsg>,
+    ) -> Result<(), JournalUnavailable> {
+        let now_ms = self.now_ms();
+        if self.policy(journal).await.is_none() {
+            return Err(JournalUnavailable);
+        }
+        let events = match change {
+            PolicyChange::Grant {
+                actor,
+                operation,
+                terms,
+            } => vec![PolicyState::grant_event(
+                &actor,
+                operation,
+                GrantSource::Owner,
+                terms,
+                now_ms,
+            )],
+            PolicyChange::ApproveManifest { actor, manifest } => manifest
+                .operations()
+                .iter()
+                .map(|operation| {
+                    PolicyState::grant_event(
+                        &actor,
+                        *operation,
+                        GrantSource::Manifest,
+                        manifest.terms(),
+                        now_ms,
+                    )
+                })
+                .collect(),
+            PolicyChange::Revoke { actor } => vec![PolicyEvent::ActorRevoked { actor }],
+            PolicyChange::SwitchAgents { enabled } => {
+                vec![PolicyEvent::AgentsSwitched { enabled }]
+            }
+        };
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.commit(journal, events).await
+    }
+}
+
+/// The completion record of audit `audit`.
+fn finished(audit: u64, outcome: AuditOutcome, returned_events: u16) -> PolicyEvent {
+    PolicyEvent::AuditFinished {
+        audit,
+        outcome,
+        returned_events,
+    }
+}
+
+impl Actor for GateActor {
+    type Msg = GateMsg;
+    type State = GateState;
+    type Arguments = GateArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: GateArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let mut generation = [0u8; GENERATION_LEN_BYTES];
+        OsEntropy.fill(&mut generation)?;
+        Ok(GateState {
+            args,
+            policy: None,
+            cursors: None,
+            generation,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            GateMsg::Admit {
+                principal,
+                operation,
+                request,
+                cursor,
+                admission,
+                journal,
+                reply,
+            } => {
+                let answer = state
+                    .admit(principal, operation, request, cursor, admission, &journal)
+                    .await;
+                let _ = reply.send(answer);
+            }
+            GateMsg::Finish {
+                audit,
+                principal,
+                outcome,
+                returned_events,
+                next_page,
+                journal,
+                reply,
+            } => {
+                let cursor = state
+                    .finish(
+                        audit,
+                        principal,
+                        outcome,
+                        returned_events,
+                        next_page,
+                        &journal,
+                    )
+                    .await;
+                let _ = reply.send(cursor);
+            }
+            GateMsg::Change {
+                change,
+                journal,
+                reply,
+            } => {
+                let _ = reply.send(state.change(change, &journal).await);
+            }
+            GateMsg::ToolsFor {
+                principal,
+                admission,
+                journal,
+                reply,
+            } => {
+                let now_ms = state.now_ms();
+                let tools = match state.policy(&journal).await {
+                    Some(policy) => policy.tools_for(&principal, admission, now_ms),
+                    None => Vec::new(),
+                };
+                let _ = reply.send(tools);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One tool call, as the front-ends hand it over: the operation its tool names, and its
+/// arguments as parsed (or the contract's code for arguments that did not parse; the call is
+/// still decided and audited, and refused with that code only if it was allowed).
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    /// The operation the tool names.
+    pub operation: Operation,
+    /// The query's request and cursor (`None` for status), or why the arguments were refused.
+    pub arguments: Result<Option<(QueryRequest, Option<String>)>, ErrorCode>,
+}
+
+impl ToolCall {
+    /// Parses a tool call from its MCP name and JSON arguments. An unknown tool is refused
+    /// with `invalid_history_query` before the gate (it names no operation).
+    pub fn parse(tool: &str, arguments: &serde_json::Value) -> Result<Self, ErrorCode> {
+        let operation = Operation::from_tool(tool).ok_or(ErrorCode::InvalidHistoryQuery)?;
+        let arguments = match operation {
+            Operation::Status => {
+                annal_schema::tools::parse_status_request(arguments).map(|()| None)
+            }
+            Operation::Query => annal_engine::policy::parse_query_arguments(arguments).map(Some),
+        };
+        Ok(Self {
+            operation,
+            arguments,
+        })
+    }
+}
+
+/// What an allowed tool call answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolAnswer {
+    /// `history_status`.
+    Status(annal_schema::tools::StatusResponse),
+    /// `history_query`, with the next page's cursor when more matches remain.
+    Query {
+        /// The contract's response.
+        response: annal_schema::tools::QueryResponse,
+        /// The next page's cursor (the paging extension).
+        cursor: Option<String>,
+    },
+}
+
+impl ToolAnswer {
+    /// The structured result: exactly the contract's fields, plus `has_more: true` and
+    /// `cursor` when another page exists (a client that ignores them sees the contract).
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Self::Status(status) => serde_json::to_value(status).unwrap_or_default(),
+            Self::Query { response, cursor } => {
+                let mut value = serde_json::to_value(response).unwrap_or_default();
+                if let (Some(cursor), Some(object)) = (cursor, value.as_object_mut()) {
+                    object.insert("has_more".into(), serde_json::Value::Bool(true));
+                    object.insert("cursor".into(), serde_json::Value::String(cursor.clone()));
+                }
+                value
+            }
+        }
+    }
+}
