@@ -3,6 +3,7 @@
 //! # Layout
 //!
 //! - `main.rs`: argument parsing and dispatch; maps each command's outcome to an exit code.
+//! - `demo.rs`: `annal demo`, the whole pipeline on a temporary store with a short report.
 //! - `inspect.rs`: `annal inspect`, the offline read-only store decoder.
 //! - `doctor.rs`: `annal doctor`, credential-store diagnostics.
 //! - `verify.rs`: `annal verify`, the read-only check of chunks, seals and the seal chain.
@@ -21,6 +22,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod demo;
 mod doctor;
 mod inspect;
 mod keyfile;
@@ -38,6 +40,8 @@ struct Cli {
 /// Every `annal` command.
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the whole pipeline on a temporary store and print a short report (no set-up).
+    Demo(demo::DemoArgs),
     /// Decode a store offline for forensics and interop (read-only; never writes).
     Inspect(inspect::InspectArgs),
     /// Report which credential stores are reachable, locked or missing.
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
     let _ = annal_engine::keys::establish_session_keyring();
     let cli = Cli::parse();
     match cli.command {
+        Command::Demo(args) => demo::run(&args),
         Command::Inspect(args) => inspect::run(&args),
         Command::Doctor(args) => doctor::run(&args),
         Command::Verify(args) => verify::run(&args),
