@@ -60,14 +60,16 @@
 //! - [`ingress`]: the Ingress actor: drains the capture queue into the writer in batches.
 //! - [`query`]: the Query actor: `history_query` through the one planner, over the lazily
 //!   loaded index files, a hot cache of recent events and reads by location; fails closed.
-//! - [`audit`]: the message interface of the audit records, which the policy issue fills.
-//! - `cli` (binary `annal`, feature `cli`): the command-line front-end (`inspect`, `doctor`).
+//! - [`gate`]: the PolicyGate actor: every tool call (and the owner's reads) decided by the
+//!   engine's one policy rule, its pre-execution audit record durable before the call runs, its
+//!   outcome recorded after; owner policy changes; paging cursors. `docs/policy.md`.
+//! - `cli` (binary `annal`, feature `cli`): the command-line front-end (`demo`, `inspect`,
+//!   `verify`, `doctor`).
 //!
 //! The actor tree, each message and who sends it, the life of one captured event and shutdown
 //! are described in `docs/actors.md`.
 #![forbid(unsafe_code)]
 
-pub mod audit;
 pub mod config;
 pub mod engine;
 pub mod gate;
