@@ -536,6 +536,27 @@ fn pages_are_disjoint_cursors_are_single_use_and_bound_to_their_actor() {
         0
     )));
     assert!(pairs.contains(&(Verdict::Allowed, AuditOutcome::Completed, 10)));
+    // Each refused cursor left its pre-execution and its completion record.
+    for refusal in [
+        CursorRefusal::ForeignActor,
+        CursorRefusal::FilterMismatch,
+        CursorRefusal::Invalid,
+        CursorRefusal::Expired,
+    ] {
+        assert!(
+            pairs.contains(&(
+                Verdict::Allowed,
+                AuditOutcome::Refused(Refusal::Cursor(refusal)),
+                0
+            )),
+            "{refusal:?}: {pairs:?}"
+        );
+    }
+    assert!(pairs.contains(&(
+        Verdict::Denied(DenyReason::Revoked),
+        AuditOutcome::Refused(Refusal::Denied(DenyReason::Revoked)),
+        0
+    )));
 }
 
 #[test]

@@ -24,6 +24,22 @@ use serde::Deserialize;
 
 use super::{GrantTerms, Operation};
 
+/// Seed 000's example manifest: both operations, one hour, idle ten minutes. What `annal demo`
+/// approves, and the tests' starting point.
+pub const CONTRACT_EXAMPLE_MANIFEST: &str = "version: 3
+expires_after: 1h
+idle_timeout: 10m
+resources:
+  computer_history:
+    operations:
+      - status
+      - query
+allow:
+  tools:
+    - history_status
+    - history_query
+";
+
 /// The only manifest version this engine reads.
 pub const MANIFEST_VERSION: u32 = 3;
 

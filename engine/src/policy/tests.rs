@@ -336,19 +336,7 @@ fn every_code_reads_back_as_itself() {
 
 // ---- The manifest table. ----
 
-const SEED_MANIFEST: &str = "version: 3
-expires_after: 1h
-idle_timeout: 10m
-resources:
-  computer_history:
-    operations:
-      - status
-      - query
-allow:
-  tools:
-    - history_status
-    - history_query
-";
+const SEED_MANIFEST: &str = super::manifest::CONTRACT_EXAMPLE_MANIFEST;
 
 #[test]
 fn the_contracts_example_manifest_grants_both_operations() {

@@ -22,7 +22,7 @@ use annal_engine::keys::{
     CredentialNaming, InMemoryProvider, KeyCustody, KeyProvider, KeyutilsProvider, Namespace,
     destroy_namespace,
 };
-use annal_engine::policy::manifest::Manifest;
+use annal_engine::policy::manifest::{CONTRACT_EXAMPLE_MANIFEST, Manifest};
 use annal_engine::policy::{ActorId, AuditOutcome, PolicyEvent, Principal, Refusal, Verdict};
 use annal_engine::seal::{SealKey, verify};
 use annal_engine::storage::{Access, Storage, StoreLayout};
@@ -44,21 +44,6 @@ const DEMO_SESSIONS: usize = 8;
 
 /// `history_query` calls timed for the latency figures.
 const DEMO_TIMED_QUERIES: usize = 200;
-
-/// The contract's example manifest (seed 000), approved for the demo agent.
-const DEMO_MANIFEST: &str = "version: 3
-expires_after: 1h
-idle_timeout: 10m
-resources:
-  computer_history:
-    operations:
-      - status
-      - query
-allow:
-  tools:
-    - history_status
-    - history_query
-";
 
 /// `annal demo` arguments.
 #[derive(Debug, clap::Args)]
@@ -282,7 +267,7 @@ fn demo(args: &DemoArgs) -> Result<(Vec<Check>, Figures), String> {
         name: "before approval, no tool is listed to the agent",
         held: engine.tools_for(&principal).is_empty(),
     });
-    let manifest = Manifest::parse(DEMO_MANIFEST).map_err(|e| e.to_string())?;
+    let manifest = Manifest::parse(CONTRACT_EXAMPLE_MANIFEST).map_err(|e| e.to_string())?;
     engine
         .change_policy(PolicyChange::ApproveManifest {
             actor: agent.clone(),
