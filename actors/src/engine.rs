@@ -351,14 +351,8 @@ impl Engine {
         request: annal_schema::tools::QueryRequest,
         operation: annal_schema::AccessOperation,
     ) -> Result<annal_schema::tools::QueryResponse, QueryError> {
-        let call = owner_query(request);
-        let answer = self.ask_blocking(move |reply| SupervisorMsg::Tool {
-            principal: Principal::Owner,
-            call,
-            access: operation,
-            reply,
-        });
-        query_response(answer)
+        let call = ToolCall::owner_query(request);
+        query_response(self.ask_blocking(tool_message(Principal::Owner, call, operation)))
     }
 
     /// [`Engine::query`], for async callers.
@@ -367,16 +361,11 @@ impl Engine {
         request: annal_schema::tools::QueryRequest,
         operation: annal_schema::AccessOperation,
     ) -> Result<annal_schema::tools::QueryResponse, QueryError> {
-        let call = owner_query(request);
-        let answer = self
-            .ask_async(move |reply| SupervisorMsg::Tool {
-                principal: Principal::Owner,
-                call,
-                access: operation,
-                reply,
-            })
-            .await;
-        query_response(answer)
+        let call = ToolCall::owner_query(request);
+        query_response(
+            self.ask_async(tool_message(Principal::Owner, call, operation))
+                .await,
+        )
     }
 
     /// One MCP tool call by `principal`: `tool` is the tool's name, `arguments` its JSON
@@ -389,16 +378,8 @@ impl Engine {
         tool: &str,
         arguments: &serde_json::Value,
     ) -> Result<ToolAnswer, Refusal> {
-        let call = ToolCall::parse(tool, arguments).map_err(Refusal::Contract)?;
-        let principal = principal.clone();
-        let access = access_of(&principal);
-        self.ask_blocking(move |reply| SupervisorMsg::Tool {
-            principal,
-            call,
-            access,
-            reply,
-        })
-        .map_err(|_| Refusal::Contract(annal_schema::ErrorCode::HistoryStorageUnavailable))?
+        let message = agent_tool_message(principal, tool, arguments)?;
+        self.ask_blocking(message).map_err(|_| UNAVAILABLE)?
     }
 
     /// [`Engine::call_tool`], for async callers.
@@ -408,17 +389,8 @@ impl Engine {
         tool: &str,
         arguments: &serde_json::Value,
     ) -> Result<ToolAnswer, Refusal> {
-        let call = ToolCall::parse(tool, arguments).map_err(Refusal::Contract)?;
-        let principal = principal.clone();
-        let access = access_of(&principal);
-        self.ask_async(move |reply| SupervisorMsg::Tool {
-            principal,
-            call,
-            access,
-            reply,
-        })
-        .await
-        .map_err(|_| Refusal::Contract(annal_schema::ErrorCode::HistoryStorageUnavailable))?
+        let message = agent_tool_message(principal, tool, arguments)?;
+        self.ask_async(message).await.map_err(|_| UNAVAILABLE)?
     }
 
     /// The tools `principal` may call right now (what an MCP server lists): none when history
@@ -500,7 +472,7 @@ impl Engine {
         } else {
             let (tx, rx) = std::sync::mpsc::channel();
             let supervisor = self.supervisor.clone();
-            let deadline_ms = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX);
+            let deadline_ms = annal_engine::clock::millis(deadline);
             self.runtime.spawn(async move {
                 let done = ractor::call_t!(
                     supervisor,
@@ -523,7 +495,7 @@ impl Engine {
         let started = std::time::Instant::now();
         let deadline = self.config.shutdown_deadline;
         let supervisor = self.supervisor.clone();
-        let deadline_ms = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX);
+        let deadline_ms = annal_engine::clock::millis(deadline);
         let task = self.runtime.spawn(async move {
             ractor::call_t!(
                 supervisor,
@@ -563,20 +535,39 @@ impl Engine {
     }
 }
 
-/// An owner's query as a tool call (no cursor).
-fn owner_query(request: annal_schema::tools::QueryRequest) -> ToolCall {
-    ToolCall {
-        operation: Operation::Query,
-        arguments: Ok(Some((request, None))),
+/// What a tool call answers when the engine itself does not.
+const UNAVAILABLE: Refusal = Refusal::Contract(annal_schema::ErrorCode::HistoryStorageUnavailable);
+
+/// The supervisor message of one tool call.
+fn tool_message(
+    principal: Principal,
+    call: ToolCall,
+    access: annal_schema::AccessOperation,
+) -> impl FnOnce(RpcReplyPort<Result<ToolAnswer, Refusal>>) -> SupervisorMsg + Send + 'static {
+    move |reply| SupervisorMsg::Tool {
+        principal,
+        call,
+        access,
+        reply,
     }
 }
 
-/// How a principal's non-empty read is recorded.
-fn access_of(principal: &Principal) -> annal_schema::AccessOperation {
-    match principal {
+/// The supervisor message of a tool call by name, recorded as the principal's kind of read
+/// (`local_cli` for the owner, `agent_query` for an agent); an unknown tool is refused here.
+fn agent_tool_message(
+    principal: &Principal,
+    tool: &str,
+    arguments: &serde_json::Value,
+) -> Result<
+    impl FnOnce(RpcReplyPort<Result<ToolAnswer, Refusal>>) -> SupervisorMsg + Send + 'static,
+    Refusal,
+> {
+    let call = ToolCall::parse(tool, arguments).map_err(Refusal::Contract)?;
+    let access = match principal {
         Principal::Owner => annal_schema::AccessOperation::LocalCli,
         Principal::Agent(_) => annal_schema::AccessOperation::AgentQuery,
-    }
+    };
+    Ok(tool_message(principal.clone(), call, access))
 }
 
 /// An owner's query answer as the contract's response or code.

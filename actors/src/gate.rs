@@ -34,6 +34,10 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use crate::journal::{JournalMsg, JournalUnavailable};
 use crate::key_custody::KeyCustodyMsg;
 
+/// The refusal of a call whose audit record could not be made durable, or whose gate could
+/// not read the policy.
+const UNAVAILABLE: Refusal = Refusal::Contract(ErrorCode::HistoryStorageUnavailable);
+
 /// Longest the gate waits for the journal or key custody, in milliseconds.
 const CHILD_CALL_DEADLINE_MS: u64 = crate::config::CONTROL_DEADLINE_MS;
 
@@ -87,10 +91,8 @@ pub enum GateMsg {
         principal: Principal,
         /// What.
         operation: Operation,
-        /// The query's request, to redeem or bind a cursor against.
-        request: Option<QueryRequest>,
-        /// The paging cursor, if the call carries one.
-        cursor: Option<String>,
+        /// The paging cursor, if the call carries one, and the request it must match.
+        cursor: Option<(String, QueryRequest)>,
         /// Whether agents may be admitted at all.
         admission: Admission,
         /// The journal to record in.
@@ -162,10 +164,6 @@ pub struct GateState {
 pub struct GateActor;
 
 impl GateState {
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.args.clock.now_since_epoch().as_millis()).unwrap_or(u64::MAX)
-    }
-
     /// The policy, read from the journal's projection on first use.
     async fn policy(&mut self, journal: &ActorRef<JournalMsg>) -> Option<&mut PolicyState> {
         if self.policy.is_none() {
@@ -241,15 +239,13 @@ impl GateState {
         &mut self,
         principal: Principal,
         operation: Operation,
-        request: Option<QueryRequest>,
-        cursor: Option<String>,
+        cursor: Option<(String, QueryRequest)>,
         admission: Admission,
         journal: &ActorRef<JournalMsg>,
     ) -> Result<Admitted, Refusal> {
-        let now_ms = self.now_ms();
-        let unavailable = Refusal::Contract(ErrorCode::HistoryStorageUnavailable);
+        let now_ms = self.args.clock.now_ms();
         let Some(policy) = self.policy(journal).await else {
-            return Err(unavailable);
+            return Err(UNAVAILABLE);
         };
         let audit = policy.next_audit();
         let decision = policy.decide(&principal, operation, admission, now_ms, audit);
@@ -267,54 +263,55 @@ impl GateState {
         let grant = match decision {
             Ok(grant) => grant,
             Err(reason) => {
-                let refusal = Refusal::Denied(reason);
-                let finished = finished(audit, AuditOutcome::Refused(refusal), 0);
-                // A denial is recorded before it is answered; if even that cannot be made
-                // durable, the caller learns the store is unavailable instead.
-                return match self.commit(journal, vec![started, finished]).await {
-                    Ok(()) => Err(refusal),
-                    Err(JournalUnavailable) => Err(unavailable),
-                };
+                return Err(self
+                    .refuse(journal, started, audit, Refusal::Denied(reason))
+                    .await);
             }
         };
         // The cursor is checked after the decision (a denied caller learns nothing of it) and
         // before the pre-execution record, so a refused cursor is audited as such.
-        let before_sequence = match (cursor, &request) {
-            (Some(text), Some(request)) => {
+        let before_sequence = match cursor {
+            None => None,
+            Some((text, request)) => {
                 let redeemed = match self.cursors().await {
-                    Some(book) => book.redeem(&text, &principal, request, now_ms),
+                    Some(book) => book.redeem(&text, &principal, &request, now_ms),
                     None => Err(CursorRefusal::Stale),
                 };
                 match redeemed {
                     Ok(before) => Some(before),
                     Err(refusal) => {
-                        let refusal = Refusal::Cursor(refusal);
-                        let finished = finished(audit, AuditOutcome::Refused(refusal), 0);
-                        return match self.commit(journal, vec![started, finished]).await {
-                            Ok(()) => Err(refusal),
-                            Err(JournalUnavailable) => Err(unavailable),
-                        };
+                        return Err(self
+                            .refuse(journal, started, audit, Refusal::Cursor(refusal))
+                            .await);
                     }
                 }
             }
-            (Some(_), None) => {
-                let refusal = Refusal::Contract(ErrorCode::InvalidHistoryQuery);
-                let finished = finished(audit, AuditOutcome::Refused(refusal), 0);
-                return match self.commit(journal, vec![started, finished]).await {
-                    Ok(()) => Err(refusal),
-                    Err(JournalUnavailable) => Err(unavailable),
-                };
-            }
-            (None, _) => None,
         };
         // Fail closed: nothing runs unless its pre-execution record is durable.
         self.commit(journal, vec![started])
             .await
-            .map_err(|JournalUnavailable| unavailable)?;
+            .map_err(|JournalUnavailable| UNAVAILABLE)?;
         Ok(Admitted {
             grant,
             before_sequence,
         })
+    }
+
+    /// Records a call refused before it ran (its verdict and its refusal, durably, before the
+    /// answer) and gives the refusal to answer: `history_storage_unavailable` instead if even
+    /// that could not be made durable.
+    async fn refuse(
+        &mut self,
+        journal: &ActorRef<JournalMsg>,
+        started: PolicyEvent,
+        audit: u64,
+        refusal: Refusal,
+    ) -> Refusal {
+        let finished = finished(audit, AuditOutcome::Refused(refusal), 0);
+        match self.commit(journal, vec![started, finished]).await {
+            Ok(()) => refusal,
+            Err(JournalUnavailable) => UNAVAILABLE,
+        }
     }
 
     async fn finish(
@@ -328,7 +325,7 @@ impl GateState {
     ) -> Option<String> {
         self.record(journal, vec![finished(audit, outcome, returned_events)]);
         let (request, before) = next_page?;
-        let now_ms = self.now_ms();
+        let now_ms = self.args.clock.now_ms();
         let book = self.cursors().await?;
         book.issue(&principal, &request, before, now_ms, &mut OsEntropy)
             .ok()
@@ -339,7 +336,7 @@ impl GateState {
         change: PolicyChange,
         journal: &ActorRef<JournalMsg>,
     ) -> Result<(), JournalUnavailable> {
-        let now_ms = self.now_ms();
+        let now_ms = self.args.clock.now_ms();
         if self.policy(journal).await.is_none() {
             return Err(JournalUnavailable);
         }
@@ -419,14 +416,13 @@ impl Actor for GateActor {
             GateMsg::Admit {
                 principal,
                 operation,
-                request,
                 cursor,
                 admission,
                 journal,
                 reply,
             } => {
                 let answer = state
-                    .admit(principal, operation, request, cursor, admission, &journal)
+                    .admit(principal, operation, cursor, admission, &journal)
                     .await;
                 let _ = reply.send(answer);
             }
@@ -464,7 +460,7 @@ impl Actor for GateActor {
                 journal,
                 reply,
             } => {
-                let now_ms = state.now_ms();
+                let now_ms = state.args.clock.now_ms();
                 let tools = match state.policy(&journal).await {
                     Some(policy) => policy.tools_for(&principal, admission, now_ms),
                     None => Vec::new(),
@@ -476,32 +472,60 @@ impl Actor for GateActor {
     }
 }
 
-/// One tool call, as the front-ends hand it over: the operation its tool names, and its
-/// arguments as parsed (or the contract's code for arguments that did not parse; the call is
+/// One tool call, as the front-ends hand it over: the operation its tool names, with its
+/// arguments as parsed, or the contract's code for arguments that did not parse (the call is
 /// still decided and audited, and refused with that code only if it was allowed).
 #[derive(Debug, Clone)]
-pub struct ToolCall {
-    /// The operation the tool names.
-    pub operation: Operation,
-    /// The query's request and cursor (`None` for status), or why the arguments were refused.
-    pub arguments: Result<Option<(QueryRequest, Option<String>)>, ErrorCode>,
+pub enum ToolCall {
+    /// `history_status`.
+    Status {
+        /// Its (empty) arguments.
+        arguments: Result<(), ErrorCode>,
+    },
+    /// `history_query`.
+    Query {
+        /// The request and the paging cursor, if any.
+        arguments: Result<(QueryRequest, Option<String>), ErrorCode>,
+    },
 }
 
 impl ToolCall {
     /// Parses a tool call from its MCP name and JSON arguments. An unknown tool is refused
     /// with `invalid_history_query` before the gate (it names no operation).
     pub fn parse(tool: &str, arguments: &serde_json::Value) -> Result<Self, ErrorCode> {
-        let operation = Operation::from_tool(tool).ok_or(ErrorCode::InvalidHistoryQuery)?;
-        let arguments = match operation {
-            Operation::Status => {
-                annal_schema::tools::parse_status_request(arguments).map(|()| None)
-            }
-            Operation::Query => annal_engine::policy::parse_query_arguments(arguments).map(Some),
-        };
-        Ok(Self {
-            operation,
-            arguments,
-        })
+        match Operation::from_tool(tool).ok_or(ErrorCode::InvalidHistoryQuery)? {
+            Operation::Status => Ok(Self::Status {
+                arguments: annal_schema::tools::parse_status_request(arguments),
+            }),
+            Operation::Query => Ok(Self::Query {
+                arguments: annal_engine::policy::parse_query_arguments(arguments),
+            }),
+        }
+    }
+
+    /// An owner's query (no cursor).
+    pub fn owner_query(request: QueryRequest) -> Self {
+        Self::Query {
+            arguments: Ok((request, None)),
+        }
+    }
+
+    /// The operation its tool names.
+    pub fn operation(&self) -> Operation {
+        match self {
+            Self::Status { .. } => Operation::Status,
+            Self::Query { .. } => Operation::Query,
+        }
+    }
+
+    /// The cursor and the request it must match, when the call pages.
+    pub fn cursor(&self) -> Option<(String, QueryRequest)> {
+        match self {
+            Self::Query {
+                arguments: Ok((request, Some(cursor))),
+            } => Some((cursor.clone(), request.clone())),
+            _ => None,
+        }
     }
 }
 

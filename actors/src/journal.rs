@@ -59,6 +59,12 @@ pub enum JournalMsg {
     },
     /// Append `events` and apply them; durable with the next tick. Never fails the sender.
     Record(Vec<JournalEvent>),
+    /// The query-visible retention in days (what a query needs of the projection, without
+    /// copying the whole of it).
+    Retention {
+        /// Where it goes.
+        reply: RpcReplyPort<u32>,
+    },
     /// The current projection.
     Snapshot {
         /// Where it goes.
@@ -106,10 +112,6 @@ pub struct JournalState {
 pub struct JournalActor;
 
 impl JournalState {
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.clock.now_since_epoch().as_millis()).unwrap_or(u64::MAX)
-    }
-
     /// Applies `events` and appends them (with any held ones first).
     fn record(&mut self, events: Vec<JournalEvent>) -> Result<(), JournalUnavailable> {
         for event in &events {
@@ -127,7 +129,7 @@ impl JournalState {
         if self.unjournaled.is_empty() {
             return Ok(());
         }
-        let now = self.now_ms();
+        let now = self.clock.now_ms();
         let Some(writer) = self.writer.as_mut() else {
             return Err(JournalUnavailable);
         };
@@ -173,11 +175,13 @@ impl JournalState {
         for event in &self.unjournaled {
             projection.apply(event);
         }
-        let writer = StoreWriter::<Journal>::open(
+        // The writer learns the journal's tip from the read above instead of reading it again.
+        let writer = StoreWriter::<Journal>::open_after_read(
             storage,
             keys.journal.clone(),
             WriterConfig::new(keys.reference.clone(), std::num::NonZeroU64::MIN),
             Arc::clone(&self.clock),
+            &report,
         )
         .map_err(|_| JournalUnavailable)?;
         self.writer = Some(writer);
@@ -240,6 +244,9 @@ impl Actor for JournalActor {
             }
             JournalMsg::Record(events) => {
                 let _ = state.record(events);
+            }
+            JournalMsg::Retention { reply } => {
+                let _ = reply.send(state.projection.retention_days);
             }
             JournalMsg::Snapshot { reply } => {
                 let _ = reply.send(state.projection.clone());

@@ -155,7 +155,7 @@ impl KeyCustodyState {
                 // The store may still be stuck inside this thread; never wait on it again.
                 self.thread = None;
                 Err(KeyError::StoreTimedOut {
-                    timeout_ms: u64::try_from(self.deadline.as_millis()).unwrap_or(u64::MAX),
+                    timeout_ms: annal_engine::clock::millis(self.deadline),
                 })
             }
         }

@@ -17,7 +17,6 @@ use std::sync::Arc;
 
 use annal_engine::clock::Clock;
 use annal_engine::index::load_index;
-use annal_engine::journal::State as Projection;
 use annal_engine::keys::KeyError;
 use annal_engine::policy::{Operation, ReadGrant};
 use annal_engine::profile::ChunkId;
@@ -124,17 +123,21 @@ impl QueryState {
         }
     }
 
+    /// The store's storage, once the writer or the supervisor opened it.
+    fn storage(&self) -> Result<Arc<dyn annal_engine::storage::Storage>, ErrorCode> {
+        self.args
+            .storage
+            .get()
+            .cloned()
+            .ok_or(ErrorCode::HistoryStorageUnavailable)
+    }
+
     /// Loads the keys and the index (once).
     async fn load(&mut self) -> Result<(), ErrorCode> {
         if self.loaded.is_some() {
             return Ok(());
         }
-        let storage = self
-            .args
-            .storage
-            .get()
-            .cloned()
-            .ok_or(ErrorCode::HistoryStorageUnavailable)?;
+        let storage = self.storage()?;
         let keys = match ractor::call_t!(
             self.args.keys,
             |reply| KeyCustodyMsg::Open {
@@ -172,17 +175,11 @@ impl QueryState {
             .loaded
             .as_ref()
             .ok_or(ErrorCode::HistoryStorageUnavailable)?;
-        let storage = self
-            .args
-            .storage
-            .get()
-            .cloned()
-            .ok_or(ErrorCode::HistoryStorageUnavailable)?;
         if !self.chunks.contains_key(&location.chunk_id) {
             if self.chunks.len() >= OPEN_CHUNKS_MAX {
                 self.chunks.clear();
             }
-            let handle = StoreReader::<History>::new(storage)
+            let handle = StoreReader::<History>::new(self.storage()?)
                 .open_chunk(&loaded.keys.history, location.chunk_id)
                 .map_err(|_| ErrorCode::HistoryStorageCorrupt)?;
             self.chunks.insert(location.chunk_id, handle);
@@ -208,9 +205,9 @@ impl QueryState {
             return Err(ErrorCode::InvalidHistoryQuery);
         }
         self.load().await?;
-        let projection: Projection = ractor::call_t!(
+        let retention_days = ractor::call_t!(
             self.args.journal,
-            |reply| JournalMsg::Snapshot { reply },
+            |reply| JournalMsg::Retention { reply },
             CHILD_CALL_DEADLINE_MS
         )
         .map_err(|_| ErrorCode::HistoryStorageUnavailable)?;
@@ -221,8 +218,7 @@ impl QueryState {
         if loaded.corrupt {
             return Err(ErrorCode::HistoryStorageCorrupt);
         }
-        let cutoff =
-            RetentionCutoff::new(self.args.clock.now_since_epoch(), projection.retention_days);
+        let cutoff = RetentionCutoff::new(self.args.clock.now_since_epoch(), retention_days);
         let page = plan_page(
             request,
             &loaded.index,

@@ -169,13 +169,9 @@ pub struct SupervisorState {
 pub struct SupervisorActor;
 
 impl SupervisorState {
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.clock.now_since_epoch().as_millis()).unwrap_or(u64::MAX)
-    }
-
     fn signal(&mut self, kind: SignalKind) {
         let signal = Signal {
-            at_ms: self.now_ms(),
+            at_ms: self.clock.now_ms(),
             kind,
         };
         let delivered = self.journal.as_ref().is_some_and(|journal| {
@@ -314,20 +310,13 @@ impl SupervisorState {
         let (Some(gate), Some(journal)) = (self.gate.clone(), self.journal.clone()) else {
             return Err(unavailable);
         };
-        let operation = call.operation;
-        let (request, cursor, invalid) = match call.arguments {
-            Ok(Some((request, cursor))) => (Some(request), cursor, None),
-            Ok(None) => (None, None, None),
-            Err(code) => (None, None, Some(code)),
-        };
         let admission = self.admission();
         let admitted = ask(
             &gate,
             |reply| GateMsg::Admit {
                 principal: principal.clone(),
-                operation,
-                request: request.clone(),
-                cursor,
+                operation: call.operation(),
+                cursor: call.cursor(),
                 admission,
                 journal: journal.clone(),
                 reply,
@@ -337,27 +326,38 @@ impl SupervisorState {
         .await
         .unwrap_or(Err(unavailable))?;
         let audit = admitted.grant.audit();
-        let result: Result<
-            (ToolAnswer, Option<(annal_schema::tools::QueryRequest, u64)>),
-            Refusal,
-        > = match (invalid, operation, request) {
-            (Some(code), _, _) => Err(Refusal::Contract(code)),
-            (None, Operation::Status, _) => Ok((ToolAnswer::Status(self.status().await), None)),
-            (None, Operation::Query, Some(request)) => self.read(admitted, request, access).await,
-            (None, Operation::Query, None) => Err(Refusal::Contract(
-                annal_schema::ErrorCode::InvalidHistoryQuery,
-            )),
+        let (mut answer, next_page) = match call {
+            ToolCall::Status { arguments: Ok(()) } => {
+                (Ok(ToolAnswer::Status(self.status().await)), None)
+            }
+            ToolCall::Query {
+                arguments: Ok((request, _)),
+            } => match self.read(admitted, request, access).await {
+                Ok((response, next_page)) => (
+                    Ok(ToolAnswer::Query {
+                        response,
+                        cursor: None,
+                    }),
+                    next_page,
+                ),
+                Err(refusal) => (Err(refusal), None),
+            },
+            ToolCall::Status {
+                arguments: Err(code),
+            }
+            | ToolCall::Query {
+                arguments: Err(code),
+            } => (Err(Refusal::Contract(code)), None),
         };
-        let (outcome, returned_events, next_page) = match &result {
-            Ok((ToolAnswer::Query { response, .. }, next)) => (
+        let (outcome, returned_events) = match &answer {
+            Ok(ToolAnswer::Query { response, .. }) => (
                 AuditOutcome::Completed,
                 u16::try_from(response.events.len()).unwrap_or(u16::MAX),
-                next.clone(),
             ),
-            Ok((ToolAnswer::Status(_), _)) => (AuditOutcome::Completed, 0, None),
-            Err(refusal) => (AuditOutcome::Refused(*refusal), 0, None),
+            Ok(ToolAnswer::Status(_)) => (AuditOutcome::Completed, 0),
+            Err(refusal) => (AuditOutcome::Refused(*refusal), 0),
         };
-        let cursor = ask(
+        let next_cursor = ask(
             &gate,
             |reply| GateMsg::Finish {
                 audit,
@@ -372,10 +372,10 @@ impl SupervisorState {
         )
         .await
         .flatten();
-        result.map(|(answer, _)| match answer {
-            ToolAnswer::Query { response, .. } => ToolAnswer::Query { response, cursor },
-            status => status,
-        })
+        if let Ok(ToolAnswer::Query { cursor, .. }) = &mut answer {
+            *cursor = next_cursor;
+        }
+        answer
     }
 
     /// An allowed query: the page, the `access` event when it returned events, and the next
@@ -385,18 +385,23 @@ impl SupervisorState {
         admitted: crate::gate::Admitted,
         request: annal_schema::tools::QueryRequest,
         access: annal_schema::AccessOperation,
-    ) -> Result<(ToolAnswer, Option<(annal_schema::tools::QueryRequest, u64)>), Refusal> {
+    ) -> Result<
+        (
+            annal_schema::tools::QueryResponse,
+            Option<(annal_schema::tools::QueryRequest, u64)>,
+        ),
+        Refusal,
+    > {
         let Some(query) = &self.query else {
             return Err(Refusal::Contract(
                 annal_schema::ErrorCode::HistoryStorageUnavailable,
             ));
         };
-        let next_request = request.clone();
         let page = ask(
             query,
             |reply| QueryMsg::Query {
                 grant: admitted.grant,
-                request,
+                request: request.clone(),
                 before_sequence: admitted.before_sequence,
                 reply,
             },
@@ -416,17 +421,11 @@ impl SupervisorState {
                 returned_events,
             });
         }
-        let next = match (page.has_more, page.response.events.first()) {
-            (true, Some(first)) => Some((next_request, first.data.sequence.get())),
+        let next_page = match (page.has_more, page.response.events.first()) {
+            (true, Some(first)) => Some((request, first.data.sequence.get())),
             _ => None,
         };
-        Ok((
-            ToolAnswer::Query {
-                response: page.response,
-                cursor: None,
-            },
-            next,
-        ))
+        Ok((page.response, next_page))
     }
 
     async fn spawn_keys(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
@@ -507,7 +506,7 @@ impl SupervisorState {
             child,
             category: FailureCategory::for_crash(child),
         });
-        let now = self.now_ms();
+        let now = self.clock.now_ms();
         let history = self.restarts.entry(child).or_default();
         match supervision::decide(history, now, &self.config.restart_policy) {
             Decision::Restart => {
@@ -786,8 +785,7 @@ impl Actor for SupervisorActor {
             }
             SupervisorMsg::Shutdown { reply } => {
                 state.stopping = true;
-                let deadline =
-                    u64::try_from(state.config.shutdown_deadline.as_millis()).unwrap_or(u64::MAX);
+                let deadline = annal_engine::clock::millis(state.config.shutdown_deadline);
                 if let Some(ingress) = state.ingress.take() {
                     let _ = ask(&ingress, |reply| IngressMsg::Close { reply }, deadline).await;
                     let _ = ingress

@@ -224,14 +224,10 @@ fn store_bytes(storage: &dyn Storage) -> u64 {
 }
 
 impl WriterState {
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.clock.now_since_epoch().as_millis()).unwrap_or(u64::MAX)
-    }
-
     /// Journals a signal (never blocks the writer on it).
     fn signal(&self, kind: SignalKind) {
         let signal = Signal {
-            at_ms: self.now_ms(),
+            at_ms: self.clock.now_ms(),
             kind,
         };
         let _ = self
@@ -375,9 +371,7 @@ impl WriterState {
         let keys = match ractor::call_t!(
             self.keys,
             |reply| KeyCustodyMsg::Open { create, reply },
-            u64::try_from(self.config.key_call_deadline.as_millis())
-                .unwrap_or(u64::MAX)
-                .saturating_add(1_000)
+            annal_engine::clock::millis(self.config.key_call_deadline).saturating_add(1_000)
         ) {
             Ok(Ok(keys)) => keys,
             Ok(Err(KeyError::NotFound)) if !create => return Ok(()),

@@ -119,17 +119,8 @@ pub fn print_figure(name: &str, value: impl std::fmt::Display, unit: &str) {
     println!("{}", figure_line(name, value, unit));
 }
 
-/// The `q` quantile (0..=1) of `sorted`, nearest rank (what the latency figures report).
-pub fn quantile(sorted: &[u64], q: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted
-        .get(rank.clamp(1, sorted.len()) - 1)
-        .copied()
-        .unwrap_or(0)
-}
+/// The one quantile definition, shared with `annal demo`.
+pub use annal_actors::figures::quantile;
 
 #[cfg(test)]
 mod tests {

@@ -16,6 +16,17 @@ pub trait Clock: Send + Sync {
 
     /// Monotonic time since an arbitrary fixed origin of this clock. Never decreases.
     fn monotonic(&self) -> Duration;
+
+    /// Wall-clock time in whole milliseconds since the Unix epoch (what journal records and
+    /// policy times carry), saturating.
+    fn now_ms(&self) -> u64 {
+        millis(self.now_since_epoch())
+    }
+}
+
+/// `duration` in whole milliseconds, saturating at `u64::MAX` (about 584 million years).
+pub fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The system clocks. A wall clock set before 1970 reads as the epoch.

@@ -58,7 +58,7 @@ pub enum Decision {
 /// `now_ms - window` counts; one stamped after `now_ms` (a clock that went backwards) counts
 /// too, so a clock change can only make the supervisor give up sooner, never restart forever.
 pub fn decide(previous_restarts_ms: &[u64], now_ms: u64, policy: &RestartPolicy) -> Decision {
-    let window_ms = u64::try_from(policy.window.as_millis()).unwrap_or(u64::MAX);
+    let window_ms = crate::clock::millis(policy.window);
     let within = previous_restarts_ms
         .iter()
         .filter(|at| now_ms.saturating_sub(**at) <= window_ms)

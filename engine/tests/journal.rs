@@ -248,3 +248,53 @@ fn a_journal_writer_refuses_out_of_bound_entries_before_assigning_a_sequence() {
     assert!(writer.append(vec![bad]).is_err());
     assert_eq!(writer.high_water(), None);
 }
+
+#[test]
+fn a_writer_opened_after_the_callers_own_read_continues_exactly_as_one_that_reads_for_itself() {
+    let (_dir, layout) = new_store();
+    let storage = open_write(&layout);
+    let entry = |days| JournalEntry {
+        time_ms: 1,
+        event: JournalEvent::RetentionSet {
+            days,
+            caller: CallerKind::OwnerCli,
+        },
+    };
+    let mut first =
+        StoreWriter::<Journal>::open(storage.clone(), journal_keys(), writer_config(), clock())
+            .unwrap();
+    first.append(vec![entry(3), entry(4), entry(5)]).unwrap();
+    first.sync().unwrap();
+    drop(first);
+
+    let report = StoreReader::<Journal>::new(storage.clone())
+        .read(&journal_keys())
+        .unwrap();
+    let mut after_read = StoreWriter::<Journal>::open_after_read(
+        storage.clone(),
+        journal_keys(),
+        writer_config(),
+        clock(),
+        &report,
+    )
+    .unwrap();
+    assert_eq!(after_read.high_water().map(|s| s.get()), Some(3));
+    after_read.append(vec![entry(6)]).unwrap();
+    after_read.sync().unwrap();
+    drop(after_read);
+    let sequences: Vec<u64> = StoreReader::<Journal>::new(storage.clone())
+        .read(&journal_keys())
+        .unwrap()
+        .records()
+        .map(|r| r.event.sequence.get())
+        .collect();
+    assert_eq!(sequences, [1, 2, 3, 4], "no sequence repeated or skipped");
+
+    // It checks what `open` checks.
+    let mut too_big = writer_config();
+    too_big.max_records_per_chunk = 0;
+    assert!(
+        StoreWriter::<Journal>::open_after_read(storage, journal_keys(), too_big, clock(), &report)
+            .is_err()
+    );
+}

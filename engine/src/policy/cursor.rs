@@ -9,7 +9,7 @@
 //! outstanding, so a second use is refused. Every refusal has a fixed code
 //! ([`CursorRefusal`]) and never reads anything.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use annal_schema::ids::{HexCase, decode_hex_into, encode_lower_hex};
@@ -169,10 +169,9 @@ pub struct CursorBook {
     key: Arc<CursorKey>,
     /// This run's generation: a cursor of another run is stale.
     generation: [u8; GENERATION_LEN_BYTES],
-    /// Outstanding cursor ids and their issue times.
-    outstanding: HashMap<[u8; CURSOR_ID_LEN_BYTES], u64>,
-    /// Outstanding ids in issue order (for forgetting the oldest).
-    order: VecDeque<[u8; CURSOR_ID_LEN_BYTES]>,
+    /// Outstanding cursor ids with their issue times, oldest first (at most
+    /// [`CURSORS_OUTSTANDING_MAX`]: a linear search is cheaper than a map at this size).
+    outstanding: VecDeque<([u8; CURSOR_ID_LEN_BYTES], u64)>,
 }
 
 impl std::fmt::Debug for CursorBook {
@@ -189,8 +188,7 @@ impl CursorBook {
         Self {
             key,
             generation,
-            outstanding: HashMap::new(),
-            order: VecDeque::new(),
+            outstanding: VecDeque::new(),
         }
     }
 
@@ -233,16 +231,10 @@ impl CursorBook {
             )
             .map_err(|_| EntropyError)?;
         self.forget_expired(now_ms);
-        while self.outstanding.len() >= CURSORS_OUTSTANDING_MAX {
-            match self.order.pop_front() {
-                Some(oldest) => {
-                    self.outstanding.remove(&oldest);
-                }
-                None => break,
-            }
+        if self.outstanding.len() >= CURSORS_OUTSTANDING_MAX {
+            self.outstanding.pop_front();
         }
-        self.outstanding.insert(id, now_ms);
-        self.order.push_back(id);
+        self.outstanding.push_back((id, now_ms));
         let mut wire = Vec::with_capacity(NONCE_LEN_BYTES + sealed.len());
         wire.extend_from_slice(&nonce);
         wire.extend_from_slice(&sealed);
@@ -296,26 +288,22 @@ impl CursorBook {
         {
             return Err(CursorRefusal::Expired);
         }
-        if self.outstanding.remove(&claims.id).is_none() {
+        let Some(at) = self.outstanding.iter().position(|(id, _)| *id == claims.id) else {
             return Err(CursorRefusal::Replayed);
-        }
-        self.order.retain(|id| *id != claims.id);
+        };
+        self.outstanding.remove(at);
         Ok(claims.before_sequence)
     }
 
     /// Forgets cursors past their time (they would be refused as expired anyway).
     fn forget_expired(&mut self, now_ms: u64) {
         let ttl_ms = CURSOR_TTL_SECS * MS_PER_SEC;
-        while let Some(oldest) = self.order.front() {
-            let issued = self.outstanding.get(oldest).copied();
-            match issued {
-                Some(issued) if now_ms < issued.saturating_add(ttl_ms) => break,
-                _ => {
-                    if let Some(id) = self.order.pop_front() {
-                        self.outstanding.remove(&id);
-                    }
-                }
-            }
+        while self
+            .outstanding
+            .front()
+            .is_some_and(|(_, issued)| now_ms >= issued.saturating_add(ttl_ms))
+        {
+            self.outstanding.pop_front();
         }
     }
 }

@@ -95,28 +95,12 @@ impl Manifest {
                 field: "idle_timeout",
             },
         })?;
-        let mut named_operations = BTreeSet::new();
-        for name in &raw.resources.computer_history.operations {
-            let operation = Operation::from_name(name).ok_or(ManifestError::UnknownName {
-                field: "resources.computer_history.operations",
-            })?;
-            if !named_operations.insert(operation) {
-                return Err(ManifestError::Repeated {
-                    field: "resources.computer_history.operations",
-                });
-            }
-        }
-        let mut named_tools = BTreeSet::new();
-        for tool in &raw.allow.tools {
-            let operation = Operation::from_tool(tool).ok_or(ManifestError::UnknownName {
-                field: "allow.tools",
-            })?;
-            if !named_tools.insert(operation) {
-                return Err(ManifestError::Repeated {
-                    field: "allow.tools",
-                });
-            }
-        }
+        let named_operations = named(
+            &raw.resources.computer_history.operations,
+            Operation::from_name,
+            "resources.computer_history.operations",
+        )?;
+        let named_tools = named(&raw.allow.tools, Operation::from_tool, "allow.tools")?;
         let operations = Operation::ALL
             .into_iter()
             .filter(|op| named_operations.contains(op) && named_tools.contains(op))
@@ -160,6 +144,22 @@ pub enum ManifestError {
         /// Which list.
         field: &'static str,
     },
+}
+
+/// The operations a list names through `lookup`, refusing an unknown or repeated name.
+fn named(
+    names: &[String],
+    lookup: fn(&str) -> Option<Operation>,
+    field: &'static str,
+) -> Result<BTreeSet<Operation>, ManifestError> {
+    let mut operations = BTreeSet::new();
+    for name in names {
+        let operation = lookup(name).ok_or(ManifestError::UnknownName { field })?;
+        if !operations.insert(operation) {
+            return Err(ManifestError::Repeated { field });
+        }
+    }
+    Ok(operations)
 }
 
 /// The part of a serde message that names the field: the YAML path and, for an unknown or

@@ -257,6 +257,11 @@ impl DenyReason {
             Self::Revoked => "revoked",
         }
     }
+
+    /// The reason a code names.
+    pub fn from_code(code: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.code() == code)
+    }
 }
 
 /// Why a paging cursor was refused: a fixed code. None of them says more than its name.
@@ -299,6 +304,11 @@ impl CursorRefusal {
             Self::Stale => "cursor_stale",
         }
     }
+
+    /// The refusal a code names.
+    pub fn from_code(code: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.code() == code)
+    }
 }
 
 /// Why a gated call returned nothing: the code a tool failure carries (`{"code": "..."}`).
@@ -324,16 +334,9 @@ impl Refusal {
 
     /// The refusal a code names.
     pub fn from_code(code: &str) -> Option<Self> {
-        DenyReason::ALL
-            .into_iter()
-            .find(|r| r.code() == code)
+        DenyReason::from_code(code)
             .map(Self::Denied)
-            .or_else(|| {
-                CursorRefusal::ALL
-                    .into_iter()
-                    .find(|r| r.code() == code)
-                    .map(Self::Cursor)
-            })
+            .or_else(|| CursorRefusal::from_code(code).map(Self::Cursor))
             .or_else(|| {
                 ErrorCode::ALL
                     .into_iter()
@@ -491,10 +494,7 @@ impl Verdict {
         if code == "allowed" {
             return Some(Self::Allowed);
         }
-        DenyReason::ALL
-            .into_iter()
-            .find(|r| r.code() == code)
-            .map(Self::Denied)
+        DenyReason::from_code(code).map(Self::Denied)
     }
 }
 

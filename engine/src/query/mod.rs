@@ -209,28 +209,16 @@ pub fn plan_page(
         .session_id()
         .map(|value| SessionMatch::new(value, session_key));
     let limit = usize::from(request.limit());
-    let until = match (request.until_sequence(), before_sequence) {
-        (_, Some(0)) => {
-            return Page {
-                locations: Vec::new(),
-                has_more: false,
-            };
+    // Sequences start at 1, so a bound of 0 leaves nothing to read.
+    let until = match before_sequence {
+        None => request.until_sequence(),
+        Some(before) => {
+            let below = before.saturating_sub(1);
+            Some(request.until_sequence().map_or(below, |u| u.min(below)))
         }
-        (Some(until), Some(before)) => Some(until.min(before - 1)),
-        (None, Some(before)) => Some(before - 1),
-        (until, None) => until,
     };
-    let since = request.since_sequence();
-    if let (Some(since), Some(until)) = (since, until)
-        && since > until
-    {
-        return Page {
-            locations: Vec::new(),
-            has_more: false,
-        };
-    }
     let mut matching = index
-        .range(since, until)
+        .range(request.since_sequence(), until)
         .iter()
         .rev()
         .filter(|e| cutoff.admits(e.time))

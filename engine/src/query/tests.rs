@@ -313,3 +313,28 @@ proptest! {
         prop_assert_eq!(collected, sequences(&plan(&unpaged, &index, &key(), RetentionCutoff::NONE)));
     }
 }
+
+#[test]
+fn a_page_below_the_first_sequence_is_empty() {
+    let index = Index::from_entries((1..=5).map(|s| entry(s, s, None)).collect());
+    for before in [0, 1] {
+        let page = plan_page(
+            &request(json!({})),
+            &index,
+            &key(),
+            RetentionCutoff::NONE,
+            Some(before),
+        );
+        assert!(page.locations.is_empty(), "{before}");
+        assert!(!page.has_more);
+    }
+    let page = plan_page(
+        &request(json!({"limit": 1})),
+        &index,
+        &key(),
+        RetentionCutoff::NONE,
+        Some(3),
+    );
+    assert_eq!(sequences(&page.locations), [2]);
+    assert!(page.has_more);
+}

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use annal_schema::{HealthCategory, OpaqueId, Sequence, WriteRuleViolation};
 
-use super::read::{ReadStoreError, StoreReader};
+use super::read::{ReadStoreError, StoreReader, StoreReport};
 use super::stream::{EventOf, RecordIdentity, Stream};
 use super::{CHUNK_FILE_EXTENSION, CHUNK_SIZE_LIMIT_BYTES, TEMP_FILE_EXTENSION, chunk_file_name};
 use crate::clock::Clock;
@@ -429,28 +429,39 @@ impl<S: Stream> StoreWriter<S> {
         keys: S::Keys,
         config: WriterConfig,
         clock: Arc<dyn Clock>,
-        mut entropy: Box<dyn Entropy + Send>,
+        entropy: Box<dyn Entropy + Send>,
     ) -> Result<Self, OpenWriterError> {
-        if !storage.writable() {
-            return Err(OpenWriterError::ReadOnly);
-        }
-        if config.chunk_size_limit_bytes > CHUNK_SIZE_LIMIT_BYTES {
-            return Err(OpenWriterError::Config(
-                "chunk size limit above the store's limit",
-            ));
-        }
-        if !(1..=MAX_RECORDS_PER_CHUNK).contains(&config.max_records_per_chunk) {
-            return Err(OpenWriterError::Config(
-                "records per chunk must be 1..=2^20",
-            ));
-        }
-        if config.chunk_max_age > Duration::from_secs(CHUNK_MAX_AGE_SECS) {
-            return Err(OpenWriterError::Config(
-                "chunk age above CHUNK_MAX_AGE_SECS",
-            ));
-        }
-        remove_abandoned_temp_chunks::<S>(storage.as_ref())?;
+        check_open(storage.as_ref(), &config)?;
         let report = StoreReader::<S>::new(Arc::clone(&storage)).read(&keys)?;
+        Self::open_from_report(storage, keys, config, clock, entropy, &report)
+    }
+
+    /// [`Self::open`] for a caller that has just read the stream itself with `keys` (the
+    /// journal replays every record at open): the writer learns what it needs from that
+    /// `report` instead of reading every chunk a second time. The report must come from this
+    /// `storage` while its writer lock was held, so nothing was written since.
+    pub fn open_after_read(
+        storage: Arc<dyn Storage>,
+        keys: S::Keys,
+        config: WriterConfig,
+        clock: Arc<dyn Clock>,
+        report: &StoreReport<EventOf<S>>,
+    ) -> Result<Self, OpenWriterError> {
+        check_open(storage.as_ref(), &config)?;
+        Self::open_from_report(storage, keys, config, clock, Box::new(OsEntropy), report)
+    }
+
+    fn open_from_report(
+        storage: Arc<dyn Storage>,
+        keys: S::Keys,
+        config: WriterConfig,
+        clock: Arc<dyn Clock>,
+        mut entropy: Box<dyn Entropy + Send>,
+        report: &StoreReport<EventOf<S>>,
+    ) -> Result<Self, OpenWriterError> {
+        // Temporary chunks live outside the chunk area the report read, so removing them after
+        // the read changes nothing it saw.
+        remove_abandoned_temp_chunks::<S>(storage.as_ref())?;
         if report.probable_wrong_key {
             return Err(OpenWriterError::ProbableWrongKey);
         }
@@ -852,6 +863,30 @@ fn new_generation(entropy: &mut dyn Entropy) -> Result<Generation, EntropyError>
 /// Removes the temporary files of chunk creations of stream `S` that a crashed writer left in
 /// `tmp/` (`<stream>.<chunk id>.cborseq.tmp`). Safe only under the writer lock: no live writer
 /// can be creating one. Such a file was never renamed into place, so no reader ever returned
+/// What every writer open checks before it reads anything: a writable storage and a
+/// configuration within the store's limits.
+fn check_open(storage: &dyn Storage, config: &WriterConfig) -> Result<(), OpenWriterError> {
+    if !storage.writable() {
+        return Err(OpenWriterError::ReadOnly);
+    }
+    if config.chunk_size_limit_bytes > CHUNK_SIZE_LIMIT_BYTES {
+        return Err(OpenWriterError::Config(
+            "chunk size limit above the store's limit",
+        ));
+    }
+    if !(1..=MAX_RECORDS_PER_CHUNK).contains(&config.max_records_per_chunk) {
+        return Err(OpenWriterError::Config(
+            "records per chunk must be 1..=2^20",
+        ));
+    }
+    if config.chunk_max_age > Duration::from_secs(CHUNK_MAX_AGE_SECS) {
+        return Err(OpenWriterError::Config(
+            "chunk age above CHUNK_MAX_AGE_SECS",
+        ));
+    }
+    Ok(())
+}
+
 /// its records. Only names of exactly that shape are touched.
 fn remove_abandoned_temp_chunks<S: Stream>(storage: &dyn Storage) -> Result<(), OpenWriterError> {
     let mut removed = false;

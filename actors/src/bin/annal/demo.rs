@@ -14,13 +14,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use annal_actors::figures::quantile;
 use annal_actors::gate::{PolicyChange, ToolAnswer};
 use annal_actors::{Engine, EngineConfig};
 use annal_engine::entropy::{Entropy, OsEntropy};
 use annal_engine::journal::{Journal, JournalEvent};
 use annal_engine::keys::{
-    CredentialNaming, InMemoryProvider, KeyCustody, KeyProvider, KeyutilsProvider, Namespace,
-    destroy_namespace,
+    CredentialNaming, InMemoryProvider, KeyCustody, KeyProvider, KeyStoreChoice, Namespace,
+    destroy_namespace, open_provider,
 };
 use annal_engine::policy::manifest::{CONTRACT_EXAMPLE_MANIFEST, Manifest};
 use annal_engine::policy::{ActorId, AuditOutcome, PolicyEvent, Principal, Refusal, Verdict};
@@ -82,14 +83,6 @@ struct Figures {
 
 type BTreeCount = std::collections::BTreeMap<String, u64>;
 
-fn percentile(sorted: &[u64], per_mille: usize) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let at = (sorted.len() * per_mille / 1_000).min(sorted.len() - 1);
-    sorted[at]
-}
-
 fn outcome() -> ActionOutcome {
     ActionOutcome {
         effect: Effect::Confirmed,
@@ -139,9 +132,13 @@ fn demo_dir() -> Result<(PathBuf, String), String> {
 
 /// The kernel keyring, else an in-memory store (and which one it is).
 fn key_store() -> Result<(Arc<dyn KeyProvider>, String), String> {
-    match KeyutilsProvider::open(CredentialNaming::Annal, Box::new(OsEntropy)) {
+    match open_provider(
+        KeyStoreChoice::Keyutils,
+        CredentialNaming::Annal,
+        Box::new(OsEntropy),
+    ) {
         Ok(provider) => Ok((
-            Arc::new(provider),
+            Arc::from(provider),
             "kernel keyring (keyutils; its keys do not survive a reboot)".to_owned(),
         )),
         Err(error) => {
@@ -247,8 +244,8 @@ fn demo(args: &DemoArgs) -> Result<(Vec<Check>, Figures), String> {
     let status = engine.flush().map_err(|e| format!("flush: {e}"))?;
     let elapsed = started.elapsed();
     timings.sort_unstable();
-    figures.capture_p50_ns = percentile(&timings, 500);
-    figures.capture_p99_ns = percentile(&timings, 990);
+    figures.capture_p50_ns = quantile(&timings, 0.50);
+    figures.capture_p99_ns = quantile(&timings, 0.99);
     figures.dropped_events = status.dropped_events;
     let sessions_events = 2 * DEMO_SESSIONS as u64;
     figures.events_captured = 2 * args.actions as u64 + sessions_events;
@@ -295,8 +292,8 @@ fn demo(args: &DemoArgs) -> Result<(Vec<Check>, Figures), String> {
     }
     bar.finish_and_clear();
     latencies.sort_unstable();
-    figures.query_p50_us = percentile(&latencies, 500);
-    figures.query_p99_us = percentile(&latencies, 990);
+    figures.query_p50_us = quantile(&latencies, 0.50);
+    figures.query_p99_us = quantile(&latencies, 0.99);
     checks.push(Check {
         name: "history_query returns the newest 50 events",
         held: newest_ok,
