@@ -59,6 +59,16 @@ pub enum JournalMsg {
     },
     /// Append `events` and apply them; durable with the next tick. Never fails the sender.
     Record(Vec<JournalEvent>),
+    /// What `history_status` reads from the projection (its flags and health), without
+    /// copying the whole of it.
+    Status {
+        /// Whether the embedder admits history.
+        admitted: bool,
+        /// Drops counted on the capture path and not yet journaled.
+        pending_drops: u64,
+        /// Where it goes.
+        reply: RpcReplyPort<annal_engine::journal::StatusReading>,
+    },
     /// The query-visible retention in days (what a query needs of the projection, without
     /// copying the whole of it).
     Retention {
@@ -244,6 +254,13 @@ impl Actor for JournalActor {
             }
             JournalMsg::Record(events) => {
                 let _ = state.record(events);
+            }
+            JournalMsg::Status {
+                admitted,
+                pending_drops,
+                reply,
+            } => {
+                let _ = reply.send(state.projection.status_reading(admitted, pending_drops));
             }
             JournalMsg::Retention { reply } => {
                 let _ = reply.send(state.projection.retention_days);

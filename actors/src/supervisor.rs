@@ -551,16 +551,21 @@ impl SupervisorState {
     /// one seen with the writer stopped.
     async fn fallback_status(&self) -> StatusResponse {
         let pending = self.capture.pending_drops();
+        let admitted = self.config.admitted;
         if let Some(journal) = &self.journal
-            && let Some(projection) = ask(
+            && let Some(reading) = ask(
                 journal,
-                |reply| JournalMsg::Snapshot { reply },
+                |reply| JournalMsg::Status {
+                    admitted,
+                    pending_drops: pending,
+                    reply,
+                },
                 CHILD_CALL_DEADLINE_MS,
             )
             .await
         {
             let bytes_used = self.last_status.as_ref().map_or(0, |s| s.bytes_used);
-            return status_from(&self.config, &projection, bytes_used, pending);
+            return status_from(&self.config, reading, bytes_used, pending);
         }
         let mut status = self.last_status.clone().unwrap_or(StatusResponse {
             supported: true,

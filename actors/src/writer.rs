@@ -313,18 +313,19 @@ impl WriterState {
     /// The contract's status, from the journal's current projection (health included: a fold
     /// over the persisted signals and the live drop count).
     async fn status(&mut self) -> StatusResponse {
-        let projection = ractor::call_t!(
+        let admitted = self.config.admitted;
+        let pending_drops = self.capture.pending_drops() + self.lost_unreported;
+        let reading = ractor::call_t!(
             self.journal,
-            |reply| JournalMsg::Snapshot { reply },
+            |reply| JournalMsg::Status {
+                admitted,
+                pending_drops,
+                reply
+            },
             CHILD_CALL_DEADLINE_MS
         )
-        .unwrap_or_else(|_| self.projection.clone());
-        status_from(
-            &self.config,
-            &projection,
-            self.bytes_used,
-            self.capture.pending_drops() + self.lost_unreported,
-        )
+        .unwrap_or_else(|_| self.projection.status_reading(admitted, pending_drops));
+        status_from(&self.config, reading, self.bytes_used, pending_drops)
     }
 
     fn session_id(
@@ -812,25 +813,25 @@ impl WriterState {
     }
 }
 
-/// The contract's 11-field status from a projection and the live readings.
+/// The contract's 11-field status from the journal's reading and the live readings.
 pub(crate) fn status_from(
     config: &EngineConfig,
-    projection: &Projection,
+    reading: annal_engine::journal::StatusReading,
     bytes_used: u64,
     pending_drops: u64,
 ) -> StatusResponse {
     StatusResponse {
         supported: true,
         admitted: config.admitted,
-        enabled: projection.enabled,
-        paused: projection.paused,
+        enabled: reading.flags.enabled,
+        paused: reading.flags.paused,
         encrypted: true,
         profile: STORAGE_PROFILE_ID.to_owned(),
-        retention_days: projection.retention_days,
-        quota_bytes: projection.quota_bytes,
+        retention_days: reading.flags.retention_days,
+        quota_bytes: reading.flags.quota_bytes,
         bytes_used,
-        dropped_events: projection.dropped_total + pending_drops,
-        health: projection.health(config.admitted, pending_drops),
+        dropped_events: reading.flags.dropped_events + pending_drops,
+        health: reading.health,
     }
 }
 

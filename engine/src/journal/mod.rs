@@ -18,7 +18,7 @@ pub use schema::{
     JournalEvent, JournalRecord, JournalSchema, OnQuota, QUOTA_MAX_BYTES, QUOTA_MIN_BYTES,
     RETENTION_MAX_DAYS, RETENTION_MIN_DAYS, TORN_TAIL_MAX_BYTES,
 };
-pub use state::{Command, CommandError, KeyEpoch, State, StatusFlags, decide};
+pub use state::{Command, CommandError, KeyEpoch, State, StatusFlags, StatusReading, decide};
 
 #[cfg(test)]
 mod tests;

@@ -129,6 +129,17 @@ pub struct StatusFlags {
     pub dropped_events: u64,
 }
 
+/// What `history_status` reads from the journal's state at one moment: its flags and its
+/// health, folded where the state lives so that nobody copies the state (and its growing
+/// signal list) to read them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StatusReading {
+    /// The flags.
+    pub flags: StatusFlags,
+    /// The health category ([`State::health`]).
+    pub health: HealthCategory,
+}
+
 impl State {
     /// Folds one event in. Never fails (see the module docs for the edge cases).
     pub fn apply(&mut self, event: &JournalEvent) {
@@ -206,6 +217,15 @@ impl State {
             retention_days: self.retention_days,
             quota_bytes: self.quota_bytes,
             dropped_events: self.dropped_total,
+        }
+    }
+
+    /// The flags and the health of this state, with the facts it does not hold (see
+    /// [`State::health`]).
+    pub fn status_reading(&self, admitted: bool, pending_drops: u64) -> StatusReading {
+        StatusReading {
+            flags: self.status_flags(),
+            health: self.health(admitted, pending_drops),
         }
     }
 
