@@ -164,7 +164,7 @@ fn progress(len: u64, message: &'static str) -> indicatif::ProgressBar {
 
 /// Captures `actions` actions from [`DEMO_RUNTIME_THREADS`] threads; returns each hook call's
 /// duration in nanoseconds.
-fn capture(engine: &Arc<Engine>, actions: usize) -> Result<Vec<u64>, String> {
+fn capture(engine: &Engine, actions: usize) -> Result<Vec<u64>, String> {
     let (applications, capabilities) = catalog()?;
     let bar = progress(actions as u64, "capture");
     let per_thread = actions.div_ceil(DEMO_RUNTIME_THREADS);
@@ -172,10 +172,7 @@ fn capture(engine: &Arc<Engine>, actions: usize) -> Result<Vec<u64>, String> {
     std::thread::scope(|scope| {
         let mut workers = Vec::new();
         for thread in 0..DEMO_RUNTIME_THREADS {
-            let engine = Arc::clone(engine);
-            let applications = applications.clone();
-            let capabilities = capabilities.clone();
-            let bar = bar.clone();
+            let (applications, capabilities, bar) = (&applications, &capabilities, &bar);
             let count = per_thread.min(actions.saturating_sub(thread * per_thread));
             workers.push(scope.spawn(move || {
                 let hook = engine.capture();
@@ -234,8 +231,7 @@ fn demo(args: &DemoArgs) -> Result<(Vec<Check>, Figures), String> {
     figures.key_store = store_name;
     let layout = StoreLayout::in_namespace_dir(&dir.join("history"));
     let config = EngineConfig::new(layout.clone(), namespace.clone());
-    let engine =
-        Arc::new(Engine::start(config, Arc::clone(&provider)).map_err(|e| format!("start: {e}"))?);
+    let engine = Engine::start(config, Arc::clone(&provider)).map_err(|e| format!("start: {e}"))?;
     engine.enable().map_err(|e| format!("enable: {e}"))?;
 
     // 1. The simulated runtime captures through the real hook.
@@ -351,7 +347,6 @@ fn demo(args: &DemoArgs) -> Result<(Vec<Check>, Figures), String> {
             && engine.tools_for(&principal).is_empty(),
     });
     engine.flush().map_err(|e| format!("flush: {e}"))?;
-    let engine = Arc::try_unwrap(engine).map_err(|_| "the engine is still shared".to_owned())?;
     let shutdown = engine.shutdown();
     checks.push(Check {
         name: "shutdown drained within its deadline",
