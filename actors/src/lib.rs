@@ -60,6 +60,7 @@
 //! - [`ingress`]: the Ingress actor: drains the capture queue into the writer in batches.
 //! - [`query`]: the Query actor: `history_query` through the one planner, over the lazily
 //!   loaded index files, a hot cache of recent events and reads by location; fails closed.
+//! - [`daemon`]: the local daemon's socket protocol, server and client (`docs/protocol.md`).
 //! - [`figures`]: the quantile behind every latency figure (`annal demo`, the benches).
 //! - [`gate`]: the PolicyGate actor: every tool call (and the owner's reads) decided by the
 //!   engine's one policy rule, its pre-execution audit record durable before the call runs, its
@@ -72,6 +73,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod daemon;
 pub mod engine;
 pub mod figures;
 pub mod gate;

@@ -82,8 +82,8 @@ pub use names::{CredentialNaming, KeyReference, NameError, Namespace};
 pub use provider::{DestroyedKey, KeyProvider, KeyStoreKind, LoadedKey};
 pub use secret_service::{SECRET_SERVICE_PROBE_TIMEOUT_MS, SecretServiceProvider};
 pub use selection::{
-    KeyStoreChoice, KeyStoreReport, StoreState, UnknownKeyStore, chosen_store, open_provider,
-    probe_all, probe_keyutils, probe_secret_service,
+    KEYUTILS_DURABILITY_WARNING, KeyStoreChoice, KeyStoreReport, StoreState, UnknownKeyStore,
+    chosen_store, open_provider, probe_all, probe_keyutils, probe_secret_service,
 };
 
 #[cfg(test)]

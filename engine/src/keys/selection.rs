@@ -115,6 +115,12 @@ const HINT_KEYUTILS_USABLE: &str = "the kernel keyring works (keys last until re
 const HINT_KEYUTILS_MISSING: &str = "the kernel keyring refused a test key: check kernel keys \
      support, the user key quota (/proc/key-users) and container seccomp rules for keyctl";
 
+/// What a person must know when the key is in the kernel keyring: said by `doctor`, `status`
+/// and `enable` (one sentence, so the three say the same).
+pub const KEYUTILS_DURABILITY_WARNING: &str = "the kernel keyring keeps keys in memory only: they \
+     do not survive a reboot, and after one this history becomes unreadable; on a desktop, an \
+     unlocked Secret Service is the durable choice (--key-store secret-service)";
+
 /// Whether a session bus address is known at all (diagnosis only: picks the hint).
 fn session_bus_configured() -> bool {
     if std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some() {

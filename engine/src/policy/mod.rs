@@ -393,6 +393,25 @@ pub fn parse_query_arguments(
     Ok((request, cursor))
 }
 
+/// The closed input schema of `history_query` with the paging extension: the contract's
+/// schema plus an optional `cursor` string (what [`parse_query_arguments`] accepts). Still
+/// `additionalProperties: false`.
+pub fn query_input_schema() -> serde_json::Value {
+    let mut schema = annal_schema::tools::history_query_input_schema();
+    if let Some(properties) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        properties.insert(
+            "cursor".into(),
+            serde_json::json!({
+                "type": "string",
+                "maxLength": CURSOR_ARGUMENT_MAX_LEN_CHARS,
+                "description": "The `cursor` of the previous page's result, to read the next \
+                    page (single use, valid 60 s, only with the same filters)."
+            }),
+        );
+    }
+    schema
+}
+
 /// How long a grant lasts: an absolute lifetime and an idle timeout, both within
 /// [`GRANT_DURATION_MIN_SECS`]..=[`GRANT_LIFETIME_MAX_SECS`], the idle timeout no longer than
 /// the lifetime.

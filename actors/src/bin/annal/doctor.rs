@@ -18,24 +18,16 @@ pub struct DoctorArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
-    /// The store choice to report on: secret-service, keyutils or auto (an unlocked Secret
-    /// Service if one answers, otherwise the kernel keyring).
-    #[arg(long, default_value_t = KeyStoreChoice::Auto, value_parser = parse_choice)]
-    pub key_store: KeyStoreChoice,
-}
-
-fn parse_choice(text: &str) -> Result<KeyStoreChoice, String> {
-    text.parse().map_err(|e| format!("{e}"))
 }
 
 /// Runs `annal doctor`.
-pub fn run(args: &DoctorArgs) -> ExitCode {
+pub fn run(args: &DoctorArgs, choice: KeyStoreChoice) -> ExitCode {
     let reports = probe_all();
-    let selected = chosen_store(args.key_store, &reports);
+    let selected = chosen_store(choice, &reports);
     if args.json {
-        println!("{}", to_json(args.key_store, selected, &reports));
+        println!("{}", to_json(choice, selected, &reports));
     } else {
-        print!("{}", to_text(args.key_store, selected, &reports));
+        print!("{}", to_text(choice, selected, &reports));
     }
     if reports
         .iter()
@@ -66,6 +58,7 @@ fn to_json(
     serde_json::json!({
         "key_store": choice.as_str(),
         "selected": selected.map(|k| k.as_str()),
+        "survives_reboot": selected.map(|k| k != annal_engine::keys::KeyStoreKind::Keyutils),
         "stores": stores,
     })
 }
@@ -86,7 +79,15 @@ fn to_text(
         ));
     }
     match selected {
-        Some(kind) => out.push_str(&format!("--key-store {choice} selects: {kind}\n")),
+        Some(kind) => {
+            out.push_str(&format!("--key-store {choice} selects: {kind}\n"));
+            if kind == annal_engine::keys::KeyStoreKind::Keyutils {
+                out.push_str(&format!(
+                    "note: {}\n",
+                    annal_engine::keys::KEYUTILS_DURABILITY_WARNING
+                ));
+            }
+        }
         None => out.push_str(&format!(
             "--key-store {choice} selects: nothing usable (see the hints above)\n"
         )),

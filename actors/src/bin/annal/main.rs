@@ -2,44 +2,124 @@
 //!
 //! # Layout
 //!
-//! - `main.rs`: argument parsing and dispatch; maps each command's outcome to an exit code.
+//! - `main.rs`: the global options, argument parsing and dispatch, [`CliError`] and the exit
+//!   codes.
+//! - `location.rs`: where a store, its daemon's socket and its key-store record live.
+//! - `link.rs`: how a command reaches its store: the daemon (started on demand) or, with
+//!   `--no-daemon`, an engine in this process.
+//! - `owner.rs`: the owner's commands over the daemon: `enable` ... `status`, `list`, `show`,
+//!   `query`, `grant`, `revoke`, `agents`, `stop`, `delete`.
+//! - `serve.rs`: `annal serve`, the daemon.
+//! - `mcp.rs`: `annal mcp`, the MCP stdio server over the policy gate.
 //! - `demo.rs`: `annal demo`, the whole pipeline on a temporary store with a short report.
-//! - `inspect.rs`: `annal inspect`, the offline read-only store decoder.
+//! - `inspect.rs`, `verify.rs`: the offline read-only decoder and checker (`keyfile.rs` reads
+//!   their key file).
 //! - `doctor.rs`: `annal doctor`, credential-store diagnostics.
-//! - `verify.rs`: `annal verify`, the read-only check of chunks, seals and the seal chain.
-//! - `keyfile.rs`: reading a root key file for the offline tools.
 //!
 //! # Exit codes
 //!
 //! | code | meaning |
 //! | --- | --- |
 //! | 0 | success |
-//! | 1 | the command ran and found a problem (for example a corrupt chunk, or no usable key store) |
-//! | 2 | bad usage or input (unknown flag, unreadable or unsafe key file, not a store) |
+//! | 1 | the command ran and found a problem or was refused (a corrupt chunk, a denied read, no usable key store) |
+//! | 2 | bad usage or input (unknown flag, bad value, unsafe key file, not a store, no confirmation) |
+//! | 3 | history is unavailable (no daemon could be reached or started, the store or key cannot be opened) |
 #![forbid(unsafe_code)]
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use annal_engine::keys::KeyStoreChoice;
 use clap::{Parser, Subcommand};
 
 mod demo;
 mod doctor;
 mod inspect;
 mod keyfile;
+mod link;
+mod location;
+mod mcp;
+mod owner;
+mod serve;
 mod verify;
+
+/// Exit code: the command ran and found a problem, or was refused.
+pub const EXIT_FOUND_PROBLEM: u8 = 1;
+/// Exit code: bad usage or input.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code: history is unavailable.
+pub const EXIT_UNAVAILABLE: u8 = 3;
+
+const EXIT_CODES_HELP: &str = "Exit codes: 0 success; 1 the command ran and found a problem or \
+     was refused; 2 bad usage or input; 3 history unavailable (no daemon, store or key). See \
+     docs/cli.md.";
 
 /// annal: an encrypted, append-only local history of what computer-use agents did.
 #[derive(Debug, Parser)]
-#[command(name = "annal", version, about)]
+#[command(name = "annal", version, about, after_help = EXIT_CODES_HELP)]
 struct Cli {
+    /// The store directory (default: $XDG_STATE_HOME/annal/<namespace>, else
+    /// ~/.local/state/annal/<namespace>).
+    #[arg(long, global = true, value_name = "DIR")]
+    store: Option<PathBuf>,
+    /// The namespace: names the store's key and its default directory.
+    #[arg(long, global = true, default_value = "default", value_name = "NAME")]
+    namespace: String,
+    /// The credential store for the key: secret-service, keyutils, or auto (an unlocked Secret
+    /// Service if one answers, else the kernel keyring). A store remembers the one it was
+    /// created with.
+    #[arg(long, global = true, default_value_t = KeyStoreChoice::Auto, value_parser = parse_choice)]
+    key_store: KeyStoreChoice,
+    /// The daemon's socket (default: $XDG_RUNTIME_DIR/annal/<hash of the store path>.sock).
+    #[arg(long, global = true, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Open the store in this process (taking its writer lock) instead of through the daemon.
+    #[arg(long, global = true)]
+    no_daemon: bool,
     /// The command to run.
     #[command(subcommand)]
     command: Command,
 }
 
+fn parse_choice(text: &str) -> Result<KeyStoreChoice, String> {
+    text.parse().map_err(|e| format!("{e}"))
+}
+
 /// Every `annal` command.
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Turn history on (the owner's opt-in); says which credential store holds the key.
+    Enable(owner::OutputArgs),
+    /// Turn history off: capture stops, what was recorded stays.
+    Disable(owner::OutputArgs),
+    /// Pause capture.
+    Pause(owner::OutputArgs),
+    /// Resume capture.
+    Resume(owner::OutputArgs),
+    /// Make everything captured so far durable.
+    Flush(owner::OutputArgs),
+    /// What is recorded: the contract's status and the key's credential store.
+    Status(owner::OutputArgs),
+    /// The newest N events (default 20), oldest first.
+    List(owner::ListArgs),
+    /// One event by its sequence number.
+    Show(owner::ShowArgs),
+    /// A `history_query` as the owner (local_cli), the tool's fields as flags.
+    Query(owner::QueryArgs),
+    /// Grant an agent one operation (status or query) for a bounded time.
+    Grant(owner::GrantArgs),
+    /// Revoke every grant of an agent; its next call is refused.
+    Revoke(owner::RevokeArgs),
+    /// Turn every agent off or back on.
+    Agents(owner::AgentsArgs),
+    /// Destroy the store's key and delete the store (asks for confirmation unless --yes).
+    Delete(owner::DeleteArgs),
+    /// Run the store's daemon in the foreground.
+    Serve(serve::ServeArgs),
+    /// Stop the store's daemon (bounded drain).
+    Stop(owner::OutputArgs),
+    /// Serve history_status and history_query to one agent over MCP on stdio.
+    Mcp(mcp::McpArgs),
     /// Run the whole pipeline on a temporary store and print a short report (no set-up).
     Demo(demo::DemoArgs),
     /// Decode a store offline for forensics and interop (read-only; never writes).
@@ -50,16 +130,98 @@ enum Command {
     Verify(verify::VerifyArgs),
 }
 
+/// Why a command failed: what to print and which exit code.
+#[derive(Debug)]
+pub struct CliError {
+    /// The exit code.
+    pub exit: u8,
+    /// The problem and the fix, for a person.
+    pub message: String,
+}
+
+impl CliError {
+    /// Bad usage or input (exit 2).
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self {
+            exit: EXIT_USAGE,
+            message: message.into(),
+        }
+    }
+
+    /// History unavailable (exit 3).
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self {
+            exit: EXIT_UNAVAILABLE,
+            message: message.into(),
+        }
+    }
+
+    /// The command ran and found a problem or was refused (exit 1).
+    pub fn found(message: impl Into<String>) -> Self {
+        Self {
+            exit: EXIT_FOUND_PROBLEM,
+            message: message.into(),
+        }
+    }
+}
+
+/// Prints `error` and returns its exit code.
+pub fn report_error(error: &CliError) -> ExitCode {
+    eprintln!("annal: {}", error.message);
+    ExitCode::from(error.exit)
+}
+
 fn main() -> ExitCode {
     // Before any thread exists: give the process its own kernel session keyring, so the
     // keyutils key store works in every thread spawned later (see annal_engine::keys::keyutils).
     // A failure here only makes that store unusable; `doctor` reports it.
     let _ = annal_engine::keys::establish_session_keyring();
     let cli = Cli::parse();
-    match cli.command {
-        Command::Demo(args) => demo::run(&args),
-        Command::Inspect(args) => inspect::run(&args),
-        Command::Doctor(args) => doctor::run(&args),
-        Command::Verify(args) => verify::run(&args),
+    let location = || {
+        location::Location::resolve(
+            cli.store.as_deref(),
+            &cli.namespace,
+            cli.key_store,
+            cli.socket.as_deref(),
+        )
+    };
+    let with_location = |run: &dyn Fn(&location::Location) -> ExitCode| match location() {
+        Ok(location) => run(&location),
+        Err(error) => report_error(&error),
+    };
+    let no_daemon = cli.no_daemon;
+    match &cli.command {
+        Command::Enable(out) => {
+            with_location(&|l| owner::control(l, no_daemon, owner::Control::Enable, out))
+        }
+        Command::Disable(out) => {
+            with_location(&|l| owner::control(l, no_daemon, owner::Control::Disable, out))
+        }
+        Command::Pause(out) => {
+            with_location(&|l| owner::control(l, no_daemon, owner::Control::Pause, out))
+        }
+        Command::Resume(out) => {
+            with_location(&|l| owner::control(l, no_daemon, owner::Control::Resume, out))
+        }
+        Command::Flush(out) => {
+            with_location(&|l| owner::control(l, no_daemon, owner::Control::Flush, out))
+        }
+        Command::Status(out) => {
+            with_location(&|l| owner::control(l, no_daemon, owner::Control::Status, out))
+        }
+        Command::List(args) => with_location(&|l| owner::list(l, no_daemon, args)),
+        Command::Show(args) => with_location(&|l| owner::show(l, no_daemon, args)),
+        Command::Query(args) => with_location(&|l| owner::query(l, no_daemon, args)),
+        Command::Grant(args) => with_location(&|l| owner::grant(l, no_daemon, args)),
+        Command::Revoke(args) => with_location(&|l| owner::revoke(l, no_daemon, args)),
+        Command::Agents(args) => with_location(&|l| owner::agents(l, no_daemon, args)),
+        Command::Delete(args) => with_location(&|l| owner::delete(l, args)),
+        Command::Serve(args) => with_location(&|l| serve::run(l, args)),
+        Command::Stop(out) => with_location(&|l| owner::stop(l, out)),
+        Command::Mcp(args) => with_location(&|l| mcp::run(l, no_daemon, args)),
+        Command::Demo(args) => demo::run(args),
+        Command::Inspect(args) => inspect::run(args),
+        Command::Doctor(args) => doctor::run(args, cli.key_store),
+        Command::Verify(args) => verify::run(args),
     }
 }

@@ -1,0 +1,218 @@
+//! How a command reaches its store: through the store's daemon (started on demand, as
+//! `gpg-agent` is), or in this process with `--no-daemon` (taking the writer lock itself).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use annal_actors::daemon::{
+    ClientError, ConnectionState, DaemonClient, DaemonErrorCode, Dispatcher, Reply, Request,
+};
+use annal_actors::{Engine, EngineConfig};
+use annal_engine::entropy::OsEntropy;
+use annal_engine::keys::{CredentialNaming, open_provider};
+use annal_engine::storage::Access;
+
+use crate::CliError;
+use crate::location::{Location, private_dir};
+
+/// Longest a command waits for a daemon it started to answer, in milliseconds (the daemon may
+/// create a key in the Secret Service first).
+pub const DAEMON_START_DEADLINE_MS: u64 = 20_000;
+
+/// How often a command polls for the daemon it started, in milliseconds.
+const DAEMON_START_POLL_MS: u64 = 20;
+
+/// How long a daemon started on demand stays up with no client and nothing to flush, in
+/// seconds.
+pub const DAEMON_IDLE_EXIT_SECS: u64 = 60;
+
+/// A command's way to its store.
+pub enum Link {
+    /// A connection to the store's daemon.
+    Daemon(DaemonClient),
+    /// The store opened in this process.
+    InProcess {
+        /// Answers requests over the engine.
+        dispatcher: Dispatcher,
+        /// This "connection"'s capture state.
+        connection: Box<ConnectionState>,
+        /// The engine, shut down when the command ends.
+        engine: Arc<Engine>,
+    },
+}
+
+/// An engine opened on `location`, with the name of the credential store holding its key.
+pub fn open_engine(location: &Location) -> Result<(Arc<Engine>, String), CliError> {
+    location.create_dir()?;
+    let layout = location.layout();
+    // Another writer (an `annal --no-daemon` command, the reference) holds the store: say so
+    // instead of starting an engine that cannot write.
+    if layout.history_root().exists()
+        && let Err(error) = annal_engine::store::open_store(&layout, Access::Write)
+    {
+        return Err(CliError::unavailable(format!(
+            "cannot open the store for writing: {error} (is another annal process or the \
+             reference writing to it? `annal stop` ends a daemon)"
+        )));
+    }
+    let choice = location.effective_key_store()?;
+    let provider =
+        open_provider(choice, CredentialNaming::Annal, Box::new(OsEntropy)).map_err(|e| {
+            CliError::unavailable(format!(
+                "the {choice} credential store cannot be used: {e}; `annal doctor` says which \
+                 store works here"
+            ))
+        })?;
+    let kind = provider.kind().as_str().to_owned();
+    if location.recorded_key_store()?.is_none() {
+        location.record_key_store(&kind)?;
+    }
+    let config = EngineConfig::new(layout, location.namespace.clone());
+    let engine = Engine::start(config, Arc::from(provider))
+        .map_err(|e| CliError::unavailable(format!("the engine could not start: {e}")))?;
+    Ok((Arc::new(engine), kind))
+}
+
+impl Link {
+    /// Reaches the store: in process with `no_daemon`, else through its daemon, starting one
+    /// when none answers.
+    pub async fn open(location: &Location, no_daemon: bool) -> Result<Self, CliError> {
+        if no_daemon {
+            if let Some(socket) = location.socket.as_deref()
+                && DaemonClient::connect(socket).await.is_ok()
+            {
+                return Err(CliError::unavailable(
+                    "a daemon serves this store: drop --no-daemon, or `annal stop` it first",
+                ));
+            }
+            let (engine, kind) = open_engine(location)?;
+            let dispatcher = Dispatcher::new(Arc::clone(&engine), kind);
+            let connection = Box::new(dispatcher.connection());
+            return Ok(Self::InProcess {
+                dispatcher,
+                connection,
+                engine,
+            });
+        }
+        let socket = location.socket()?;
+        if let Ok(client) = DaemonClient::connect(socket).await {
+            return Ok(Self::Daemon(client));
+        }
+        start_daemon(location, socket)?;
+        let deadline = Instant::now() + Duration::from_millis(DAEMON_START_DEADLINE_MS);
+        loop {
+            if let Ok(client) = DaemonClient::connect(socket).await {
+                return Ok(Self::Daemon(client));
+            }
+            if Instant::now() >= deadline {
+                return Err(CliError::unavailable(format!(
+                    "the daemon did not start within {} s; its log is {}",
+                    DAEMON_START_DEADLINE_MS / 1_000,
+                    log_path(socket).display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(DAEMON_START_POLL_MS)).await;
+        }
+    }
+
+    /// Connects to a running daemon only (never starts one): `None` when none answers.
+    pub async fn running(location: &Location) -> Option<DaemonClient> {
+        DaemonClient::connect(location.socket.as_deref()?)
+            .await
+            .ok()
+    }
+
+    /// Sends one request; a daemon error becomes a [`CliError`] with its message.
+    pub async fn request(&mut self, request: Request) -> Result<serde_json::Value, CliError> {
+        match self {
+            Self::Daemon(client) => client.request(&request).await.map_err(from_client),
+            Self::InProcess {
+                dispatcher,
+                connection,
+                ..
+            } => match dispatcher.dispatch(connection, request).await {
+                Reply::Ok(value) => Ok(value),
+                Reply::Error(error) => Err(from_daemon(error.code, error.message)),
+            },
+        }
+    }
+
+    /// Ends the link: an in-process engine is shut down (bounded drain).
+    pub async fn close(self) {
+        if let Self::InProcess {
+            dispatcher,
+            connection,
+            engine,
+        } = self
+        {
+            drop(connection);
+            drop(dispatcher);
+            if let Ok(engine) = Arc::try_unwrap(engine) {
+                let _ = engine.shutdown_async().await;
+            }
+        }
+    }
+}
+
+fn from_daemon(code: DaemonErrorCode, message: String) -> CliError {
+    match code {
+        DaemonErrorCode::OperationFailed => CliError::unavailable(message),
+        _ => CliError::usage(message),
+    }
+}
+
+fn from_client(error: ClientError) -> CliError {
+    match error {
+        ClientError::Daemon(error) => from_daemon(error.code, error.message),
+        other => CliError::unavailable(format!(
+            "{other} (the daemon may have stopped; run the command again)"
+        )),
+    }
+}
+
+/// The daemon's log, beside its socket.
+pub fn log_path(socket: &Path) -> std::path::PathBuf {
+    socket.with_extension("log")
+}
+
+/// Starts `annal serve` for `location` in the background: its own process group (a terminal's
+/// Ctrl-C does not reach it), stdio detached, stderr to its log (0600), exiting by itself after
+/// `DAEMON_IDLE_EXIT_SECS` idle. Two commands racing here start two daemons; the second finds
+/// the first's lock and exits.
+fn start_daemon(location: &Location, socket: &Path) -> Result<(), CliError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::process::CommandExt;
+    if let Some(dir) = socket.parent() {
+        private_dir(dir)?;
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::unavailable(format!("cannot find the annal executable: {e}")))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(log_path(socket))
+        .map_err(|e| CliError::unavailable(format!("cannot open the daemon's log: {e}")))?;
+    let mut command = Command::new(exe);
+    command
+        .arg("--store")
+        .arg(&location.dir)
+        .args(["--namespace", location.namespace.as_str()])
+        .args(["--key-store", location.key_store.as_str()])
+        .arg("--socket")
+        .arg(socket)
+        .args(["serve", "--idle-exit-secs"])
+        .arg(DAEMON_IDLE_EXIT_SECS.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .process_group(0);
+    let mut child = command
+        .spawn()
+        .map_err(|e| CliError::unavailable(format!("cannot start the daemon: {e}")))?;
+    // Reap it when it exits, so a long-running client (`annal mcp`) leaves no zombie.
+    std::thread::spawn(move || child.wait());
+    Ok(())
+}

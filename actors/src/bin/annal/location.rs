@@ -1,0 +1,194 @@
+//! Where a store, its daemon's socket and its key-store record live.
+//!
+//! - Store: `--store DIR`, else `$XDG_STATE_HOME/annal/<namespace>/`, else
+//!   `~/.local/state/annal/<namespace>/` (the namespace directory: `computer-history/` is the
+//!   contract store, `engine/` annal's sidecar).
+//! - Socket: `--socket PATH`, else `$XDG_RUNTIME_DIR/annal/<16 hex of the store path's
+//!   BLAKE3>.sock` (the directory 0700, the socket 0600). No runtime directory, no daemon:
+//!   `--no-daemon` still works.
+//! - Key-store record: `<store>/key-store`, written by the first engine that opens the store, so
+//!   a later `auto` never picks another credential store than the one holding the key.
+
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use annal_engine::keys::{KeyStoreChoice, Namespace};
+use annal_engine::storage::StoreLayout;
+
+use crate::CliError;
+
+/// Name of the key-store record inside the store directory.
+const KEY_STORE_RECORD_FILE_NAME: &str = "key-store";
+
+/// Longest key-store record read, in bytes (the longest choice name is 14).
+const KEY_STORE_RECORD_MAX_BYTES: u64 = 64;
+
+/// Hex characters of the store path's hash in the socket's name (64 bits: no two stores of one
+/// user collide in practice, and the path stays under the 108-byte socket path limit).
+const SOCKET_NAME_HASH_HEX_CHARS: usize = 16;
+
+/// Mode of every directory annal creates for a store or a socket.
+const PRIVATE_DIR_MODE: u32 = 0o700;
+
+/// One store, as the global options name it.
+#[derive(Debug, Clone)]
+pub struct Location {
+    /// The namespace directory.
+    pub dir: PathBuf,
+    /// The namespace (its key's name).
+    pub namespace: Namespace,
+    /// The credential store asked for.
+    pub key_store: KeyStoreChoice,
+    /// The daemon's socket, when one can be placed.
+    pub socket: Option<PathBuf>,
+}
+
+impl Location {
+    /// Resolves the global options against the environment.
+    pub fn resolve(
+        store: Option<&Path>,
+        namespace: &str,
+        key_store: KeyStoreChoice,
+        socket: Option<&Path>,
+    ) -> Result<Self, CliError> {
+        let namespace = Namespace::new(namespace).map_err(|e| {
+            CliError::usage(format!(
+                "--namespace: {e} (use letters, digits, '.', '_' or '-')"
+            ))
+        })?;
+        let dir = match store {
+            Some(dir) => absolute(dir)?,
+            None => default_state_home()?.join("annal").join(namespace.as_str()),
+        };
+        let socket = match socket {
+            Some(path) => Some(absolute(path)?),
+            None => std::env::var_os("XDG_RUNTIME_DIR")
+                .filter(|run| !run.is_empty())
+                .map(|run| PathBuf::from(run).join("annal").join(socket_name(&dir))),
+        };
+        Ok(Self {
+            dir,
+            namespace,
+            key_store,
+            socket,
+        })
+    }
+
+    /// The store's layout.
+    pub fn layout(&self) -> StoreLayout {
+        StoreLayout::in_namespace_dir(&self.dir)
+    }
+
+    /// The socket, or why there is none.
+    pub fn socket(&self) -> Result<&Path, CliError> {
+        self.socket.as_deref().ok_or_else(|| {
+            CliError::unavailable(
+                "XDG_RUNTIME_DIR is not set, so there is no place for the daemon's socket: set \
+                 it, pass --socket PATH, or run this command with --no-daemon",
+            )
+        })
+    }
+
+    /// Creates the store directory (0700) if it is missing.
+    pub fn create_dir(&self) -> Result<(), CliError> {
+        private_dir(&self.dir)
+    }
+
+    /// The credential store this store's key lives in, as recorded by the first engine that
+    /// opened it; `None` before that.
+    pub fn recorded_key_store(&self) -> Result<Option<KeyStoreChoice>, CliError> {
+        use std::io::Read;
+        let path = self.dir.join(KEY_STORE_RECORD_FILE_NAME);
+        let mut text = String::new();
+        match std::fs::File::open(&path) {
+            Ok(file) => {
+                file.take(KEY_STORE_RECORD_MAX_BYTES)
+                    .read_to_string(&mut text)
+                    .map_err(|e| CliError::unavailable(format!("{}: {e}", path.display())))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(CliError::unavailable(format!("{}: {e}", path.display()))),
+        }
+        text.trim().parse().map(Some).map_err(|_| {
+            CliError::usage(format!(
+                "{} does not name a credential store (secret-service or keyutils); fix or \
+                 remove it",
+                path.display()
+            ))
+        })
+    }
+
+    /// Records `kind` as the store's credential store.
+    pub fn record_key_store(&self, kind: &str) -> Result<(), CliError> {
+        let path = self.dir.join(KEY_STORE_RECORD_FILE_NAME);
+        std::fs::write(&path, format!("{kind}\n"))
+            .map_err(|e| CliError::unavailable(format!("{}: {e}", path.display())))
+    }
+
+    /// The choice to open: the recorded store when there is one (an explicit other choice is
+    /// refused: the key is not there), else what was asked for.
+    pub fn effective_key_store(&self) -> Result<KeyStoreChoice, CliError> {
+        match self.recorded_key_store()? {
+            None => Ok(self.key_store),
+            Some(recorded) if self.key_store == KeyStoreChoice::Auto => Ok(recorded),
+            Some(recorded) if recorded == self.key_store => Ok(recorded),
+            Some(recorded) => Err(CliError::usage(format!(
+                "this store's key is in the {recorded} store, not {}: pass --key-store \
+                 {recorded} (or auto)",
+                self.key_store
+            ))),
+        }
+    }
+}
+
+/// The socket file name for the store at `dir`.
+fn socket_name(dir: &Path) -> String {
+    let hash = blake3::hash(dir.as_os_str().as_encoded_bytes());
+    let hex = hash.to_hex();
+    format!("{}.sock", &hex[..SOCKET_NAME_HASH_HEX_CHARS])
+}
+
+/// `path` made absolute against the current directory (not canonicalized: it may not exist).
+fn absolute(path: &Path) -> Result<PathBuf, CliError> {
+    std::path::absolute(path).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))
+}
+
+/// `$XDG_STATE_HOME`, else `$HOME/.local/state`.
+fn default_state_home() -> Result<PathBuf, CliError> {
+    if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(home) => Ok(PathBuf::from(home).join(".local").join("state")),
+        None => Err(CliError::usage(
+            "neither XDG_STATE_HOME nor HOME is set: pass --store DIR",
+        )),
+    }
+}
+
+/// Creates `dir` (and its parents) with mode 0700 when missing; refuses an existing directory
+/// that another user owns or that others may enter.
+pub fn private_dir(dir: &Path) -> Result<(), CliError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(PRIVATE_DIR_MODE)
+        .create(dir)
+        .map_err(|e| CliError::unavailable(format!("cannot create {}: {e}", dir.display())))?;
+    let meta = std::fs::metadata(dir)
+        .map_err(|e| CliError::unavailable(format!("{}: {e}", dir.display())))?;
+    let own_uid = rustix::process::geteuid().as_raw();
+    if meta.uid() != own_uid {
+        return Err(CliError::unavailable(format!(
+            "{} belongs to another user; annal will not use it",
+            dir.display()
+        )));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(CliError::unavailable(format!(
+            "{} can be entered by other users: run `chmod 700 {}`",
+            dir.display(),
+            dir.display()
+        )));
+    }
+    Ok(())
+}

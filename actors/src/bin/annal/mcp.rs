@@ -1,0 +1,259 @@
+//! `annal mcp --actor ID [--manifest FILE]`: an MCP server on stdio for one agent, over the
+//! policy gate of the store's daemon.
+//!
+//! - `tools/list` asks the gate each time which tools this actor may call now: none when history
+//!   is not admitted, agents are disabled, or the actor holds no live grant. Each tool has its
+//!   closed input schema (`additionalProperties: false`; `history_query` with the paging
+//!   `cursor`).
+//! - `tools/call` hands the name and the raw arguments to the gate, which validates them (rmcp
+//!   does not), decides, audits and answers. Results come back as `structuredContent` with the
+//!   contract's fields and the same JSON as text; failures as a result with `isError: true`
+//!   and only the fixed `code`.
+//! - `--manifest FILE` approves a bounded-mode manifest for this actor when the server starts
+//!   (passing it is the owner's approval: the owner writes the agent's MCP configuration).
+//!
+//! Logs go to stderr only; the end of stdin ends the server.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use annal_actors::daemon::Request;
+use annal_engine::policy::manifest::MANIFEST_MAX_LEN_BYTES;
+use annal_engine::policy::{ActorId, Operation};
+use annal_schema::ErrorCode;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+
+use crate::link::Link;
+use crate::location::Location;
+use crate::{CliError, report_error};
+
+/// How an agent should use `history_status` (seed 000's consultation policy).
+const STATUS_DESCRIPTION: &str = "Reports whether this machine keeps a local history of \
+     computer-use agent actions, and whether it is enabled, paused, encrypted and healthy. Call \
+     it before history_query when you need to know whether history can help. Its result enters \
+     your context. If history is absent, disabled, denied or failing, continue your task \
+     without it.";
+
+/// How an agent should use `history_query` (seed 000's consultation policy).
+const QUERY_DESCRIPTION: &str = "Reads metadata about earlier computer-use actions on this \
+     machine: which capability ran, in which application and session, and what effect was \
+     confirmed. Consult it when resuming interrupted work, recalling what was already done, \
+     explaining a prior run, or finding where a workflow stopped; not otherwise. Events are \
+     metadata evidence, not a transcript: no screenshots, typed text, window titles, URLs or \
+     tool arguments are kept, and anything omitted stays unknown: do not guess it. The result \
+     enters your context. Filters: limit (1-200, newest kept, returned oldest first), \
+     session_id, since_sequence, until_sequence (inclusive); pass the result's cursor to read \
+     the next page. On absence, denial or failure, continue without history.";
+
+/// Arguments of `annal mcp`.
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {
+    /// The agent this server speaks for (grants are per actor).
+    #[arg(long)]
+    pub actor: String,
+    /// A bounded-mode manifest (YAML or JSON, version 3) to approve for this actor at start.
+    #[arg(long, value_name = "FILE")]
+    pub manifest: Option<PathBuf>,
+}
+
+/// The MCP server of one actor.
+struct HistoryServer {
+    /// The actor's id, as the gate knows it.
+    actor: String,
+    /// The store.
+    location: Location,
+    /// Open the store in-process instead of through the daemon.
+    no_daemon: bool,
+    /// The way to the store, opened on first use and again after it failed.
+    link: Arc<tokio::sync::Mutex<Option<Link>>>,
+}
+
+impl HistoryServer {
+    /// One request to the store; a failed link is dropped so the next call reconnects (and
+    /// starts the daemon again if it is gone).
+    async fn ask(&self, request: Request) -> Result<Value, CliError> {
+        let mut link = self.link.lock().await;
+        if link.is_none() {
+            *link = Some(Link::open(&self.location, self.no_daemon).await?);
+        }
+        let Some(open) = link.as_mut() else {
+            return Err(CliError::unavailable("no link to the store"));
+        };
+        let answer = open.request(request).await;
+        if answer
+            .as_ref()
+            .is_err_and(|e| e.exit == crate::EXIT_UNAVAILABLE)
+            && let Some(failed) = link.take()
+        {
+            failed.close().await;
+        }
+        answer
+    }
+}
+
+fn tool(operation: Operation) -> Tool {
+    let (schema, description) = match operation {
+        Operation::Status => (
+            annal_schema::tools::history_status_input_schema(),
+            STATUS_DESCRIPTION,
+        ),
+        Operation::Query => (
+            annal_engine::policy::query_input_schema(),
+            QUERY_DESCRIPTION,
+        ),
+    };
+    let schema = match schema {
+        Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    };
+    Tool::new(operation.tool(), description, Arc::new(schema))
+}
+
+/// A structured result: `value` as `structuredContent` and as text.
+fn result(value: Value, is_error: bool) -> CallToolResult {
+    let text = ContentBlock::text(value.to_string());
+    let mut result = if is_error {
+        CallToolResult::error(vec![text])
+    } else {
+        CallToolResult::success(vec![text])
+    };
+    result.structured_content = Some(value);
+    result
+}
+
+fn failure(code: ErrorCode) -> CallToolResult {
+    result(json!({"code": code}), true)
+}
+
+impl ServerHandler for HistoryServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("annal", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Local computer-use history (metadata only). Use history_status, then \
+                 history_query, only when earlier actions on this machine matter; continue \
+                 without history when it is absent, denied or failing.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let allowed = self
+            .ask(Request::ToolsFor {
+                actor: self.actor.clone(),
+            })
+            .await;
+        // Fail closed: no answer from the gate lists nothing.
+        let tools = allowed
+            .ok()
+            .and_then(|value| value["tools"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|name| name.as_str().and_then(Operation::from_tool))
+            .map(tool)
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if Operation::from_tool(&request.name).is_none() {
+            return Ok(failure(ErrorCode::InvalidHistoryQuery).into());
+        }
+        let answer = self
+            .ask(Request::CallTool {
+                actor: self.actor.clone(),
+                tool: request.name.to_string(),
+                arguments: request.arguments.unwrap_or_default(),
+            })
+            .await;
+        let result = match answer {
+            Ok(value) if value.get("answer").is_some() => result(value["answer"].clone(), false),
+            Ok(value) if value["refusal"].get("code").is_some() => {
+                result(value["refusal"].clone(), true)
+            }
+            Ok(_) | Err(_) => failure(ErrorCode::HistoryStorageUnavailable),
+        };
+        Ok(result.into())
+    }
+}
+
+fn read_manifest(path: &PathBuf) -> Result<String, CliError> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| CliError::usage(format!("--manifest {}: {e}", path.display())))?;
+    let mut text = String::new();
+    file.take(MANIFEST_MAX_LEN_BYTES as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| CliError::usage(format!("--manifest {}: {e}", path.display())))?;
+    if text.len() > MANIFEST_MAX_LEN_BYTES {
+        return Err(CliError::usage(format!(
+            "--manifest {}: longer than {MANIFEST_MAX_LEN_BYTES} bytes",
+            path.display()
+        )));
+    }
+    Ok(text)
+}
+
+async fn serve_mcp(location: &Location, no_daemon: bool, args: &McpArgs) -> Result<(), CliError> {
+    ActorId::new(&args.actor).map_err(|_| {
+        CliError::usage(format!(
+            "--actor: 1..={} characters of letters, digits, '.', '_' or '-'",
+            annal_engine::policy::ACTOR_ID_MAX_LEN_CHARS
+        ))
+    })?;
+    let link = Arc::new(tokio::sync::Mutex::new(None));
+    let server = HistoryServer {
+        actor: args.actor.clone(),
+        location: location.clone(),
+        no_daemon,
+        link: Arc::clone(&link),
+    };
+    if let Some(path) = &args.manifest {
+        let manifest = read_manifest(path)?;
+        server
+            .ask(Request::ApproveManifest {
+                actor: args.actor.clone(),
+                manifest,
+            })
+            .await?;
+    }
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| CliError::unavailable(format!("MCP initialization failed: {e}")))?;
+    let _ = running.waiting().await;
+    // An in-process engine drains before the process exits.
+    if let Some(open) = link.lock().await.take() {
+        open.close().await;
+    }
+    Ok(())
+}
+
+/// Runs `annal mcp`.
+pub fn run(location: &Location, no_daemon: bool, args: &McpArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return report_error(&CliError::unavailable(format!("runtime: {e}"))),
+    };
+    match runtime.block_on(serve_mcp(location, no_daemon, args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => report_error(&error),
+    }
+}

@@ -1,0 +1,540 @@
+//! The owner's commands, each a thin layer over one daemon request (or, with `--no-daemon`,
+//! the same request answered in this process): `enable`, `disable`, `pause`, `resume`, `flush`,
+//! `status`, `list`, `show`, `query`, `grant`, `revoke`, `agents`, `stop`, `delete`.
+//!
+//! Reads (`list`, `show`, `query`) go through the policy gate as the owner (`local_cli`) and
+//! append the contract's `access` event when they return anything. `--json` prints the daemon's
+//! result object unchanged; the text form says what happened.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use annal_actors::daemon::Request;
+use annal_engine::entropy::OsEntropy;
+use annal_engine::keys::{
+    CredentialNaming, KEYUTILS_DURABILITY_WARNING, destroy_namespace, open_provider,
+};
+use annal_engine::policy::manifest::parse_duration_secs;
+use annal_engine::storage::Access;
+use annal_engine::store::{delete_store_files, open_store, plan_store_delete};
+use serde_json::{Value, json};
+
+use crate::link::Link;
+use crate::location::Location;
+use crate::{CliError, report_error};
+
+/// Longest `stop` and `delete` wait for a daemon to exit after asking it to, in milliseconds
+/// (its bounded drain plus margin).
+const DAEMON_STOP_WAIT_MS: u64 = annal_actors::config::SHUTDOWN_DEADLINE_MS + 2_000;
+
+/// Events `list` shows without an N.
+const LIST_DEFAULT_EVENTS: u8 = 20;
+
+/// `--json` for a command whose output a program may read.
+#[derive(Debug, clap::Args)]
+pub struct OutputArgs {
+    /// Print the result as one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `annal list`.
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// How many of the newest events (1..=200).
+    #[arg(default_value_t = LIST_DEFAULT_EVENTS)]
+    pub count: u8,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+/// Arguments of `annal show`.
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    /// The event's sequence number (`data.sequence`).
+    pub sequence: u64,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+/// Arguments of `annal query`: the `history_query` fields.
+#[derive(Debug, clap::Args)]
+pub struct QueryArgs {
+    /// Newest events to keep (1..=200, default 50).
+    #[arg(long)]
+    pub limit: Option<u64>,
+    /// A session: its opaque id or its raw label.
+    #[arg(long)]
+    pub session_id: Option<String>,
+    /// Lowest sequence number (inclusive).
+    #[arg(long)]
+    pub since_sequence: Option<u64>,
+    /// Highest sequence number (inclusive).
+    #[arg(long)]
+    pub until_sequence: Option<u64>,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+/// Arguments of `annal grant`.
+#[derive(Debug, clap::Args)]
+pub struct GrantArgs {
+    /// The agent's id (what its `annal mcp --actor` names).
+    pub actor: String,
+    /// `status` (history_status) or `query` (history_query).
+    pub operation: String,
+    /// Absolute lifetime, for example 30m, 1h, 7d (default 1h; at most 30d).
+    #[arg(long, value_name = "DURATION")]
+    pub expires_after: Option<String>,
+    /// Idle timeout, for example 10m (default 10m).
+    #[arg(long, value_name = "DURATION")]
+    pub idle_timeout: Option<String>,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+/// Arguments of `annal revoke`.
+#[derive(Debug, clap::Args)]
+pub struct RevokeArgs {
+    /// The agent's id.
+    pub actor: String,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+/// The agents switch.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum AgentsSwitch {
+    /// Every agent's next call is refused (`agents_disabled`) and none is listed tools.
+    Disable,
+    /// Agents are decided by their grants again.
+    Enable,
+}
+
+/// Arguments of `annal agents`.
+#[derive(Debug, clap::Args)]
+pub struct AgentsArgs {
+    /// disable or enable.
+    pub switch: AgentsSwitch,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+/// Arguments of `annal delete`.
+#[derive(Debug, clap::Args)]
+pub struct DeleteArgs {
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+/// The control commands.
+#[derive(Debug, Clone, Copy)]
+pub enum Control {
+    /// `enable`.
+    Enable,
+    /// `disable`.
+    Disable,
+    /// `pause`.
+    Pause,
+    /// `resume`.
+    Resume,
+    /// `flush`.
+    Flush,
+    /// `status`.
+    Status,
+}
+
+/// Sends one request to the store and returns its result.
+fn one(location: &Location, no_daemon: bool, request: Request) -> Result<Value, CliError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::unavailable(format!("cannot start a runtime: {e}")))?;
+    runtime.block_on(async {
+        let mut link = Link::open(location, no_daemon).await?;
+        let result = link.request(request).await;
+        link.close().await;
+        result
+    })
+}
+
+/// Prints `value` (with `--json`) or `text`, and succeeds.
+fn print(out: &OutputArgs, value: &Value, text: impl FnOnce() -> String) -> ExitCode {
+    if out.json {
+        println!("{value}");
+    } else {
+        print!("{}", text());
+    }
+    ExitCode::SUCCESS
+}
+
+fn finish(result: Result<ExitCode, CliError>) -> ExitCode {
+    result.unwrap_or_else(|error| report_error(&error))
+}
+
+/// A status result as text: what happened, what is recorded, where the key is.
+fn status_text(location: &Location, headline: &str, value: &Value) -> String {
+    let status = &value["status"];
+    let flag = |name: &str| status[name].as_bool().unwrap_or(false);
+    let state = if !flag("admitted") {
+        "not admitted: this runtime does not allow history"
+    } else if !flag("enabled") {
+        "disabled: nothing is being recorded"
+    } else if flag("paused") {
+        "enabled, paused: nothing is being recorded until `annal resume`"
+    } else {
+        "enabled: agent actions are being recorded"
+    };
+    let mut text = String::new();
+    if !headline.is_empty() {
+        text.push_str(headline);
+        text.push('\n');
+    }
+    text.push_str(&format!("history: {state}\n"));
+    text.push_str(&format!("store: {}\n", location.dir.display()));
+    let key_store = value["key_store"].as_str().unwrap_or("unknown");
+    text.push_str(&format!("key: in the {key_store} credential store\n"));
+    if key_store == annal_engine::keys::KeyStoreKind::Keyutils.as_str() {
+        text.push_str(&format!("note: {KEYUTILS_DURABILITY_WARNING}\n"));
+    }
+    text.push_str(&format!(
+        "used: {} of {} bytes; retention {} days; dropped events: {}\n",
+        status["bytes_used"],
+        status["quota_bytes"],
+        status["retention_days"],
+        status["dropped_events"]
+    ));
+    let health = status["health"].as_str().unwrap_or("unknown");
+    if health == annal_schema::HealthCategory::Ready.as_str() {
+        text.push_str("health: ready\n");
+    } else {
+        text.push_str(&format!(
+            "health: {health} (`annal doctor` checks the credential stores; `annal verify` the files)\n"
+        ));
+    }
+    text
+}
+
+/// `enable`, `disable`, `pause`, `resume`, `flush`, `status`.
+pub fn control(
+    location: &Location,
+    no_daemon: bool,
+    control: Control,
+    out: &OutputArgs,
+) -> ExitCode {
+    let (request, headline) = match control {
+        Control::Enable => (Request::Enable, "history enabled."),
+        Control::Disable => (
+            Request::Disable,
+            "history disabled; what was recorded stays.",
+        ),
+        Control::Pause => (Request::Pause, "capture paused."),
+        Control::Resume => (Request::Resume, "capture resumed."),
+        Control::Flush => (Request::Flush, "everything captured so far is durable."),
+        Control::Status => (Request::Status, ""),
+    };
+    finish(
+        one(location, no_daemon, request)
+            .map(|value| print(out, &value, || status_text(location, headline, &value))),
+    )
+}
+
+/// An answer's events, or its refusal as an error (exit 1).
+fn events(value: &Value) -> Result<&Vec<Value>, CliError> {
+    if let Some(code) = value["refusal"]["code"].as_str() {
+        return Err(CliError::found(format!("the read was refused: {code}")));
+    }
+    value["answer"]["events"]
+        .as_array()
+        .ok_or_else(|| CliError::unavailable("the daemon's answer holds no events"))
+}
+
+/// One event as a line: sequence, time, kind and the fields that say what happened.
+fn event_line(event: &Value) -> String {
+    let data = &event["data"];
+    let payload = &data["payload"];
+    let mut line = format!(
+        "{:>8}  {}  {}",
+        data["sequence"],
+        event["time"].as_str().unwrap_or("-"),
+        payload["kind"].as_str().unwrap_or("-")
+    );
+    for field in ["operation", "phase", "category"] {
+        if let Some(value) = payload[field].as_str() {
+            line.push_str(&format!(" {value}"));
+        }
+    }
+    if let Some(capability) = data["capability"].as_str() {
+        line.push_str(&format!("  {capability}"));
+    }
+    if let Some(app) = data["application"]["display_name"]
+        .as_str()
+        .or(data["application"]["bundle_id"].as_str())
+    {
+        line.push_str(&format!("  [{app}]"));
+    }
+    for field in ["effect", "route"] {
+        if let Some(value) = payload[field].as_str() {
+            line.push_str(&format!(" {field}={value}"));
+        }
+    }
+    if let Some(count) = payload["returned_events"].as_u64() {
+        line.push_str(&format!(" returned_events={count}"));
+    }
+    line.push('\n');
+    line
+}
+
+fn events_text(events: &[Value]) -> String {
+    if events.is_empty() {
+        return "no events match.\n".to_owned();
+    }
+    events.iter().map(event_line).collect()
+}
+
+fn read(location: &Location, no_daemon: bool, arguments: Value, out: &OutputArgs) -> ExitCode {
+    let Value::Object(arguments) = arguments else {
+        return ExitCode::from(crate::EXIT_USAGE);
+    };
+    finish(
+        one(location, no_daemon, Request::Query { arguments }).and_then(|value| {
+            let events = events(&value)?;
+            Ok(print(out, &value["answer"], || events_text(events)))
+        }),
+    )
+}
+
+/// `list [N]`.
+pub fn list(location: &Location, no_daemon: bool, args: &ListArgs) -> ExitCode {
+    read(location, no_daemon, json!({"limit": args.count}), &args.out)
+}
+
+/// `query`.
+pub fn query(location: &Location, no_daemon: bool, args: &QueryArgs) -> ExitCode {
+    let mut arguments = serde_json::Map::new();
+    if let Some(limit) = args.limit {
+        arguments.insert("limit".into(), limit.into());
+    }
+    if let Some(session) = &args.session_id {
+        arguments.insert("session_id".into(), session.clone().into());
+    }
+    if let Some(since) = args.since_sequence {
+        arguments.insert("since_sequence".into(), since.into());
+    }
+    if let Some(until) = args.until_sequence {
+        arguments.insert("until_sequence".into(), until.into());
+    }
+    read(location, no_daemon, Value::Object(arguments), &args.out)
+}
+
+/// `show SEQ`.
+pub fn show(location: &Location, no_daemon: bool, args: &ShowArgs) -> ExitCode {
+    let arguments = json!({
+        "limit": 1,
+        "since_sequence": args.sequence,
+        "until_sequence": args.sequence,
+    });
+    let Value::Object(arguments) = arguments else {
+        return ExitCode::from(crate::EXIT_USAGE);
+    };
+    finish(
+        one(location, no_daemon, Request::Query { arguments }).and_then(|value| {
+            let event = events(&value)?.first().cloned().ok_or_else(|| {
+                CliError::found(format!(
+                    "no event has sequence {} (retention may have removed it)",
+                    args.sequence
+                ))
+            })?;
+            Ok(print(&args.out, &event, || {
+                serde_json::to_string_pretty(&event).unwrap_or_default() + "\n"
+            }))
+        }),
+    )
+}
+
+fn duration(flag: &str, text: Option<&String>) -> Result<Option<u64>, CliError> {
+    text.map(|text| {
+        parse_duration_secs(text).ok_or_else(|| {
+            CliError::usage(format!(
+                "{flag}: not a duration (a number and s, m, h or d, for example 30m)"
+            ))
+        })
+    })
+    .transpose()
+}
+
+/// `grant ACTOR OPERATION`.
+pub fn grant(location: &Location, no_daemon: bool, args: &GrantArgs) -> ExitCode {
+    let request = (|| {
+        Ok::<_, CliError>(Request::Grant {
+            actor: args.actor.clone(),
+            operation: args.operation.clone(),
+            expires_after_secs: duration("--expires-after", args.expires_after.as_ref())?,
+            idle_timeout_secs: duration("--idle-timeout", args.idle_timeout.as_ref())?,
+        })
+    })();
+    finish(
+        request
+            .and_then(|request| one(location, no_daemon, request))
+            .map(|value| {
+                print(&args.out, &value, || {
+                    format!(
+                        "granted {} to {}; its next call may use it.\n",
+                        args.operation, args.actor
+                    )
+                })
+            }),
+    )
+}
+
+/// `revoke ACTOR`.
+pub fn revoke(location: &Location, no_daemon: bool, args: &RevokeArgs) -> ExitCode {
+    let request = Request::Revoke {
+        actor: args.actor.clone(),
+    };
+    finish(one(location, no_daemon, request).map(|value| {
+        print(&args.out, &value, || {
+            format!(
+                "revoked every grant of {}; its next call is refused.\n",
+                args.actor
+            )
+        })
+    }))
+}
+
+/// `agents disable|enable`.
+pub fn agents(location: &Location, no_daemon: bool, args: &AgentsArgs) -> ExitCode {
+    let enabled = matches!(args.switch, AgentsSwitch::Enable);
+    finish(
+        one(location, no_daemon, Request::SwitchAgents { enabled }).map(|value| {
+            print(&args.out, &value, || {
+                if enabled {
+                    "agents enabled: each is decided by its grants again.\n".to_owned()
+                } else {
+                    "agents disabled: every agent's next call is refused.\n".to_owned()
+                }
+            })
+        }),
+    )
+}
+
+/// Asks a running daemon to stop and waits until its socket is gone. `Ok(false)`: none ran.
+fn stop_daemon(location: &Location) -> Result<bool, CliError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::unavailable(format!("cannot start a runtime: {e}")))?;
+    runtime.block_on(async {
+        let Some(mut client) = Link::running(location).await else {
+            return Ok(false);
+        };
+        client
+            .request(&Request::Stop)
+            .await
+            .map_err(|e| CliError::unavailable(format!("the daemon did not stop: {e}")))?;
+        let deadline = Instant::now() + Duration::from_millis(DAEMON_STOP_WAIT_MS);
+        while Link::running(location).await.is_some() {
+            if Instant::now() >= deadline {
+                return Err(CliError::unavailable("the daemon did not exit in time"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The socket is gone before the engine has drained; the writer lock tells when it has.
+        let layout = location.layout();
+        while layout.history_root().exists() && open_store(&layout, Access::Write).is_err() {
+            if Instant::now() >= deadline {
+                return Err(CliError::unavailable(
+                    "the daemon did not release the store in time",
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(true)
+    })
+}
+
+/// `stop`.
+pub fn stop(location: &Location, out: &OutputArgs) -> ExitCode {
+    finish(stop_daemon(location).map(|stopped| {
+        let value = json!({"stopped": stopped});
+        print(out, &value, || {
+            if stopped {
+                "the daemon stopped; everything captured is durable.\n".to_owned()
+            } else {
+                "no daemon serves this store.\n".to_owned()
+            }
+        })
+    }))
+}
+
+/// Asks the person to type the namespace, when there is a terminal to ask on.
+fn confirmed(location: &Location) -> Result<(), CliError> {
+    if !std::io::stdin().is_terminal() {
+        return Err(CliError::usage(
+            "delete destroys the key and every event; pass --yes to confirm",
+        ));
+    }
+    eprint!(
+        "This destroys the key of namespace {} and deletes {}. History there becomes \
+         unrecoverable.\nType the namespace to confirm: ",
+        location.namespace.as_str(),
+        location.dir.display()
+    );
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .map_err(|e| CliError::usage(format!("no confirmation: {e}")))?;
+    if answer.trim() == location.namespace.as_str() {
+        Ok(())
+    } else {
+        Err(CliError::usage("not confirmed; nothing was deleted"))
+    }
+}
+
+/// `delete`: stops the daemon, destroys the namespace's keys (verified absent), then removes
+/// the store's files. The key goes first: a crash in between leaves only unreadable files.
+pub fn delete(location: &Location, args: &DeleteArgs) -> ExitCode {
+    let result = (|| {
+        if !args.yes {
+            confirmed(location)?;
+        }
+        stop_daemon(location)?;
+        let choice = location.effective_key_store()?;
+        let provider = open_provider(choice, CredentialNaming::Annal, Box::new(OsEntropy))
+            .map_err(|e| CliError::unavailable(format!("the {choice} credential store: {e}")))?;
+        let layout = location.layout();
+        let plan = if layout.history_root().exists() {
+            let storage = open_store(&layout, Access::Write)
+                .map_err(|e| CliError::unavailable(format!("cannot open the store: {e}")))?;
+            Some(
+                plan_store_delete(storage, &location.namespace)
+                    .map_err(|e| CliError::found(format!("cannot plan the delete: {e}")))?,
+            )
+        } else {
+            None
+        };
+        let proof = destroy_namespace(provider.as_ref(), &location.namespace)
+            .map_err(|e| CliError::unavailable(format!("the key could not be destroyed: {e}")))?;
+        let destroyed = proof.destroyed().len();
+        if let Some(plan) = plan {
+            delete_store_files(plan, &proof)
+                .map_err(|e| CliError::found(format!("the key is gone, but: {e}")))?;
+        }
+        let _ = std::fs::remove_dir_all(&location.dir);
+        Ok(json!({"deleted": true, "keys_destroyed": destroyed}))
+    })();
+    finish(result.map(|value| {
+        print(&args.out, &value, || {
+            format!(
+                "deleted: {} key(s) destroyed and verified absent; {} removed.\n",
+                value["keys_destroyed"],
+                location.dir.display()
+            )
+        })
+    }))
+}

@@ -1,0 +1,116 @@
+//! `annal serve`: the store's daemon. Owns the engine (and so the writer lock) and serves the
+//! socket until `annal stop`, SIGTERM or SIGINT, or (with `--idle-exit-secs`) an idle spell;
+//! then drains within the engine's bounded shutdown.
+
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use annal_actors::daemon::{ServeEnd, ServeOptions, serve};
+
+use crate::location::{Location, private_dir};
+use crate::{CliError, report_error};
+
+/// Mode of the daemon's socket: its owner only.
+const SOCKET_MODE: u32 = 0o600;
+
+/// Arguments of `annal serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Exit after this many seconds with no client connected and nothing left to flush
+    /// (default: serve until stopped; a daemon started on demand uses 60).
+    #[arg(long, value_name = "SECS")]
+    pub idle_exit_secs: Option<u64>,
+}
+
+/// Runs `annal serve`.
+pub fn run(location: &Location, args: &ServeArgs) -> ExitCode {
+    match serve_store(location, args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => report_error(&error),
+    }
+}
+
+fn serve_store(location: &Location, args: &ServeArgs) -> Result<(), CliError> {
+    let socket = location.socket()?.to_path_buf();
+    if let Some(dir) = socket.parent() {
+        private_dir(dir)?;
+    }
+    // One daemon per socket: the lock beside it is held for the daemon's life.
+    let lock_path = socket.with_extension("lock");
+    let lock = std::fs::OpenOptions::new()
+        .mode(SOCKET_MODE)
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| CliError::unavailable(format!("{}: {e}", lock_path.display())))?;
+    if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        return Err(CliError::unavailable(format!(
+            "a daemon already serves {} (socket {})",
+            location.dir.display(),
+            socket.display()
+        )));
+    }
+    let (engine, key_store) = crate::link::open_engine(location)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::unavailable(format!("cannot start the daemon's runtime: {e}")))?;
+    let options = ServeOptions {
+        idle_exit: args.idle_exit_secs.map(Duration::from_secs),
+        key_store,
+    };
+    let served = runtime.block_on(async {
+        // We hold the lock, so a socket file left here is a dead daemon's.
+        let _ = std::fs::remove_file(&socket);
+        let listener = tokio::net::UnixListener::bind(&socket)
+            .map_err(|e| CliError::unavailable(format!("{}: {e}", socket.display())))?;
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(SOCKET_MODE))
+            .map_err(|e| CliError::unavailable(format!("{}: {e}", socket.display())))?;
+        eprintln!(
+            "annal: serving {} on {}",
+            location.dir.display(),
+            socket.display()
+        );
+        let end = serve(listener, Arc::clone(&engine), options, signalled()).await;
+        let _ = std::fs::remove_file(&socket);
+        Ok::<ServeEnd, CliError>(end)
+    });
+    drop(runtime);
+    let report = match Arc::try_unwrap(engine) {
+        Ok(engine) => Some(engine.shutdown()),
+        Err(_) => None,
+    };
+    drop(lock);
+    let end = served?;
+    let how = match end {
+        ServeEnd::Stopped => "stopped on request",
+        ServeEnd::Signalled => "stopped by a signal",
+        ServeEnd::Idle => "idle, exiting",
+    };
+    match report {
+        Some(report) if report.drained => {
+            eprintln!("annal: {how}; everything captured is durable");
+            Ok(())
+        }
+        _ => Err(CliError::unavailable(format!(
+            "{how}; the drain did not finish within the shutdown deadline"
+        ))),
+    }
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn signalled() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut terminate) = signal(SignalKind::terminate()) else {
+        // No SIGTERM handler could be installed: only SIGINT (and `annal stop`) end the daemon.
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

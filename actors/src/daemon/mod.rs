@@ -1,0 +1,22 @@
+//! The local daemon: one process owns a store's writer and serves it over a Unix socket to the
+//! owner's CLI, to every agent's `annal mcp` bridge and to non-Rust runtimes that capture.
+//!
+//! # Layout
+//!
+//! - [`protocol`]: length-prefixed JSON frames, the closed [`Request`] enum, the [`Reply`] shape
+//!   and the fixed [`DaemonErrorCode`]s (`docs/protocol.md`).
+//! - [`server`]: [`serve`] (one task per connection, peer uid checked, bounded frames, idle
+//!   exit, `stop`) and the [`Dispatcher`] that answers a request over an [`Engine`](crate::Engine)
+//!   (also run in-process by `--no-daemon`).
+//! - [`client`]: [`DaemonClient`], one connection.
+//!
+//! The socket's directory and file permissions, the on-demand start and the idle exit policy
+//! belong to the `annal` binary, which owns the process.
+
+pub mod client;
+pub mod protocol;
+pub mod server;
+
+pub use client::{ClientError, DaemonClient};
+pub use protocol::{DaemonError, DaemonErrorCode, MAX_FRAME_BYTES, Reply, Request, WireOutcome};
+pub use server::{ConnectionState, Dispatcher, ServeEnd, ServeOptions, serve};

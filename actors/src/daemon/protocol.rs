@@ -1,0 +1,476 @@
+//! The daemon's wire protocol: length-prefixed JSON frames carrying one closed request enum and
+//! one reply shape. `docs/protocol.md` is the reference for clients in other languages.
+//!
+//! A frame is a 4-byte big-endian length `N` (1 ..= [`MAX_FRAME_BYTES`]) followed by `N` bytes
+//! of one UTF-8 JSON object. Each request frame gets exactly one reply frame, in order.
+
+use annal_schema::{
+    Application, Capability, Delivery, Effect, EscalationKind, EvidenceKind, Route,
+};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Version of this protocol, answered by `hello`. A client that needs a newer one says so.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest frame body either side sends or accepts, in bytes. A manifest
+/// (`MANIFEST_MAX_LEN_BYTES`, 16 KiB) fits with room to spare; a query answer of 200 events
+/// (about 1 KiB each) does too.
+pub const MAX_FRAME_BYTES: usize = 512 * 1024;
+
+/// Bytes of the length prefix.
+pub const FRAME_HEADER_BYTES: usize = 4;
+
+const _: () = assert!(MAX_FRAME_BYTES <= u32::MAX as usize);
+const _: () = assert!(
+    annal_engine::policy::manifest::MANIFEST_MAX_LEN_BYTES * 2 < MAX_FRAME_BYTES,
+    "a manifest, JSON-escaped, must fit one request frame"
+);
+
+/// One request. Closed: an unknown `op` or an unknown field is refused (`unknown_request`,
+/// `invalid_request`) and the connection goes on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum Request {
+    /// Which protocol and key store the daemon has.
+    Hello,
+    /// The contract's status.
+    Status,
+    /// The owner's opt-in.
+    Enable,
+    /// The owner's opt-out (capture stops; history stays).
+    Disable,
+    /// Pause capture.
+    Pause,
+    /// Resume capture.
+    Resume,
+    /// Make everything captured so far durable.
+    Flush,
+    /// The owner's read (`local_cli`): the `history_query` arguments.
+    Query {
+        /// The tool's arguments (`limit`, `session_id`, `since_sequence`, `until_sequence`).
+        #[serde(default)]
+        arguments: serde_json::Map<String, serde_json::Value>,
+    },
+    /// The tools `actor` may call now.
+    ToolsFor {
+        /// The agent's id.
+        actor: String,
+    },
+    /// One tool call by `actor`, through the policy gate.
+    CallTool {
+        /// The agent's id.
+        actor: String,
+        /// `history_status` or `history_query`.
+        tool: String,
+        /// The tool's arguments.
+        #[serde(default)]
+        arguments: serde_json::Map<String, serde_json::Value>,
+    },
+    /// Grant `operation` (`status` or `query`) to `actor`.
+    Grant {
+        /// The agent's id.
+        actor: String,
+        /// `status` or `query`.
+        operation: String,
+        /// Absolute lifetime in seconds (default one hour).
+        #[serde(default)]
+        expires_after_secs: Option<u64>,
+        /// Idle timeout in seconds (default ten minutes).
+        #[serde(default)]
+        idle_timeout_secs: Option<u64>,
+    },
+    /// Approve a bounded-mode manifest (its YAML or JSON text) for `actor`.
+    ApproveManifest {
+        /// The agent's id.
+        actor: String,
+        /// The manifest's text.
+        manifest: String,
+    },
+    /// Revoke every grant of `actor`.
+    Revoke {
+        /// The agent's id.
+        actor: String,
+    },
+    /// Turn every agent off (`false`) or back on (`true`).
+    SwitchAgents {
+        /// Agents may be allowed again.
+        enabled: bool,
+    },
+    /// A driver session starts (capture). The raw label stays in the daemon's memory.
+    SessionStarted {
+        /// The raw session label (never written).
+        session: String,
+    },
+    /// A driver session ends (capture).
+    SessionEnded {
+        /// The label given to `session_started` on this connection.
+        session: String,
+    },
+    /// An action starts (capture); the reply carries the action handle to complete it with.
+    ActionStarted {
+        /// The Cua capability.
+        capability: Capability,
+        /// The target application, when known.
+        #[serde(default)]
+        application: Option<Application>,
+        /// The session (a label started on this connection), when any.
+        #[serde(default)]
+        session: Option<String>,
+    },
+    /// An action completes (capture).
+    ActionCompleted {
+        /// The handle `action_started` answered.
+        action: u64,
+        /// What it achieved.
+        outcome: WireOutcome,
+    },
+    /// Shut the daemon down (bounded drain).
+    Stop,
+}
+
+impl Request {
+    /// The request's `op` name (for error messages; carries no argument).
+    pub fn op(&self) -> &'static str {
+        match self {
+            Self::Hello => "hello",
+            Self::Status => "status",
+            Self::Enable => "enable",
+            Self::Disable => "disable",
+            Self::Pause => "pause",
+            Self::Resume => "resume",
+            Self::Flush => "flush",
+            Self::Query { .. } => "query",
+            Self::ToolsFor { .. } => "tools_for",
+            Self::CallTool { .. } => "call_tool",
+            Self::Grant { .. } => "grant",
+            Self::ApproveManifest { .. } => "approve_manifest",
+            Self::Revoke { .. } => "revoke",
+            Self::SwitchAgents { .. } => "switch_agents",
+            Self::SessionStarted { .. } => "session_started",
+            Self::SessionEnded { .. } => "session_ended",
+            Self::ActionStarted { .. } => "action_started",
+            Self::ActionCompleted { .. } => "action_completed",
+            Self::Stop => "stop",
+        }
+    }
+}
+
+/// An action's outcome on the wire: the contract's fields, closed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireOutcome {
+    /// What the action achieved.
+    pub effect: Effect,
+    /// How input reached the target.
+    pub route: Route,
+    /// Background or foreground delivery, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<Delivery>,
+    /// Units delivered, when counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_count: Option<u32>,
+    /// Which read-backs confirmed the effect.
+    #[serde(default)]
+    pub evidence_kinds: Vec<EvidenceKind>,
+    /// What a caller could do next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation_kind: Option<EscalationKind>,
+}
+
+impl WireOutcome {
+    /// The validated outcome; `None` when it lists too many evidence kinds.
+    pub fn into_outcome(self) -> Option<annal_schema::ActionOutcome> {
+        Some(annal_schema::ActionOutcome {
+            effect: self.effect,
+            route: self.route,
+            delivery: self.delivery,
+            delivered_count: self.delivered_count,
+            evidence_kinds: annal_schema::EvidenceKinds::new(self.evidence_kinds)?,
+            escalation_kind: self.escalation_kind,
+        })
+    }
+}
+
+/// The fixed codes of a daemon error. Stable wire strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum DaemonErrorCode {
+    /// The frame body is not one UTF-8 JSON object.
+    MalformedFrame,
+    /// The frame's length is 0 or above `MAX_FRAME_BYTES`; the daemon closes the connection
+    /// (it cannot find the next frame).
+    FrameTooLarge,
+    /// The `op` is not one of the protocol's requests.
+    UnknownRequest,
+    /// A field is missing, unknown or out of range.
+    InvalidRequest,
+    /// The peer runs as another user; the daemon closes the connection.
+    PeerNotOwner,
+    /// The daemon serves as many connections as it allows; try again later.
+    TooManyConnections,
+    /// This connection holds as many open actions or sessions as it may.
+    TooManyOpen,
+    /// No open action or session of this connection has that handle or label.
+    UnknownHandle,
+    /// The engine did not answer, or the operation failed (the message says which).
+    OperationFailed,
+}
+
+impl DaemonErrorCode {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MalformedFrame => "malformed_frame",
+            Self::FrameTooLarge => "frame_too_large",
+            Self::UnknownRequest => "unknown_request",
+            Self::InvalidRequest => "invalid_request",
+            Self::PeerNotOwner => "peer_not_owner",
+            Self::TooManyConnections => "too_many_connections",
+            Self::TooManyOpen => "too_many_open",
+            Self::UnknownHandle => "unknown_handle",
+            Self::OperationFailed => "operation_failed",
+        }
+    }
+}
+
+/// A daemon error: its fixed code and one line for a person.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message} ({})", code.as_str())]
+pub struct DaemonError {
+    /// The fixed code.
+    pub code: DaemonErrorCode,
+    /// What went wrong and, where there is one, the fix. Never carries a stored value.
+    pub message: String,
+}
+
+impl DaemonError {
+    /// An error with `code` and `message`.
+    pub fn new(code: DaemonErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// One reply: `{"ok": <result>}` or `{"error": {"code": ..., "message": ...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Reply {
+    /// The request's result (its shape per request is in `docs/protocol.md`).
+    Ok(serde_json::Value),
+    /// Why the request failed.
+    Error(DaemonError),
+}
+
+/// Why reading or writing a frame failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// The peer closed the connection between frames.
+    #[error("the connection was closed")]
+    Closed,
+    /// The declared length is 0 or above `MAX_FRAME_BYTES`.
+    #[error("a frame of {declared_bytes} bytes is outside 1..={MAX_FRAME_BYTES}")]
+    TooLarge {
+        /// The length the header declared.
+        declared_bytes: usize,
+    },
+    /// The body could not be encoded.
+    #[error("the frame could not be encoded")]
+    Encode,
+    /// The socket failed.
+    #[error("socket error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Whether a declared body length is one the protocol allows.
+fn check_frame_len(declared_bytes: usize) -> Result<usize, FrameError> {
+    if (1..=MAX_FRAME_BYTES).contains(&declared_bytes) {
+        Ok(declared_bytes)
+    } else {
+        Err(FrameError::TooLarge { declared_bytes })
+    }
+}
+
+/// Reads one frame body. `Closed` when the peer ended the connection cleanly before a header.
+pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Vec<u8>, FrameError> {
+    let mut header = [0u8; FRAME_HEADER_BYTES];
+    match reader.read_exact(&mut header).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let declared = usize::try_from(u32::from_be_bytes(header)).unwrap_or(usize::MAX);
+    let len = check_frame_len(declared)?;
+    let mut body = vec![0u8; len];
+    reader.read_exact(&mut body).await?;
+    Ok(body)
+}
+
+/// Writes `value` as one frame.
+pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
+    writer: &mut W,
+    value: &T,
+) -> Result<(), FrameError> {
+    let body = serde_json::to_vec(value).map_err(|_| FrameError::Encode)?;
+    let len = check_frame_len(body.len())?;
+    let header = u32::try_from(len)
+        .map_err(|_| FrameError::TooLarge {
+            declared_bytes: len,
+        })?
+        .to_be_bytes();
+    let mut frame = Vec::with_capacity(FRAME_HEADER_BYTES + len);
+    frame.extend_from_slice(&header);
+    frame.extend_from_slice(&body);
+    writer.write_all(&frame).await?;
+    writer.flush().await?;
+    Ok(())
+}
+
+/// Decodes one request body: a typed error naming what is wrong (never the value).
+pub fn decode_request(body: &[u8]) -> Result<Request, DaemonError> {
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
+        DaemonError::new(
+            DaemonErrorCode::MalformedFrame,
+            "the frame is not one JSON object",
+        )
+    })?;
+    let Some(object) = value.as_object() else {
+        return Err(DaemonError::new(
+            DaemonErrorCode::MalformedFrame,
+            "the frame is not one JSON object",
+        ));
+    };
+    let op = object
+        .get("op")
+        .and_then(|op| op.as_str())
+        .and_then(|op| KNOWN_OPS.iter().find(|known| **known == op).copied());
+    let known = op.is_some();
+    if !known {
+        return Err(DaemonError::new(
+            DaemonErrorCode::UnknownRequest,
+            format!(
+                "the request's \"op\" must be one of: {}",
+                KNOWN_OPS.join(", ")
+            ),
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| {
+        DaemonError::new(
+            DaemonErrorCode::InvalidRequest,
+            format!(
+                "invalid \"{}\" request: {}",
+                op.unwrap_or_default(),
+                field_problem(&e)
+            ),
+        )
+    })
+}
+
+/// Every `op` the protocol knows.
+pub const KNOWN_OPS: [&str; 19] = [
+    "hello",
+    "status",
+    "enable",
+    "disable",
+    "pause",
+    "resume",
+    "flush",
+    "query",
+    "tools_for",
+    "call_tool",
+    "grant",
+    "approve_manifest",
+    "revoke",
+    "switch_agents",
+    "session_started",
+    "session_ended",
+    "action_started",
+    "action_completed",
+    "stop",
+];
+
+/// What serde says is wrong, without any value it quotes: the text up to the first quoted or
+/// backticked value is kept only when it names a field (`unknown field `x``, `missing field `y``).
+fn field_problem(error: &serde_json::Error) -> String {
+    let text = error.to_string();
+    for prefix in ["unknown field", "missing field", "duplicate field"] {
+        if let Some(rest) = text.strip_prefix(prefix) {
+            let name: String = rest
+                .trim_start()
+                .trim_start_matches('`')
+                .chars()
+                .take_while(|c| *c != '`')
+                .collect();
+            return format!("{prefix} \"{name}\"");
+        }
+    }
+    "a field has the wrong type or is out of range".to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_request_names_its_op_and_the_op_list_is_complete() {
+        let requests = [
+            Request::Hello,
+            Request::Status,
+            Request::Stop,
+            Request::Revoke { actor: "a".into() },
+        ];
+        for request in requests {
+            let value = serde_json::to_value(&request).unwrap_or_default();
+            assert_eq!(value["op"], request.op());
+            assert!(KNOWN_OPS.contains(&request.op()));
+        }
+    }
+
+    #[test]
+    fn unknown_ops_and_fields_are_refused_with_their_codes() {
+        let cases: [(&[u8], DaemonErrorCode); 7] = [
+            (b"not json", DaemonErrorCode::MalformedFrame),
+            (b"[1,2]", DaemonErrorCode::MalformedFrame),
+            (br#"{"op":"format_disk"}"#, DaemonErrorCode::UnknownRequest),
+            (br#"{"actor":"a"}"#, DaemonErrorCode::UnknownRequest),
+            (br#"{"op":"status","extra":1}"#, DaemonErrorCode::InvalidRequest),
+            (
+                br#"{"op":"revoke","actor":"a","secret":"planted-value"}"#,
+                DaemonErrorCode::InvalidRequest,
+            ),
+            (
+                br#"{"op":"grant","actor":"a","operation":"query","expires_after_secs":"planted-value"}"#,
+                DaemonErrorCode::InvalidRequest,
+            ),
+        ];
+        for (body, code) in cases {
+            match decode_request(body) {
+                Err(error) => {
+                    assert_eq!(error.code, code, "{}", String::from_utf8_lossy(body));
+                    assert!(
+                        !error.message.contains("planted-value"),
+                        "{}",
+                        error.message
+                    );
+                }
+                Ok(request) => panic!("accepted {request:?}"),
+            }
+        }
+        assert_eq!(
+            decode_request(br#"{"op":"status"}"#).ok(),
+            Some(Request::Status)
+        );
+    }
+
+    #[test]
+    fn frame_lengths_outside_the_bound_are_refused() {
+        assert!(check_frame_len(0).is_err());
+        assert!(check_frame_len(MAX_FRAME_BYTES + 1).is_err());
+        assert_eq!(check_frame_len(MAX_FRAME_BYTES).ok(), Some(MAX_FRAME_BYTES));
+    }
+}

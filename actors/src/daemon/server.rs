@@ -1,0 +1,496 @@
+//! The daemon's socket server: one task per connection over one shared [`Engine`].
+//!
+//! Every connection is checked first: the peer's uid (`SO_PEERCRED`) must be the daemon's own,
+//! else it gets `peer_not_owner` and is closed. Then each request frame gets one reply frame.
+//! A connection's reads and writes touch only its own task, and a reply that the peer does not
+//! read within [`PEER_WRITE_TIMEOUT_MS`] closes that connection: a slow or stuck peer stalls
+//! nobody else, and capture (a non-blocking hook) never waits for any peer.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use annal_engine::capture::{ActionToken, Admission, CaptureHandle, CaptureSession};
+use annal_engine::policy::manifest::Manifest;
+use annal_engine::policy::{ActorId, GrantTerms, Operation, Principal};
+use annal_schema::AccessOperation;
+use annal_schema::tools::QueryRequest;
+use serde_json::{Value, json};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{broadcast, mpsc};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::protocol::{
+    DaemonError, DaemonErrorCode, FrameError, PROTOCOL_VERSION, Reply, Request, decode_request,
+    read_frame, write_frame,
+};
+use crate::engine::{Engine, EngineError, QueryError};
+use crate::gate::PolicyChange;
+
+/// Most connections served at once; one more gets `too_many_connections` and is closed.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// Most actions one connection may hold open (started, not completed).
+pub const MAX_OPEN_ACTIONS_PER_CONNECTION: usize = 4_096;
+
+/// Most sessions one connection may hold open.
+pub const MAX_OPEN_SESSIONS_PER_CONNECTION: usize = 256;
+
+/// Longest a reply may wait for the peer to read it, in milliseconds; then the connection is
+/// closed.
+pub const PEER_WRITE_TIMEOUT_MS: u64 = 2_000;
+
+/// How often the accept loop checks whether an on-demand daemon has been idle long enough to
+/// exit, in milliseconds.
+pub const IDLE_CHECK_INTERVAL_MS: u64 = 500;
+
+/// Why [`serve`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServeEnd {
+    /// A client sent `stop`.
+    Stopped,
+    /// The shutdown future completed (SIGTERM, SIGINT).
+    Signalled,
+    /// No client and nothing to flush for the idle limit.
+    Idle,
+}
+
+/// How [`serve`] runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Exit after this long with no client connected and nothing queued (an on-demand daemon);
+    /// `None` serves until stopped.
+    pub idle_exit: Option<Duration>,
+    /// The credential store holding the key, as `status` and `hello` report it.
+    pub key_store: String,
+}
+
+/// Answers requests over one engine: what the socket server runs for each frame, and what a
+/// front-end runs in-process when it opens the store itself (`--no-daemon`).
+#[derive(Debug, Clone)]
+pub struct Dispatcher {
+    /// The engine every request goes to.
+    engine: Arc<Engine>,
+    /// The credential store's name (reported, never chosen here).
+    key_store: String,
+    /// Where `stop` is signalled (the accept loop); `None` in-process.
+    stop: Option<mpsc::Sender<()>>,
+}
+
+/// What one connection holds between its requests: its capture hook and the sessions and
+/// actions it opened (dropped with the connection: an action left open is never completed).
+pub struct ConnectionState {
+    /// The engine's capture hook.
+    capture: CaptureHandle,
+    /// Open sessions, by raw label (memory only).
+    sessions: HashMap<String, CaptureSession>,
+    /// Open actions, by the handle answered to `action_started`.
+    actions: HashMap<u64, ActionToken>,
+    /// The next action handle.
+    next_action: u64,
+}
+
+impl std::fmt::Debug for ConnectionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionState")
+            .field("open_sessions", &self.sessions.len())
+            .field("open_actions", &self.actions.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn admission_name(admission: Admission) -> &'static str {
+    match admission {
+        Admission::Accepted => "accepted",
+        Admission::Dropped => "dropped",
+        Admission::NotAdmitted => "not_admitted",
+    }
+}
+
+fn invalid(message: impl Into<String>) -> DaemonError {
+    DaemonError::new(DaemonErrorCode::InvalidRequest, message)
+}
+
+fn failed(error: &EngineError) -> DaemonError {
+    let fix = match error {
+        EngineError::Control(crate::ControlError::Key(_)) => {
+            "; run `annal doctor` to see which credential store is usable"
+        }
+        EngineError::Control(crate::ControlError::Refused) => {
+            "; enable history first (`annal enable`)"
+        }
+        _ => "",
+    };
+    DaemonError::new(DaemonErrorCode::OperationFailed, format!("{error}{fix}"))
+}
+
+fn actor_id(text: &str) -> Result<ActorId, DaemonError> {
+    ActorId::new(text).map_err(|_| {
+        invalid(format!(
+            "\"actor\" must be 1..={} characters of [A-Za-z0-9._-]",
+            annal_engine::policy::ACTOR_ID_MAX_LEN_CHARS
+        ))
+    })
+}
+
+/// An agent principal (never the owner: `@owner` is not an actor id).
+fn actor(text: &str) -> Result<Principal, DaemonError> {
+    actor_id(text).map(Principal::Agent)
+}
+
+impl Dispatcher {
+    /// A dispatcher over `engine`; `key_store` is what status reports as the key's store.
+    pub fn new(engine: Arc<Engine>, key_store: String) -> Self {
+        Self {
+            engine,
+            key_store,
+            stop: None,
+        }
+    }
+
+    /// A fresh connection's state.
+    pub fn connection(&self) -> ConnectionState {
+        ConnectionState {
+            capture: self.engine.capture(),
+            sessions: HashMap::new(),
+            actions: HashMap::new(),
+            next_action: 1,
+        }
+    }
+
+    /// Answers one request.
+    pub async fn dispatch(&self, connection: &mut ConnectionState, request: Request) -> Reply {
+        match self.answer(connection, request).await {
+            Ok(value) => Reply::Ok(value),
+            Err(error) => Reply::Error(error),
+        }
+    }
+
+    fn status_reply(
+        &self,
+        status: Result<annal_schema::tools::StatusResponse, EngineError>,
+    ) -> Result<Value, DaemonError> {
+        let status = status.map_err(|e| failed(&e))?;
+        Ok(json!({"status": status, "key_store": self.key_store}))
+    }
+
+    async fn change(&self, change: PolicyChange) -> Result<Value, DaemonError> {
+        self.engine
+            .change_policy_async(change)
+            .await
+            .map_err(|e| failed(&e))?;
+        Ok(json!({"changed": true}))
+    }
+
+    async fn answer(
+        &self,
+        connection: &mut ConnectionState,
+        request: Request,
+    ) -> Result<Value, DaemonError> {
+        let engine = &*self.engine;
+        match request {
+            Request::Hello => Ok(json!({
+                "protocol": PROTOCOL_VERSION,
+                "version": env!("CARGO_PKG_VERSION"),
+                "key_store": self.key_store,
+            })),
+            Request::Status => self.status_reply(engine.status_async().await),
+            Request::Enable => self.status_reply(engine.enable_async().await),
+            Request::Disable => self.status_reply(engine.disable_async().await),
+            Request::Pause => self.status_reply(engine.pause_async().await),
+            Request::Resume => self.status_reply(engine.resume_async().await),
+            Request::Flush => self.status_reply(engine.flush_async().await),
+            Request::Query { arguments } => {
+                let request = match QueryRequest::parse(&Value::Object(arguments)) {
+                    Ok(request) => request,
+                    Err(code) => return Ok(json!({"refusal": {"code": code}})),
+                };
+                match engine.query_async(request, AccessOperation::LocalCli).await {
+                    Ok(response) => Ok(json!({"answer": response})),
+                    Err(QueryError::Refused(code)) => Ok(json!({"refusal": {"code": code}})),
+                    Err(QueryError::Engine(error)) => Err(failed(&error)),
+                }
+            }
+            Request::ToolsFor { actor: text } => {
+                let principal = actor(&text)?;
+                let tools: Vec<&str> = engine
+                    .tools_for_async(&principal)
+                    .await
+                    .into_iter()
+                    .map(Operation::tool)
+                    .collect();
+                Ok(json!({"tools": tools}))
+            }
+            Request::CallTool {
+                actor: text,
+                tool,
+                arguments,
+            } => {
+                let principal = actor(&text)?;
+                match engine
+                    .call_tool_async(&principal, &tool, &Value::Object(arguments))
+                    .await
+                {
+                    Ok(answer) => Ok(json!({"answer": answer.to_json()})),
+                    Err(refusal) => Ok(json!({"refusal": refusal})),
+                }
+            }
+            Request::Grant {
+                actor: text,
+                operation,
+                expires_after_secs,
+                idle_timeout_secs,
+            } => {
+                let actor = actor_id(&text)?;
+                let operation = Operation::from_name(&operation)
+                    .ok_or_else(|| invalid("\"operation\" must be \"status\" or \"query\""))?;
+                let terms = GrantTerms::new(
+                    expires_after_secs.unwrap_or(GrantTerms::DEFAULT.expires_after_secs()),
+                    idle_timeout_secs.unwrap_or(GrantTerms::DEFAULT.idle_timeout_secs()),
+                )
+                .map_err(|e| invalid(e.to_string()))?;
+                self.change(PolicyChange::Grant {
+                    actor,
+                    operation,
+                    terms,
+                })
+                .await
+            }
+            Request::ApproveManifest {
+                actor: text,
+                manifest,
+            } => {
+                let actor = actor_id(&text)?;
+                let manifest = Manifest::parse(&manifest)
+                    .map_err(|e| invalid(format!("the manifest was refused: {e}")))?;
+                self.change(PolicyChange::ApproveManifest { actor, manifest })
+                    .await
+            }
+            Request::Revoke { actor: text } => {
+                let actor = actor_id(&text)?;
+                self.change(PolicyChange::Revoke { actor }).await
+            }
+            Request::SwitchAgents { enabled } => {
+                self.change(PolicyChange::SwitchAgents { enabled }).await
+            }
+            Request::SessionStarted { session } => {
+                if connection.sessions.contains_key(&session) {
+                    return Err(invalid(
+                        "this session was already started on this connection",
+                    ));
+                }
+                if connection.sessions.len() >= MAX_OPEN_SESSIONS_PER_CONNECTION {
+                    return Err(DaemonError::new(
+                        DaemonErrorCode::TooManyOpen,
+                        format!(
+                            "a connection may hold {MAX_OPEN_SESSIONS_PER_CONNECTION} open sessions; end one first"
+                        ),
+                    ));
+                }
+                let started = connection.capture.session_started(&session);
+                let admission = admission_name(started.started());
+                connection.sessions.insert(session, started);
+                Ok(json!({"admission": admission}))
+            }
+            Request::SessionEnded { session } => {
+                let started = connection.sessions.remove(&session).ok_or_else(|| {
+                    DaemonError::new(
+                        DaemonErrorCode::UnknownHandle,
+                        "no session with that label was started on this connection",
+                    )
+                })?;
+                connection.capture.session_ended(started);
+                Ok(json!({}))
+            }
+            Request::ActionStarted {
+                capability,
+                application,
+                session,
+            } => {
+                if connection.actions.len() >= MAX_OPEN_ACTIONS_PER_CONNECTION {
+                    return Err(DaemonError::new(
+                        DaemonErrorCode::TooManyOpen,
+                        format!(
+                            "a connection may hold {MAX_OPEN_ACTIONS_PER_CONNECTION} open actions; complete one first"
+                        ),
+                    ));
+                }
+                let session = match &session {
+                    Some(label) => Some(connection.sessions.get(label).ok_or_else(|| {
+                        DaemonError::new(
+                            DaemonErrorCode::UnknownHandle,
+                            "no session with that label was started on this connection",
+                        )
+                    })?),
+                    None => None,
+                };
+                let token = connection
+                    .capture
+                    .action_started(capability, application, session);
+                let admission = admission_name(token.admission());
+                let handle = connection.next_action;
+                connection.next_action += 1;
+                connection.actions.insert(handle, token);
+                Ok(json!({"action": handle, "admission": admission}))
+            }
+            Request::ActionCompleted { action, outcome } => {
+                let outcome = outcome.into_outcome().ok_or_else(|| {
+                    invalid(format!(
+                        "\"evidence_kinds\" holds at most {} kinds",
+                        annal_schema::event::EVIDENCE_KINDS_MAX_ITEMS
+                    ))
+                })?;
+                let token = connection.actions.remove(&action).ok_or_else(|| {
+                    DaemonError::new(
+                        DaemonErrorCode::UnknownHandle,
+                        "no open action of this connection has that handle",
+                    )
+                })?;
+                connection.capture.action_completed(token, outcome);
+                Ok(json!({}))
+            }
+            Request::Stop => match &self.stop {
+                Some(stop) => {
+                    let _ = stop.try_send(());
+                    Ok(json!({"stopping": true}))
+                }
+                None => Err(invalid("there is no daemon to stop in this process")),
+            },
+        }
+    }
+}
+
+/// Serves `listener` over `engine` until a client sends `stop`, `shutdown` completes, or (with
+/// `options.idle_exit`) the daemon has been idle that long. Connections still open are closed
+/// when it returns; the caller then shuts the engine down (the bounded drain).
+pub async fn serve(
+    listener: UnixListener,
+    engine: Arc<Engine>,
+    options: ServeOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> ServeEnd {
+    let own_uid = rustix::process::geteuid().as_raw();
+    let (stop_tx, mut stop_rx) = mpsc::channel::<()>(1);
+    let (closing, _) = broadcast::channel::<()>(1);
+    let dispatcher = Dispatcher {
+        engine: Arc::clone(&engine),
+        key_store: options.key_store.clone(),
+        stop: Some(stop_tx),
+    };
+    let mut connections = JoinSet::new();
+    let mut idle_since = Instant::now();
+    let mut idle_check = tokio::time::interval(Duration::from_millis(IDLE_CHECK_INTERVAL_MS));
+    tokio::pin!(shutdown);
+    let end = loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else {
+                    // Out of descriptors or a peer gone before accept: keep serving the others.
+                    tokio::time::sleep(Duration::from_millis(IDLE_CHECK_INTERVAL_MS / 10)).await;
+                    continue;
+                };
+                if connections.len() >= MAX_CONNECTIONS {
+                    tokio::spawn(refuse(stream, DaemonError::new(
+                        DaemonErrorCode::TooManyConnections,
+                        format!("the daemon serves at most {MAX_CONNECTIONS} connections; try again later"),
+                    )));
+                    continue;
+                }
+                connections.spawn(connection(stream, dispatcher.clone(), own_uid, closing.subscribe()));
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {
+                if connections.is_empty() {
+                    idle_since = Instant::now();
+                }
+            }
+            _ = idle_check.tick() => {
+                if let Some(limit) = options.idle_exit
+                    && connections.is_empty()
+                    && engine.queued_events() == 0
+                    && idle_since.elapsed() >= limit
+                {
+                    break ServeEnd::Idle;
+                }
+            }
+            _ = stop_rx.recv() => break ServeEnd::Stopped,
+            () = &mut shutdown => break ServeEnd::Signalled,
+        }
+    };
+    let _ = closing.send(());
+    // Each connection ends at its next await on the closing signal; anything still running
+    // after that (a reply stuck on a peer) is cut off.
+    let _ = tokio::time::timeout(Duration::from_millis(PEER_WRITE_TIMEOUT_MS), async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    connections.shutdown().await;
+    end
+}
+
+/// Answers `error` and closes.
+async fn refuse(mut stream: UnixStream, error: DaemonError) {
+    let _ = tokio::time::timeout(
+        Duration::from_millis(PEER_WRITE_TIMEOUT_MS),
+        write_frame(&mut stream, &Reply::Error(error)),
+    )
+    .await;
+}
+
+/// Serves one connection until the peer closes it, misbehaves past recovery, or the daemon
+/// closes.
+async fn connection(
+    mut stream: UnixStream,
+    dispatcher: Dispatcher,
+    own_uid: u32,
+    mut closing: broadcast::Receiver<()>,
+) {
+    let same_user = stream.peer_cred().is_ok_and(|cred| cred.uid() == own_uid);
+    if !same_user {
+        refuse(
+            stream,
+            DaemonError::new(
+                DaemonErrorCode::PeerNotOwner,
+                "the daemon serves only the user it runs as",
+            ),
+        )
+        .await;
+        return;
+    }
+    let mut state = dispatcher.connection();
+    loop {
+        let frame = tokio::select! {
+            frame = read_frame(&mut stream) => frame,
+            _ = closing.recv() => return,
+        };
+        let reply = match frame {
+            Ok(body) => match decode_request(&body) {
+                Ok(request) => dispatcher.dispatch(&mut state, request).await,
+                Err(error) => Reply::Error(error),
+            },
+            Err(FrameError::TooLarge { declared_bytes }) => {
+                refuse(
+                    stream,
+                    DaemonError::new(
+                        DaemonErrorCode::FrameTooLarge,
+                        format!(
+                            "a frame of {declared_bytes} bytes is outside 1..={}; the connection is closed",
+                            super::protocol::MAX_FRAME_BYTES
+                        ),
+                    ),
+                )
+                .await;
+                return;
+            }
+            Err(_) => return,
+        };
+        let written = tokio::time::timeout(
+            Duration::from_millis(PEER_WRITE_TIMEOUT_MS),
+            write_frame(&mut stream, &reply),
+        )
+        .await;
+        if !matches!(written, Ok(Ok(()))) {
+            return;
+        }
+    }
+}
