@@ -37,9 +37,16 @@ impl DaemonClient {
     }
 
     /// Sends `request` and waits for its reply's result.
+    /// A daemon that refuses the connection itself (another uid, too many connections) answers
+    /// before it reads anything and closes: that refusal is returned even when the request
+    /// could not be written.
     pub async fn request(&mut self, request: &Request) -> Result<serde_json::Value, ClientError> {
-        write_frame(&mut self.stream, request).await?;
-        let body = read_frame(&mut self.stream).await?;
+        let written = write_frame(&mut self.stream, request).await;
+        let body = match (written, read_frame(&mut self.stream).await) {
+            (_, Ok(body)) => body,
+            (Err(write), Err(_)) => return Err(write.into()),
+            (Ok(()), Err(read)) => return Err(read.into()),
+        };
         match serde_json::from_slice::<Reply>(&body).map_err(|_| ClientError::BadReply)? {
             Reply::Ok(value) => Ok(value),
             Reply::Error(error) => Err(ClientError::Daemon(error)),

@@ -28,25 +28,26 @@ const _: () = assert!(
 );
 
 /// One request. Closed: an unknown `op` or an unknown field is refused (`unknown_request`,
-/// `invalid_request`) and the connection goes on.
+/// `invalid_request`) and the connection goes on. Requests without arguments are empty struct
+/// variants (`Status {}`), so that `deny_unknown_fields` refuses extra fields on them too.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 #[non_exhaustive]
 pub enum Request {
     /// Which protocol and key store the daemon has.
-    Hello,
+    Hello {},
     /// The contract's status.
-    Status,
+    Status {},
     /// The owner's opt-in.
-    Enable,
+    Enable {},
     /// The owner's opt-out (capture stops; history stays).
-    Disable,
+    Disable {},
     /// Pause capture.
-    Pause,
+    Pause {},
     /// Resume capture.
-    Resume,
+    Resume {},
     /// Make everything captured so far durable.
-    Flush,
+    Flush {},
     /// The owner's read (`local_cli`): the `history_query` arguments.
     Query {
         /// The tool's arguments (`limit`, `session_id`, `since_sequence`, `until_sequence`).
@@ -127,20 +128,20 @@ pub enum Request {
         outcome: WireOutcome,
     },
     /// Shut the daemon down (bounded drain).
-    Stop,
+    Stop {},
 }
 
 impl Request {
     /// The request's `op` name (for error messages; carries no argument).
     pub fn op(&self) -> &'static str {
         match self {
-            Self::Hello => "hello",
-            Self::Status => "status",
-            Self::Enable => "enable",
-            Self::Disable => "disable",
-            Self::Pause => "pause",
-            Self::Resume => "resume",
-            Self::Flush => "flush",
+            Self::Hello {} => "hello",
+            Self::Status {} => "status",
+            Self::Enable {} => "enable",
+            Self::Disable {} => "disable",
+            Self::Pause {} => "pause",
+            Self::Resume {} => "resume",
+            Self::Flush {} => "flush",
             Self::Query { .. } => "query",
             Self::ToolsFor { .. } => "tools_for",
             Self::CallTool { .. } => "call_tool",
@@ -152,7 +153,7 @@ impl Request {
             Self::SessionEnded { .. } => "session_ended",
             Self::ActionStarted { .. } => "action_started",
             Self::ActionCompleted { .. } => "action_completed",
-            Self::Stop => "stop",
+            Self::Stop {} => "stop",
         }
     }
 }
@@ -419,9 +420,9 @@ mod tests {
     #[test]
     fn every_request_names_its_op_and_the_op_list_is_complete() {
         let requests = [
-            Request::Hello,
-            Request::Status,
-            Request::Stop,
+            Request::Hello {},
+            Request::Status {},
+            Request::Stop {},
             Request::Revoke { actor: "a".into() },
         ];
         for request in requests {
@@ -463,7 +464,7 @@ mod tests {
         }
         assert_eq!(
             decode_request(br#"{"op":"status"}"#).ok(),
-            Some(Request::Status)
+            Some(Request::Status {})
         );
     }
 

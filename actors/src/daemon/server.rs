@@ -190,17 +190,17 @@ impl Dispatcher {
     ) -> Result<Value, DaemonError> {
         let engine = &*self.engine;
         match request {
-            Request::Hello => Ok(json!({
+            Request::Hello {} => Ok(json!({
                 "protocol": PROTOCOL_VERSION,
                 "version": env!("CARGO_PKG_VERSION"),
                 "key_store": self.key_store,
             })),
-            Request::Status => self.status_reply(engine.status_async().await),
-            Request::Enable => self.status_reply(engine.enable_async().await),
-            Request::Disable => self.status_reply(engine.disable_async().await),
-            Request::Pause => self.status_reply(engine.pause_async().await),
-            Request::Resume => self.status_reply(engine.resume_async().await),
-            Request::Flush => self.status_reply(engine.flush_async().await),
+            Request::Status {} => self.status_reply(engine.status_async().await),
+            Request::Enable {} => self.status_reply(engine.enable_async().await),
+            Request::Disable {} => self.status_reply(engine.disable_async().await),
+            Request::Pause {} => self.status_reply(engine.pause_async().await),
+            Request::Resume {} => self.status_reply(engine.resume_async().await),
+            Request::Flush {} => self.status_reply(engine.flush_async().await),
             Request::Query { arguments } => {
                 let request = match QueryRequest::parse(&Value::Object(arguments)) {
                     Ok(request) => request,
@@ -350,7 +350,7 @@ impl Dispatcher {
                 connection.capture.action_completed(token, outcome);
                 Ok(json!({}))
             }
-            Request::Stop => match &self.stop {
+            Request::Stop {} => match &self.stop {
                 Some(stop) => {
                     let _ = stop.try_send(());
                     Ok(json!({"stopping": true}))

@@ -227,15 +227,15 @@ pub fn control(
     out: &OutputArgs,
 ) -> ExitCode {
     let (request, headline) = match control {
-        Control::Enable => (Request::Enable, "history enabled."),
+        Control::Enable => (Request::Enable {}, "history enabled."),
         Control::Disable => (
-            Request::Disable,
+            Request::Disable {},
             "history disabled; what was recorded stays.",
         ),
-        Control::Pause => (Request::Pause, "capture paused."),
-        Control::Resume => (Request::Resume, "capture resumed."),
-        Control::Flush => (Request::Flush, "everything captured so far is durable."),
-        Control::Status => (Request::Status, ""),
+        Control::Pause => (Request::Pause {}, "capture paused."),
+        Control::Resume => (Request::Resume {}, "capture resumed."),
+        Control::Flush => (Request::Flush {}, "everything captured so far is durable."),
+        Control::Status => (Request::Status {}, ""),
     };
     finish(
         one(location, no_daemon, request)
@@ -433,7 +433,7 @@ fn stop_daemon(location: &Location) -> Result<bool, CliError> {
             return Ok(false);
         };
         client
-            .request(&Request::Stop)
+            .request(&Request::Stop {})
             .await
             .map_err(|e| CliError::unavailable(format!("the daemon did not stop: {e}")))?;
         let deadline = Instant::now() + Duration::from_millis(DAEMON_STOP_WAIT_MS);

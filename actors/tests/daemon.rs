@@ -1,0 +1,382 @@
+//! The daemon (`annal serve`) driven over its socket from this (second) process: capture,
+//! status, typed errors for malformed, oversized and unknown requests, stalled peers, a peer of
+//! another uid, one daemon per store, stop, SIGTERM and the idle exit.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use annal_actors::daemon::MAX_FRAME_BYTES;
+use serde_json::json;
+use support::{Raw, Sandbox, wait_for};
+
+/// A foreground `annal serve` child; killed on drop if still running.
+struct Daemon(Child);
+
+impl Daemon {
+    fn start(sandbox: &Sandbox, extra: &[&str]) -> (Self, std::path::PathBuf) {
+        let mut args = vec!["serve"];
+        args.extend_from_slice(extra);
+        // Wrapped at once, so every path (a panic below included) kills and waits for it.
+        let daemon = Self(sandbox.annal(&args).stderr(Stdio::piped()).spawn().unwrap());
+        let dir = sandbox.path("run").join("annal");
+        let deadline = Instant::now() + Duration::from_secs(support::ANSWER_TIMEOUT_SECS);
+        loop {
+            if let Ok(entries) = std::fs::read_dir(&dir)
+                && let Some(socket) = entries
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .find(|p| p.extension().is_some_and(|x| x == "sock"))
+            {
+                return (daemon, socket);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon never bound its socket"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the daemon to exit by itself; its exit code and stderr.
+    fn wait(mut self, within: Duration) -> (Option<i32>, String) {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                let mut stderr = String::new();
+                if let Some(mut pipe) = self.0.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+                }
+                return (status.code(), stderr);
+            }
+            assert!(Instant::now() < deadline, "the daemon did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn code(reply: &serde_json::Value) -> &str {
+    reply["error"]["code"].as_str().unwrap_or("<no error>")
+}
+
+#[test]
+fn capture_status_and_typed_errors_over_the_socket() {
+    let sandbox = Sandbox::new();
+    let (_daemon, socket) = Daemon::start(&sandbox, &[]);
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the socket is its owner's only");
+    let dir_mode = std::fs::metadata(socket.parent().unwrap())
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(dir_mode, 0o700);
+
+    let mut raw = Raw::connect(&socket);
+    let hello = raw.ask(json!({"op": "hello"}));
+    assert_eq!(hello["ok"]["protocol"], 1, "{hello}");
+    assert_eq!(hello["ok"]["key_store"], "keyutils");
+    let enabled = raw.ask(json!({"op": "enable"}));
+    assert_eq!(enabled["ok"]["status"]["enabled"], true, "{enabled}");
+
+    // Capture from a "non-Rust runtime": a session and two actions.
+    let label = "planted-raw-label-7f3a";
+    assert_eq!(
+        raw.ask(json!({"op": "session_started", "session": label}))["ok"]["admission"],
+        "accepted"
+    );
+    for effect in ["confirmed", "partial"] {
+        let started = raw.ask(json!({
+            "op": "action_started",
+            "capability": "input.keyboard.type",
+            "application": {"display_name": "Editor"},
+            "session": label
+        }));
+        assert_eq!(started["ok"]["admission"], "accepted", "{started}");
+        let action = started["ok"]["action"].as_u64().unwrap();
+        let done = raw.ask(json!({
+            "op": "action_completed",
+            "action": action,
+            "outcome": {"effect": effect, "route": "synthetic_events", "delivered_count": 3}
+        }));
+        assert!(done["ok"].is_object(), "{done}");
+    }
+    assert!(raw.ask(json!({"op": "session_ended", "session": label}))["ok"].is_object());
+    let flushed = raw.ask(json!({"op": "flush"}));
+    assert!(flushed["ok"]["status"]["bytes_used"].as_u64().unwrap() > 0);
+    let read = raw.ask(json!({"op": "query", "arguments": {"limit": 10}}));
+    let events = read["ok"]["answer"]["events"].as_array().unwrap();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["data"]["payload"]["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "control",
+            "session",
+            "action_started",
+            "action_completed",
+            "action_started",
+            "action_completed",
+            "session"
+        ]
+    );
+    assert!(
+        !read.to_string().contains(label),
+        "the raw label is never returned"
+    );
+
+    // Typed errors; the connection goes on after each.
+    raw.send_bytes(b"{not json");
+    assert_eq!(code(&raw.reply().unwrap()), "malformed_frame");
+    assert_eq!(
+        code(&raw.ask(json!({"op": "format_disk"}))),
+        "unknown_request"
+    );
+    assert_eq!(
+        code(&raw.ask(json!({"op": "status", "x": 1}))),
+        "invalid_request"
+    );
+    let invalid = raw.ask(json!({"op": "revoke", "actor": "a b", "planted": "planted-value"}));
+    assert_eq!(code(&invalid), "invalid_request");
+    assert!(!invalid.to_string().contains("planted-value"), "{invalid}");
+    assert_eq!(
+        code(&raw.ask(json!({
+            "op": "action_completed",
+            "action": 999,
+            "outcome": {"effect": "confirmed", "route": "accessibility"}
+        }))),
+        "unknown_handle"
+    );
+    assert_eq!(
+        code(&raw.ask(json!({"op": "session_ended", "session": "never started"}))),
+        "unknown_handle"
+    );
+    assert_eq!(
+        code(&raw.ask(json!({"op": "grant", "actor": "a", "operation": "delete"}))),
+        "invalid_request"
+    );
+    assert_eq!(
+        raw.ask(json!({"op": "status"}))["ok"]["status"]["enabled"],
+        true
+    );
+
+    // An oversized frame: a typed error, then that connection is closed; others go on.
+    let mut big = Raw::connect(&socket);
+    let declared = u32::try_from(MAX_FRAME_BYTES + 1).unwrap().to_be_bytes();
+    big.stream.write_all(&declared).unwrap();
+    assert_eq!(code(&big.reply().unwrap()), "frame_too_large");
+    assert!(big.reply().is_none(), "closed after an oversized frame");
+    assert_eq!(
+        raw.ask(json!({"op": "status"}))["ok"]["status"]["enabled"],
+        true
+    );
+
+    // The raw label and the display text never reach the files as plaintext.
+    let mut planted = 0;
+    for entry in walk(&sandbox.path("state")) {
+        let bytes = std::fs::read(&entry).unwrap();
+        if bytes.windows(label.len()).any(|w| w == label.as_bytes()) {
+            planted += 1;
+        }
+    }
+    assert_eq!(planted, 0);
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[test]
+fn stalled_peers_do_not_stall_capture_or_other_clients() {
+    let sandbox = Sandbox::new();
+    let (_daemon, socket) = Daemon::start(&sandbox, &[]);
+    let mut raw = Raw::connect(&socket);
+    assert!(raw.ask(json!({"op": "enable"}))["ok"].is_object());
+
+    // One peer sends half a header and stops; another floods requests and never reads.
+    let mut stalled = Raw::connect(&socket);
+    stalled.stream.write_all(&[0, 0]).unwrap();
+    let mut flooder = Raw::connect(&socket);
+    flooder.stream.set_nonblocking(true).unwrap();
+    let status = json!({"op": "status"}).to_string();
+    for _ in 0..20_000 {
+        let len = u32::try_from(status.len()).unwrap().to_be_bytes();
+        if flooder.stream.write_all(&len).is_err()
+            || flooder.stream.write_all(status.as_bytes()).is_err()
+        {
+            break;
+        }
+    }
+
+    let started = Instant::now();
+    for _ in 0..50 {
+        let reply = raw.ask(json!({
+            "op": "action_started",
+            "capability": "window.focus"
+        }));
+        let action = reply["ok"]["action"].as_u64().unwrap();
+        let done = raw.ask(json!({
+            "op": "action_completed",
+            "action": action,
+            "outcome": {"effect": "confirmed", "route": "accessibility"}
+        }));
+        assert!(done["ok"].is_object());
+    }
+    // Not a timing test: only that the others were never waited for (each would cost seconds).
+    assert!(started.elapsed() < Duration::from_secs(support::ANSWER_TIMEOUT_SECS));
+    let status = sandbox.json(&["flush"]);
+    assert_eq!(status["status"]["dropped_events"], 0);
+    let events = sandbox.events();
+    let completed = events
+        .iter()
+        .filter(|e| e["data"]["payload"]["kind"] == "action_completed")
+        .count();
+    assert_eq!(completed, 50);
+}
+
+#[test]
+fn a_peer_of_another_uid_is_refused() {
+    if effective_uid() != 0 {
+        // Making a process of another uid needs root here (setpriv); .ci/test reports this line.
+        report("SKIPPED: not root here, so no peer of another uid can be made (setpriv)");
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let (_daemon, socket) = Daemon::start(&sandbox, &[]);
+    // Open the path to the socket for everyone (a misconfiguration the uid check must survive).
+    for dir in [
+        sandbox.root.path().to_path_buf(),
+        sandbox.path("run"),
+        socket.parent().unwrap().to_path_buf(),
+    ] {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let output = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_annal"))
+        .arg("--socket")
+        .arg(&socket)
+        .args([
+            "--store",
+            "/nonexistent/annal-peer-test",
+            "status",
+            "--json",
+        ])
+        .env_clear()
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("serves only the user it runs as"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty(), "nothing answered to another uid");
+    report("RAN: a peer of uid 65534 was refused with peer_not_owner");
+    // The daemon goes on serving its owner.
+    let mut raw = Raw::connect(&socket);
+    assert!(raw.ask(json!({"op": "status"}))["ok"].is_object());
+}
+
+/// Says how the other-uid case went: on stdout, and (for `.ci/test`, which reports it) in
+/// `$ANNAL_CI_REPORT_DIR/daemon-peer-uid` when that is set.
+fn report(line: &str) {
+    println!("daemon-peer-uid: {line}");
+    if let Some(dir) = std::env::var_os("ANNAL_CI_REPORT_DIR") {
+        std::fs::write(std::path::Path::new(&dir).join("daemon-peer-uid"), line).unwrap();
+    }
+}
+
+fn effective_uid() -> u32 {
+    // The test's own uid, from /proc (no unsafe, no extra crate).
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    line.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+#[test]
+fn one_daemon_per_store_and_no_daemon_refuses_while_one_runs() {
+    let sandbox = Sandbox::new();
+    let (_daemon, _socket) = Daemon::start(&sandbox, &[]);
+    sandbox.ok(&["enable"]);
+    let second = sandbox.run(&["serve"]);
+    assert_eq!(second.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&second.stderr).contains("already serves"));
+    let in_process = sandbox.run(&["--no-daemon", "status"]);
+    assert_eq!(in_process.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&in_process.stderr).contains("a daemon serves this store"));
+}
+
+#[test]
+fn no_daemon_opens_the_store_in_process() {
+    let sandbox = Sandbox::new();
+    let status = sandbox.json(&["--no-daemon", "enable"]);
+    assert_eq!(status["status"]["enabled"], true);
+    let listed = sandbox.json(&["--no-daemon", "list", "5"]);
+    assert_eq!(listed["events"][0]["data"]["payload"]["kind"], "control");
+    let sockets = std::fs::read_dir(sandbox.path("run"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(sockets, 0, "no daemon was started");
+}
+
+#[test]
+fn the_daemon_stops_on_request_on_sigterm_and_when_idle() {
+    let sandbox = Sandbox::new();
+    // `annal stop`.
+    let (daemon, socket) = Daemon::start(&sandbox, &[]);
+    sandbox.ok(&["enable"]);
+    let stopped = sandbox.json(&["stop"]);
+    assert_eq!(stopped["stopped"], true);
+    let (code, stderr) = daemon.wait(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("stopped on request"), "{stderr}");
+    assert!(!socket.exists());
+    assert_eq!(sandbox.json(&["stop"])["stopped"], false);
+
+    // SIGTERM.
+    let (daemon, socket) = Daemon::start(&sandbox, &[]);
+    let killed = Command::new("kill")
+        .args(["-TERM", &daemon.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let (code, stderr) = daemon.wait(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("stopped by a signal"), "{stderr}");
+    assert!(!socket.exists());
+
+    // Idle exit: no client and nothing to flush for the limit.
+    let (daemon, _socket) = Daemon::start(&sandbox, &["--idle-exit-secs", "1"]);
+    let (code, stderr) = daemon.wait(Duration::from_secs(15));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("idle"), "{stderr}");
+
+    // A client started on demand finds its history again.
+    let status = sandbox.json(&["status"]);
+    assert_eq!(status["status"]["enabled"], true);
+    wait_for(&sandbox.socket());
+}

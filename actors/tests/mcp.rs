@@ -1,0 +1,255 @@
+//! `annal mcp` as a real subprocess over stdio (JSON-RPC: initialize, tools/list, tools/call),
+//! through the store's daemon started on demand, in a bare environment (HOME, XDG_STATE_HOME
+//! and XDG_RUNTIME_DIR only; no D-Bus, so the key is in the kernel keyring).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{Mcp, Raw, Sandbox};
+
+/// A bounded-mode manifest with these terms, for both tools.
+fn manifest(sandbox: &Sandbox, expires_after: &str, idle_timeout: &str) -> String {
+    let text = format!(
+        "version: 3\nexpires_after: {expires_after}\nidle_timeout: {idle_timeout}\n\
+         resources:\n  computer_history:\n    operations:\n      - status\n      - query\n\
+         allow:\n  tools:\n    - history_status\n    - history_query\n"
+    );
+    let path = sandbox.path(&format!("manifest-{expires_after}-{idle_timeout}.yaml"));
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// `count` actions (two events each) captured through the daemon socket, then flushed.
+fn capture(sandbox: &Sandbox, count: usize) {
+    let mut raw = Raw::connect(&sandbox.socket());
+    assert!(
+        raw.ask(json!({"op": "session_started", "session": "raw label e2e"}))["ok"].is_object()
+    );
+    for _ in 0..count {
+        let started = raw.ask(json!({
+            "op": "action_started",
+            "capability": "input.pointer.click",
+            "application": {"bundle_id": "org.example.Editor"},
+            "session": "raw label e2e"
+        }));
+        let action = started["ok"]["action"].as_u64().unwrap();
+        let completed = raw.ask(json!({
+            "op": "action_completed",
+            "action": action,
+            "outcome": {"effect": "confirmed", "route": "accessibility"}
+        }));
+        assert!(completed["ok"].is_object(), "{completed}");
+    }
+    assert!(raw.ask(json!({"op": "flush"}))["ok"].is_object());
+}
+
+#[test]
+fn tools_are_listed_per_actor_with_closed_schemas() {
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    let manifest = manifest(&sandbox, "1h", "10m");
+    let mut a = Mcp::start(&sandbox, "agent-a", &["--manifest", &manifest]);
+    let tools = a.tools();
+    let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["history_query", "history_status"]);
+    for tool in &tools {
+        let schema = &tool["inputSchema"];
+        assert_eq!(schema["type"], "object", "{tool}");
+        assert_eq!(schema["additionalProperties"], false, "{tool}");
+        let description = tool["description"].as_str().unwrap();
+        assert!(
+            description.contains("without"),
+            "consultation policy: {description}"
+        );
+    }
+    let query = tools.iter().find(|t| t["name"] == "history_query").unwrap();
+    let mut fields: Vec<&String> = query["inputSchema"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    fields.sort_unstable();
+    assert_eq!(
+        fields,
+        [
+            "cursor",
+            "limit",
+            "session_id",
+            "since_sequence",
+            "until_sequence"
+        ]
+    );
+    let description = query["description"].as_str().unwrap();
+    for phrase in [
+        "resum",
+        "metadata",
+        "not a transcript",
+        "enters your context",
+        "unknown",
+    ] {
+        assert!(description.contains(phrase), "{phrase}: {description}");
+    }
+    // The status answer has the contract's one shape.
+    let status = a.answered("history_status", json!({}));
+    let mut keys: Vec<&String> = status.as_object().unwrap().keys().collect();
+    keys.sort_unstable();
+    assert_eq!(keys.len(), 11, "{status}");
+    assert_eq!(status["enabled"], true);
+
+    // A second actor with no grant is listed nothing and refused.
+    let mut b = Mcp::start(&sandbox, "agent-b", &[]);
+    assert!(b.tools().is_empty());
+    assert_eq!(b.refused("history_status", json!({})), "not_granted");
+    assert_eq!(b.refused("history_query", json!({})), "not_granted");
+    // A tool that does not exist.
+    assert_eq!(
+        a.refused("history_delete", json!({})),
+        "invalid_history_query"
+    );
+}
+
+#[test]
+fn one_grant_lists_one_tool_and_bad_arguments_get_their_codes() {
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    sandbox.ok(&["grant", "agent-q", "query", "--expires-after", "1h"]);
+    let mut q = Mcp::start(&sandbox, "agent-q", &[]);
+    assert_eq!(q.tool_names(), ["history_query"]);
+    assert_eq!(q.refused("history_status", json!({})), "not_granted");
+    assert_eq!(
+        q.refused("history_query", json!({"limit": 5, "bogus": 1})),
+        "invalid_history_query"
+    );
+    assert_eq!(
+        q.refused("history_query", json!({"limit": 500})),
+        "invalid_history_query"
+    );
+    assert_eq!(
+        q.refused(
+            "history_query",
+            json!({"since_sequence": 9, "until_sequence": 3})
+        ),
+        "invalid_history_query_range"
+    );
+    let answer = q.answered("history_query", json!({"limit": 5}));
+    assert_eq!(answer["metadata_only"], true);
+    assert_eq!(answer["model_context_disclosure"], true);
+}
+
+#[test]
+fn revocation_and_the_agents_switch_reach_a_running_server_on_its_next_call() {
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    let manifest = manifest(&sandbox, "1h", "10m");
+    let mut a = Mcp::start(&sandbox, "agent-a", &["--manifest", &manifest]);
+    let mut c = Mcp::start(&sandbox, "agent-c", &["--manifest", &manifest]);
+    assert_eq!(a.answered("history_status", json!({}))["enabled"], true);
+    assert_eq!(c.tool_names().len(), 2);
+
+    // From another shell: revoke A. Its very next call is refused, its list is empty.
+    sandbox.ok(&["revoke", "agent-a"]);
+    assert_eq!(a.refused("history_status", json!({})), "revoked");
+    assert!(a.tools().is_empty());
+    // C is untouched.
+    assert_eq!(c.answered("history_status", json!({}))["enabled"], true);
+
+    // The global switch: every agent refused, none listed; then back.
+    sandbox.ok(&["agents", "disable"]);
+    assert_eq!(c.refused("history_query", json!({})), "agents_disabled");
+    assert!(c.tools().is_empty());
+    sandbox.ok(&["agents", "enable"]);
+    assert_eq!(c.tool_names().len(), 2);
+    assert_eq!(c.answered("history_status", json!({}))["enabled"], true);
+}
+
+#[test]
+fn an_expired_manifest_and_an_idle_grant_are_refused() {
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    let short = manifest(&sandbox, "4s", "4s");
+    let idle = manifest(&sandbox, "1h", "4s");
+    let mut expiring = Mcp::start(&sandbox, "agent-e", &["--manifest", &short]);
+    let mut idling = Mcp::start(&sandbox, "agent-i", &["--manifest", &idle]);
+    assert_eq!(
+        expiring.answered("history_status", json!({}))["enabled"],
+        true
+    );
+    assert_eq!(
+        idling.answered("history_status", json!({}))["enabled"],
+        true
+    );
+    std::thread::sleep(Duration::from_millis(4_500));
+    assert_eq!(expiring.refused("history_status", json!({})), "expired");
+    assert!(expiring.tools().is_empty());
+    assert_eq!(idling.refused("history_status", json!({})), "idle_timeout");
+}
+
+#[test]
+fn pages_come_with_single_use_cursors_and_reads_leave_access_records() {
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    capture(&sandbox, 6);
+    let manifest = manifest(&sandbox, "1h", "10m");
+    let mut a = Mcp::start(&sandbox, "agent-a", &["--manifest", &manifest]);
+
+    let first = a.answered("history_query", json!({"limit": 5}));
+    assert_eq!(first["events"].as_array().unwrap().len(), 5);
+    assert_eq!(first["has_more"], true);
+    let cursor = first["cursor"].as_str().unwrap().to_owned();
+    let second = a.answered("history_query", json!({"limit": 5, "cursor": cursor}));
+    let sequences = |page: &Value| -> Vec<u64> {
+        page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["data"]["sequence"].as_u64().unwrap())
+            .collect()
+    };
+    let (newer, older) = (sequences(&first), sequences(&second));
+    assert_eq!(older.len(), 5);
+    assert!(
+        older.iter().max() < newer.iter().min(),
+        "{older:?} {newer:?}"
+    );
+    // Replayed, foreign-filtered and made-up cursors are refused.
+    assert_eq!(
+        a.refused("history_query", json!({"limit": 5, "cursor": cursor})),
+        "cursor_replayed"
+    );
+    let third = second["cursor"].as_str().unwrap().to_owned();
+    assert_eq!(
+        a.refused("history_query", json!({"limit": 4, "cursor": third})),
+        "cursor_filter_mismatch"
+    );
+    assert_eq!(
+        a.refused("history_query", json!({"cursor": "00".repeat(152)})),
+        "cursor_invalid"
+    );
+    // No raw label left the daemon.
+    assert!(!first.to_string().contains("raw label e2e"));
+
+    // One access record per non-empty agent read, none for an empty one.
+    let before = sandbox.access_events("agent_query");
+    assert_eq!(before, 2, "the two pages");
+    let empty = a.answered("history_query", json!({"since_sequence": 1_000_000}));
+    assert!(empty["events"].as_array().unwrap().is_empty());
+    assert_eq!(sandbox.access_events("agent_query"), before);
+    a.answered("history_query", json!({"limit": 1}));
+    assert_eq!(sandbox.access_events("agent_query"), before + 1);
+}
+
+#[test]
+fn with_history_disabled_nothing_is_captured_and_reads_still_work() {
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    sandbox.ok(&["disable"]);
+    let status = sandbox.json(&["status"]);
+    assert_eq!(status["status"]["enabled"], false);
+    assert_eq!(status["key_store"], "keyutils");
+    let text = sandbox.ok(&["status"]);
+    assert!(text.contains("do not survive a reboot"), "{text}");
+}

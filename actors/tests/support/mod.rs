@@ -1,0 +1,302 @@
+//! What the end-to-end tests share: a bare environment for `annal` subprocesses, an MCP client
+//! over a real `annal mcp` child, and a raw daemon-socket client.
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// Longest any single answer from a child may take before the test fails (no hang).
+pub const ANSWER_TIMEOUT_SECS: u64 = 30;
+
+static NEXT_SANDBOX: AtomicUsize = AtomicUsize::new(0);
+
+/// A temporary HOME, XDG_STATE_HOME and XDG_RUNTIME_DIR, and a namespace of its own (its key
+/// is destroyed when the sandbox is dropped).
+pub struct Sandbox {
+    /// Holds every directory; removed on drop.
+    pub root: tempfile::TempDir,
+    /// The namespace (unique per sandbox: keys live in the user's kernel keyring).
+    pub namespace: String,
+}
+
+impl Sandbox {
+    pub fn new() -> Self {
+        let root = tempfile::tempdir().unwrap();
+        for dir in ["home", "state", "run"] {
+            std::fs::create_dir(root.path().join(dir)).unwrap();
+        }
+        let mut random = [0u8; 4];
+        getrandom_fill(&mut random);
+        let namespace = format!(
+            "e2e-{}-{}-{}",
+            std::process::id(),
+            NEXT_SANDBOX.fetch_add(1, Ordering::Relaxed),
+            random
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        Self { root, namespace }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.root.path().join(name)
+    }
+
+    /// `annal --namespace N <args>` in a bare environment: only HOME, XDG_STATE_HOME and
+    /// XDG_RUNTIME_DIR (no PATH, no D-Bus).
+    pub fn annal(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_annal"));
+        command
+            .env_clear()
+            .env("HOME", self.path("home"))
+            .env("XDG_STATE_HOME", self.path("state"))
+            .env("XDG_RUNTIME_DIR", self.path("run"))
+            .args(["--namespace", &self.namespace])
+            .args(args)
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Runs `annal <args>` and returns its output.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.annal(args).output().unwrap()
+    }
+
+    /// Runs `annal <args>`, asserts success, and returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let output = self.run(args);
+        assert!(
+            output.status.success(),
+            "annal {args:?}: {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    /// Runs `annal <args> --json`, asserts success, and parses stdout.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let mut args = args.to_vec();
+        args.push("--json");
+        serde_json::from_str(self.ok(&args).trim()).unwrap()
+    }
+
+    /// The daemon's socket (the only `.sock` in the runtime directory).
+    pub fn socket(&self) -> PathBuf {
+        let dir = self.path("run").join("annal");
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|x| x == "sock"))
+            .unwrap()
+    }
+
+    /// Every event the owner can read (newest 200), through `annal query --json`.
+    pub fn events(&self) -> Vec<Value> {
+        let answer = self.json(&["query", "--limit", "200"]);
+        answer["events"].as_array().unwrap().clone()
+    }
+
+    /// How many `access` events with `operation` the store holds.
+    pub fn access_events(&self, operation: &str) -> usize {
+        self.events()
+            .iter()
+            .filter(|e| {
+                e["data"]["payload"]["kind"] == "access"
+                    && e["data"]["payload"]["operation"] == operation
+            })
+            .count()
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        // Stop the daemon and destroy the namespace's key (the kernel keyring outlives us).
+        let _ = self.run(&["delete", "--yes"]);
+    }
+}
+
+fn getrandom_fill(out: &mut [u8]) {
+    let mut file = std::fs::File::open("/dev/urandom").unwrap();
+    file.read_exact(out).unwrap();
+}
+
+/// A running `annal mcp` child, spoken to over stdio with JSON-RPC.
+pub struct Mcp {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+    next_id: u64,
+}
+
+impl Mcp {
+    /// Starts `annal mcp --actor ACTOR [extra]` and initializes it.
+    pub fn start(sandbox: &Sandbox, actor: &str, extra: &[&str]) -> Self {
+        let mut args = vec!["mcp", "--actor", actor];
+        args.extend_from_slice(extra);
+        let mut child = sandbox
+            .annal(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut mcp = Self {
+            child,
+            stdin,
+            lines,
+            next_id: 1,
+        };
+        let init = mcp.rpc(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "annal-e2e", "version": "1"}
+            }),
+        );
+        assert_eq!(init["result"]["serverInfo"]["name"], "annal", "{init}");
+        mcp.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        mcp
+    }
+
+    fn send(&mut self, message: &Value) {
+        writeln!(self.stdin, "{message}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// One request; returns the whole response object.
+    pub fn rpc(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let deadline = Instant::now() + Duration::from_secs(ANSWER_TIMEOUT_SECS);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no answer to {method} within {ANSWER_TIMEOUT_SECS} s"));
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id {
+                return message;
+            }
+        }
+    }
+
+    /// `tools/list`: the tools' names, with each tool object.
+    pub fn tools(&mut self) -> Vec<Value> {
+        let answer = self.rpc("tools/list", json!({}));
+        answer["result"]["tools"].as_array().unwrap().clone()
+    }
+
+    pub fn tool_names(&mut self) -> Vec<String> {
+        self.tools()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// `tools/call`: the result object (`structuredContent`, `content`, `isError`).
+    pub fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        let answer = self.rpc("tools/call", json!({"name": tool, "arguments": arguments}));
+        answer["result"].clone()
+    }
+
+    /// The fixed code of a failed call (asserting it failed, and that text and structure agree).
+    pub fn refused(&mut self, tool: &str, arguments: Value) -> String {
+        let result = self.call(tool, arguments);
+        assert_eq!(result["isError"], true, "{result}");
+        let text: Value =
+            serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(text, result["structuredContent"], "{result}");
+        let object = result["structuredContent"].as_object().unwrap();
+        assert_eq!(object.len(), 1, "a failure carries only its code: {result}");
+        object["code"].as_str().unwrap().to_owned()
+    }
+
+    /// The structured content of a successful call.
+    pub fn answered(&mut self, tool: &str, arguments: Value) -> Value {
+        let result = self.call(tool, arguments);
+        assert_eq!(result["isError"], false, "{result}");
+        let text: Value =
+            serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(text, result["structuredContent"], "{result}");
+        result["structuredContent"].clone()
+    }
+}
+
+impl Drop for Mcp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A raw client of the daemon's socket: frames written and read by hand.
+pub struct Raw {
+    pub stream: UnixStream,
+}
+
+impl Raw {
+    pub fn connect(socket: &Path) -> Self {
+        let stream = UnixStream::connect(socket).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(ANSWER_TIMEOUT_SECS)))
+            .unwrap();
+        Self { stream }
+    }
+
+    pub fn send_bytes(&mut self, body: &[u8]) {
+        let len = u32::try_from(body.len()).unwrap().to_be_bytes();
+        self.stream.write_all(&len).unwrap();
+        self.stream.write_all(body).unwrap();
+    }
+
+    /// One reply frame, or `None` when the daemon closed the connection.
+    pub fn reply(&mut self) -> Option<Value> {
+        let mut header = [0u8; 4];
+        self.stream.read_exact(&mut header).ok()?;
+        let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
+        self.stream.read_exact(&mut body).ok()?;
+        Some(serde_json::from_slice(&body).unwrap())
+    }
+
+    /// Sends `request` and returns the reply.
+    pub fn ask(&mut self, request: Value) -> Value {
+        self.send_bytes(request.to_string().as_bytes());
+        self.reply().expect("the daemon closed the connection")
+    }
+}
+
+/// Waits until `path` exists (a daemon's socket).
+pub fn wait_for(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(ANSWER_TIMEOUT_SECS);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
