@@ -65,8 +65,9 @@
 //! - [`gate`]: the PolicyGate actor: every tool call (and the owner's reads) decided by the
 //!   engine's one policy rule, its pre-execution audit record durable before the call runs, its
 //!   outcome recorded after; owner policy changes; paging cursors. `docs/policy.md`.
-//! - `cli` (binary `annal`, feature `cli`): the command-line front-end (`demo`, `inspect`,
-//!   `verify`, `doctor`).
+//! - `cli` (binary `annal`, feature `cli`): the command-line front-end: the owner's commands
+//!   over the daemon, `serve`, `mcp` (an rmcp stdio server), `demo`, `verify`, `inspect`,
+//!   `doctor` (`docs/cli.md`).
 //!
 //! The actor tree, each message and who sends it, the life of one captured event and shutdown
 //! are described in `docs/actors.md`.

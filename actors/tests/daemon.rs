@@ -380,3 +380,78 @@ fn the_daemon_stops_on_request_on_sigterm_and_when_idle() {
     assert_eq!(status["status"]["enabled"], true);
     wait_for(&sandbox.socket());
 }
+
+#[test]
+fn the_python_example_client_captures_through_the_socket() {
+    let Ok(version) = Command::new("python3").arg("--version").output() else {
+        println!("python example: SKIPPED: no python3 on PATH");
+        return;
+    };
+    assert!(version.status.success());
+    let sandbox = Sandbox::new();
+    let (_daemon, socket) = Daemon::start(&sandbox, &[]);
+    sandbox.ok(&["enable"]);
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/python/annal_client.py"
+    );
+    let output = Command::new("python3")
+        .arg(example)
+        .arg(&socket)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("admission accepted"), "{stdout}");
+    assert!(stdout.contains("unknown_handle"), "{stdout}");
+    let events = sandbox.events();
+    let completed: Vec<_> = events
+        .iter()
+        .filter(|e| e["data"]["payload"]["kind"] == "action_completed")
+        .collect();
+    assert_eq!(completed.len(), 1);
+    assert_eq!(completed[0]["data"]["capability"], "input.pointer.click");
+}
+
+#[test]
+fn verify_reads_the_key_from_its_credential_store_and_finds_a_corrupt_chunk() {
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    let mut raw = Raw::connect(&sandbox.socket());
+    for _ in 0..3 {
+        let started = raw.ask(json!({"op": "action_started", "capability": "window.focus"}));
+        let action = started["ok"]["action"].as_u64().unwrap();
+        raw.ask(json!({
+            "op": "action_completed",
+            "action": action,
+            "outcome": {"effect": "confirmed", "route": "accessibility"}
+        }));
+    }
+    drop(raw);
+    let report = sandbox.json(&["verify"]);
+    assert_eq!(report["clean"], true, "{report}");
+    assert!(!report["chunks"].as_array().unwrap().is_empty());
+
+    // Flip one ciphertext byte in the middle of a chunk: verify says so, exit 1.
+    sandbox.ok(&["stop"]);
+    let chunks = sandbox.path("state").join("annal").join(&sandbox.namespace);
+    let chunk = walk(&chunks)
+        .into_iter()
+        .find(|p| {
+            p.extension().is_some_and(|x| x == "cborseq")
+                && p.to_string_lossy().contains("computer-history")
+        })
+        .unwrap();
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&chunk, bytes).unwrap();
+    let output = sandbox.run(&["verify", "--json"]);
+    assert_eq!(output.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["clean"], false, "{report}");
+}

@@ -222,6 +222,6 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Doctor(args) => doctor::run(args, cli.key_store),
-        Command::Verify(args) => verify::run(args),
+        Command::Verify(args) => with_location(&|l| verify::run(args, l)),
     }
 }

@@ -259,7 +259,7 @@ fn event_line(event: &Value) -> String {
     let payload = &data["payload"];
     let mut line = format!(
         "{:>8}  {}  {}",
-        data["sequence"],
+        data["sequence"].as_u64().unwrap_or_default(),
         event["time"].as_str().unwrap_or("-"),
         payload["kind"].as_str().unwrap_or("-")
     );

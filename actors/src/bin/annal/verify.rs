@@ -1,4 +1,10 @@
-//! `annal verify DIR --key-hex-file FILE [--json]`: checks a store's chunks, seals and seal chain.
+//! `annal verify [DIR] [--key-hex-file FILE] [--json]`: checks a store's chunks, seals and seal
+//! chain.
+//!
+//! Without `--key-hex-file`, the store is the one the global options name (`--store`,
+//! `--namespace`; `DIR` overrides the directory) and its key is read from the credential store
+//! that holds it; a daemon serving the store is asked to flush first, so what was captured is
+//! checked too. With `--key-hex-file` (offline forensics) `DIR` is required.
 //!
 //! Read-only, like `inspect`: opens nothing for writing, takes no lock, creates nothing. `DIR` is
 //! a namespace directory (`computer-history/` and annal's `engine/` sidecar inside it) or a bare
@@ -13,10 +19,13 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+
+use crate::location::Location;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use annal_engine::keys::HistoryKeys;
+use annal_engine::entropy::OsEntropy;
+use annal_engine::keys::{CredentialNaming, HistoryKeys, KeyCustody, open_provider};
 use annal_engine::seal::{SealKey, verify};
 use annal_engine::storage::{Access, Storage, StoreLayout};
 use annal_engine::store::{MARKER_FILE_NAME, open_store};
@@ -24,30 +33,80 @@ use annal_engine::store::{MARKER_FILE_NAME, open_store};
 /// Arguments of `annal verify`.
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
-    /// The namespace directory (or a bare contract store).
-    pub dir: PathBuf,
-    /// A file holding the 32-byte namespace root key as 64 hex characters. Must not be readable
-    /// by group or others.
-    #[arg(long)]
-    pub key_hex_file: PathBuf,
+    /// The namespace directory (or a bare contract store); default: the store the global
+    /// options name.
+    pub dir: Option<PathBuf>,
+    /// A file holding the 32-byte namespace root key as 64 hex characters (offline mode; needs
+    /// DIR). Must not be readable by group or others. Without it, the key comes from the
+    /// credential store.
+    #[arg(long, requires = "dir")]
+    pub key_hex_file: Option<PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
 }
 
+/// The history keys and seal key: from the key file, or from the store's credential store.
+fn keys(args: &VerifyArgs, location: &Location) -> Result<(HistoryKeys, SealKey), crate::CliError> {
+    if let Some(file) = &args.key_hex_file {
+        let key = crate::keyfile::load_key(file)
+            .map_err(|message| crate::CliError::usage(format!("{}: {message}", file.display())))?;
+        let seal_key = SealKey::from_purpose_key(&key.seal_key());
+        return Ok((HistoryKeys::from_root(key), seal_key));
+    }
+    let choice = location.effective_key_store()?;
+    let provider = open_provider(choice, CredentialNaming::Annal, Box::new(OsEntropy))
+        .map_err(|e| crate::CliError::unavailable(format!("the {choice} credential store: {e}")))?;
+    let namespace = &location.namespace;
+    let custody = KeyCustody::load(provider.as_ref(), namespace, &namespace.primary_reference())
+        .map_err(|e| {
+            crate::CliError::unavailable(format!(
+                "the key of namespace {} cannot be read ({}): without it nothing can be \
+                 verified; `annal doctor` checks the credential stores",
+                namespace.as_str(),
+                e.category().as_str()
+            ))
+        })?;
+    Ok((
+        custody.history_keys(),
+        SealKey::from_purpose_key(&custody.seal_key()),
+    ))
+}
+
+/// Asks a daemon serving the store, if one runs, to make everything captured durable.
+fn flush_daemon(location: &Location) {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    runtime.block_on(async {
+        if let Some(mut client) = crate::link::Link::running(location).await {
+            let _ = client
+                .request(&annal_actors::daemon::Request::Flush {})
+                .await;
+        }
+    });
+}
+
 /// Runs `annal verify`.
-pub fn run(args: &VerifyArgs) -> ExitCode {
-    let key = match crate::keyfile::load_key(&args.key_hex_file) {
-        Ok(key) => key,
-        Err(message) => {
-            eprintln!("annal verify: {}: {message}", args.key_hex_file.display());
-            return ExitCode::from(2);
+pub fn run(args: &VerifyArgs, location: &Location) -> ExitCode {
+    let (keys, seal_key) = match keys(args, location) {
+        Ok(keys) => keys,
+        Err(error) => {
+            eprintln!("annal verify: {}", error.message);
+            return ExitCode::from(error.exit);
         }
     };
-    let layout = if args.dir.join(MARKER_FILE_NAME).exists() {
-        StoreLayout::contract_store_only(&args.dir)
+    if args.key_hex_file.is_none() {
+        flush_daemon(location);
+    }
+    let dir = args.dir.clone().unwrap_or_else(|| location.dir.clone());
+    let layout = if dir.join(MARKER_FILE_NAME).exists() {
+        StoreLayout::contract_store_only(&dir)
     } else {
-        StoreLayout::in_namespace_dir(&args.dir)
+        StoreLayout::in_namespace_dir(&dir)
     };
     let storage: Arc<dyn Storage> = match open_store(&layout, Access::Read) {
         Ok(storage) => Arc::new(storage),
@@ -56,8 +115,6 @@ pub fn run(args: &VerifyArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let seal_key = SealKey::from_purpose_key(&key.seal_key());
-    let keys = HistoryKeys::from_root(key);
     let report = match verify(&storage, &keys, &seal_key, None) {
         Ok(report) => report,
         Err(e) => {
