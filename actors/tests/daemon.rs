@@ -455,3 +455,81 @@ fn verify_reads_the_key_from_its_credential_store_and_finds_a_corrupt_chunk() {
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["clean"], false, "{report}");
 }
+
+#[test]
+fn a_corrupt_chunk_fails_reads_closed_until_the_owner_quarantines_it() {
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    let mut raw = Raw::connect(&sandbox.socket());
+    let started = raw.ask(json!({"op": "action_started", "capability": "window.focus"}));
+    let action = started["ok"]["action"].as_u64().unwrap();
+    raw.ask(json!({
+        "op": "action_completed",
+        "action": action,
+        "outcome": {"effect": "confirmed", "route": "accessibility"}
+    }));
+    drop(raw);
+    sandbox.ok(&["stop"]);
+    let store = sandbox.path("state").join("annal").join(&sandbox.namespace);
+    let chunk = walk(&store.join("computer-history").join("chunks"))
+        .pop()
+        .unwrap();
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&chunk, &bytes).unwrap();
+
+    // Fail closed: the owner's read is refused with the contract's code.
+    let refused = sandbox.run(&["list"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("history_storage_corrupt"));
+
+    // Quarantine it: moved aside (same bytes), recorded, and the store reads again.
+    let file_name = chunk.file_name().unwrap().to_str().unwrap().to_owned();
+    let repaired = sandbox.json(&["repair", "--quarantine", &file_name]);
+    assert_eq!(repaired["moved"], true, "{repaired}");
+    assert_eq!(repaired["recorded"], true, "{repaired}");
+    assert!(!chunk.exists());
+    let aside = store.join("engine").join("quarantine").join(&file_name);
+    assert_eq!(std::fs::read(&aside).unwrap(), bytes, "kept, never deleted");
+    let listed = sandbox.json(&["list"]);
+    assert!(listed["events"].is_array(), "{listed}");
+    assert_eq!(sandbox.json(&["verify"])["clean"], true);
+    // Running it again changes nothing and records nothing twice.
+    let again = sandbox.json(&["repair", "--quarantine", &file_name]);
+    assert_eq!(again["moved"], false);
+    assert_eq!(again["recorded"], false);
+    // A chunk that does not exist is refused.
+    let unknown = sandbox.run(&["repair", "--quarantine", &"ab".repeat(16)]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert_eq!(
+        sandbox
+            .run(&["repair", "--quarantine", "../etc"])
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn index_rebuild_rewrites_the_derived_index_and_removes_stale_files() {
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    let index = sandbox
+        .path("state")
+        .join("annal")
+        .join(&sandbox.namespace)
+        .join("engine")
+        .join("index");
+    // A stale index file for a chunk that does not exist.
+    let stale = index.join(format!("{}.idx", "cd".repeat(16)));
+    std::fs::write(&stale, b"stale").unwrap();
+    let report = sandbox.json(&["index", "rebuild"]);
+    assert_eq!(report["orphans_removed"], 1, "{report}");
+    assert_eq!(report["write_failures"], 0, "{report}");
+    assert!(!stale.exists());
+    let files = std::fs::read_dir(&index).unwrap().count() as u64;
+    assert_eq!(report["index_files_written"], files, "{report}");
+    // The store reads as before (a daemon is started again on demand).
+    assert_eq!(sandbox.json(&["status"])["status"]["enabled"], true);
+}

@@ -9,6 +9,8 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use annal_engine::journal::{Journal, JournalEvent, State};
+use annal_engine::keys::{JournalKeys, KeyReference};
 use annal_engine::profile::{ChunkId, CorruptReason};
 use annal_engine::seal::{
     Checkpoint, CheckpointStore, ChunkCheck, ChunkFinding, InMemoryCheckpoints, Mismatch, Seal,
@@ -16,7 +18,9 @@ use annal_engine::seal::{
     seal_chunk, seal_file_name, verify,
 };
 use annal_engine::storage::{Storage, StoreLayout};
-use annal_engine::store::{ClosedChunk, RecordLocation, chunk_file_name};
+use annal_engine::store::{
+    ClosedChunk, QuarantineError, RecordLocation, StoreReader, chunk_file_name, quarantine_chunk,
+};
 use common::{fixture_drafts, fixture_key, fixture_keys, new_store, open_read, open_write};
 
 /// Records per chunk: the 16 fixture drafts fill four chunks.
@@ -265,6 +269,62 @@ fn a_deleted_chunk_is_missing() {
     );
     assert_eq!(report.store, []);
     assert!(!report.is_clean());
+}
+
+#[test]
+fn a_quarantined_chunk_is_reported_quarantined_recorded_once_and_the_rest_reads() {
+    let (_dir, layout, s, checkpoints) = sealed_store(1);
+    let aside = s.seals[1].chunk_id;
+    let bytes = std::fs::read(chunk_path(&layout, aside)).unwrap();
+    let storage = open_write(&layout);
+    let journal_keys = JournalKeys::from_namespace_root(&fixture_key());
+    let reference = KeyReference::new("fixture.history.v1").unwrap();
+    let done =
+        quarantine_chunk(&storage, aside, &journal_keys, &reference, common::clock()).unwrap();
+    assert!(done.moved && done.recorded, "{done:?}");
+    // Again: nothing moves, nothing is recorded twice.
+    let again =
+        quarantine_chunk(&storage, aside, &journal_keys, &reference, common::clock()).unwrap();
+    assert!(!again.moved && !again.recorded, "{again:?}");
+    // Unknown chunks are refused; nothing is created.
+    assert!(matches!(
+        quarantine_chunk(
+            &storage,
+            ChunkId([9; 16]),
+            &journal_keys,
+            &reference,
+            common::clock()
+        ),
+        Err(QuarantineError::NoSuchChunk(_))
+    ));
+    drop(storage);
+
+    // Kept byte for byte, out of chunks/.
+    assert!(!chunk_path(&layout, aside).exists());
+    let kept = layout
+        .sidecar()
+        .unwrap()
+        .join("quarantine")
+        .join(chunk_file_name(aside).as_str());
+    assert_eq!(std::fs::read(kept).unwrap(), bytes);
+    // verify: quarantined, not missing, and the store is clean otherwise.
+    let report = run(&layout, &checkpoints);
+    assert_eq!(
+        non_ok(&report),
+        [(Some(aside), ChunkFinding::Quarantined { ordinal: 2 })]
+    );
+    assert!(report.is_clean(), "{report:#?}");
+    // The journal holds exactly one tombstone.
+    let journal = StoreReader::<Journal>::new(open_read(&layout))
+        .read(&journal_keys)
+        .unwrap();
+    let state = State::replay(journal.records().map(|r| &r.event.event));
+    assert_eq!(state.quarantined, [aside]);
+    let tombstones = journal
+        .records()
+        .filter(|r| matches!(r.event.event, JournalEvent::ChunkQuarantined { .. }))
+        .count();
+    assert_eq!(tombstones, 1);
 }
 
 #[test]
@@ -614,6 +674,7 @@ fn finding_names_are_stable() {
         ChunkFinding::SealInvalid {
             fault: SealFault::BadMac,
         },
+        ChunkFinding::Quarantined { ordinal: 1 },
     ]
     .iter()
     .map(ChunkFinding::as_str)
@@ -629,7 +690,8 @@ fn finding_names_are_stable() {
             "replaced",
             "duplicated",
             "unsealed",
-            "seal_invalid"
+            "seal_invalid",
+            "quarantined"
         ]
     );
     assert_eq!(

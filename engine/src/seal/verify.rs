@@ -108,6 +108,13 @@ pub enum ChunkFinding {
         /// Why.
         fault: SealFault,
     },
+    /// A valid seal names a chunk the owner moved aside (`annal repair --quarantine`): it is in
+    /// `engine/quarantine/`, kept and never read. Not a problem by itself: the journal records
+    /// the repair.
+    Quarantined {
+        /// The seal's ordinal.
+        ordinal: u64,
+    },
 }
 
 impl ChunkFinding {
@@ -124,6 +131,7 @@ impl ChunkFinding {
             Self::Duplicated { .. } => "duplicated",
             Self::Unsealed => "unsealed",
             Self::SealInvalid { .. } => "seal_invalid",
+            Self::Quarantined { .. } => "quarantined",
         }
     }
 
@@ -206,9 +214,10 @@ pub struct ChunkCheck {
 }
 
 impl ChunkCheck {
-    /// Whether the only finding is `Ok`.
+    /// Whether the only finding is `Ok` (or `Quarantined`: the owner's repair, not damage).
     pub fn is_ok(&self) -> bool {
         self.findings == [ChunkFinding::Ok]
+            || matches!(self.findings[..], [ChunkFinding::Quarantined { .. }])
     }
 
     fn add(&mut self, finding: ChunkFinding) {
@@ -386,10 +395,17 @@ pub fn verify(
     };
     for seal in &chain {
         if !by_id.contains_key(&seal.chunk_id) {
+            let aside = storage.has_area(Area::Quarantine)
+                && storage
+                    .open_read(Area::Quarantine, &chunk_file_name(seal.chunk_id))
+                    .is_ok();
+            let ordinal = seal.ordinal;
             seal_finding(
                 seal,
-                ChunkFinding::Missing {
-                    ordinal: seal.ordinal,
+                if aside {
+                    ChunkFinding::Quarantined { ordinal }
+                } else {
+                    ChunkFinding::Missing { ordinal }
                 },
             );
         }

@@ -133,6 +133,7 @@ const fn area_index(area: Area) -> usize {
         Area::Journal => 4,
         Area::Seals => 5,
         Area::Index => 6,
+        Area::Quarantine => 7,
     }
 }
 

@@ -48,11 +48,14 @@ pub enum Area {
     Seals,
     /// `engine/index/`: one encrypted index file per sealed chunk.
     Index,
+    /// `engine/quarantine/`: chunks the owner moved aside with `annal repair --quarantine`
+    /// (kept, never read, never deleted by annal).
+    Quarantine,
 }
 
 impl Area {
     /// Every area, parents before children.
-    pub const ALL: [Area; 7] = [
+    pub const ALL: [Area; 8] = [
         Area::HistoryRoot,
         Area::Chunks,
         Area::Sidecar,
@@ -60,6 +63,7 @@ impl Area {
         Area::Journal,
         Area::Seals,
         Area::Index,
+        Area::Quarantine,
     ];
 
     /// The area this one lives in and its directory name there; `None` for the two roots,
@@ -72,6 +76,7 @@ impl Area {
             Area::Journal => Some((Area::Sidecar, "journal")),
             Area::Seals => Some((Area::Sidecar, "seals")),
             Area::Index => Some((Area::Sidecar, "index")),
+            Area::Quarantine => Some((Area::Sidecar, "quarantine")),
         }
     }
 
@@ -79,7 +84,12 @@ impl Area {
     pub const fn in_sidecar(self) -> bool {
         matches!(
             self,
-            Area::Sidecar | Area::Tmp | Area::Journal | Area::Seals | Area::Index
+            Area::Sidecar
+                | Area::Tmp
+                | Area::Journal
+                | Area::Seals
+                | Area::Index
+                | Area::Quarantine
         )
     }
 }

@@ -31,6 +31,7 @@
 //!   proof that its keys were destroyed.
 
 pub mod delete;
+pub mod quarantine;
 pub mod read;
 pub mod stream;
 pub mod write;
@@ -41,6 +42,7 @@ use std::path::{Path, PathBuf};
 pub use delete::{
     DeletePlan, DeleteStoreError, DeletedStore, delete_store_files, plan_store_delete,
 };
+pub use quarantine::{QuarantineError, Quarantined, quarantine_chunk};
 pub use read::{
     ChunkHandle, ChunkReport, ReadAtError, ReadStoreError, SequenceConflict, StoreReader,
     StoreReport,

@@ -9,6 +9,8 @@
 //!   `--no-daemon`, an engine in this process.
 //! - `owner.rs`: the owner's commands over the daemon: `enable` ... `status`, `list`, `show`,
 //!   `query`, `grant`, `revoke`, `agents`, `stop`, `delete`.
+//! - `repair.rs`: `annal repair --quarantine` and `annal index rebuild` (offline, the daemon
+//!   stopped first).
 //! - `serve.rs`: `annal serve`, the daemon.
 //! - `mcp.rs`: `annal mcp`, the MCP stdio server over the policy gate.
 //! - `demo.rs`: `annal demo`, the whole pipeline on a temporary store with a short report.
@@ -40,6 +42,7 @@ mod link;
 mod location;
 mod mcp;
 mod owner;
+mod repair;
 mod serve;
 mod verify;
 
@@ -114,6 +117,10 @@ enum Command {
     Agents(owner::AgentsArgs),
     /// Destroy the store's key and delete the store (asks for confirmation unless --yes).
     Delete(owner::DeleteArgs),
+    /// Move a corrupt chunk aside (never deleted) so the rest of the store reads again.
+    Repair(repair::RepairArgs),
+    /// The derived index: `annal index rebuild`.
+    Index(repair::IndexArgs),
     /// Run the store's daemon in the foreground.
     Serve(serve::ServeArgs),
     /// Stop the store's daemon (bounded drain).
@@ -216,6 +223,8 @@ fn main() -> ExitCode {
         Command::Revoke(args) => with_location(&|l| owner::revoke(l, no_daemon, args)),
         Command::Agents(args) => with_location(&|l| owner::agents(l, no_daemon, args)),
         Command::Delete(args) => with_location(&|l| owner::delete(l, args)),
+        Command::Repair(args) => with_location(&|l| repair::repair(l, args)),
+        Command::Index(args) => with_location(&|l| repair::index(l, args)),
         Command::Serve(args) => with_location(&|l| serve::run(l, args)),
         Command::Stop(out) => with_location(&|l| owner::stop(l, out)),
         Command::Mcp(args) => with_location(&|l| mcp::run(l, no_daemon, args)),

@@ -163,7 +163,7 @@ fn one(location: &Location, no_daemon: bool, request: Request) -> Result<Value, 
 }
 
 /// Prints `value` (with `--json`) or `text`, and succeeds.
-fn print(out: &OutputArgs, value: &Value, text: impl FnOnce() -> String) -> ExitCode {
+pub fn print(out: &OutputArgs, value: &Value, text: impl FnOnce() -> String) -> ExitCode {
     if out.json {
         println!("{value}");
     } else {
@@ -423,7 +423,7 @@ pub fn agents(location: &Location, no_daemon: bool, args: &AgentsArgs) -> ExitCo
 }
 
 /// Asks a running daemon to stop and waits until its socket is gone. `Ok(false)`: none ran.
-fn stop_daemon(location: &Location) -> Result<bool, CliError> {
+pub fn stop_daemon(location: &Location) -> Result<bool, CliError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
