@@ -533,3 +533,24 @@ fn index_rebuild_rewrites_the_derived_index_and_removes_stale_files() {
     // The store reads as before (a daemon is started again on demand).
     assert_eq!(sandbox.json(&["status"])["status"]["enabled"], true);
 }
+
+#[test]
+fn the_key_store_is_recorded_at_enable_and_a_conflicting_choice_is_refused() {
+    let sandbox = Sandbox::new();
+    let record = sandbox
+        .path("state")
+        .join("annal")
+        .join(&sandbox.namespace)
+        .join("key-store");
+    // A status before any key exists pins nothing.
+    assert_eq!(sandbox.json(&["status"])["status"]["enabled"], false);
+    assert!(!record.exists());
+    sandbox.ok(&["enable"]);
+    assert_eq!(std::fs::read_to_string(&record).unwrap(), "keyutils\n");
+    sandbox.ok(&["stop"]);
+    // The key is in the kernel keyring: asking for the Secret Service is refused, not obeyed.
+    let refused = sandbox.run(&["--key-store", "secret-service", "status"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--key-store keyutils"));
+    assert_eq!(sandbox.json(&["status"])["key_store"], "keyutils");
+}

@@ -19,4 +19,4 @@ pub mod server;
 
 pub use client::{ClientError, DaemonClient};
 pub use protocol::{DaemonError, DaemonErrorCode, MAX_FRAME_BYTES, Reply, Request, WireOutcome};
-pub use server::{ConnectionState, Dispatcher, ServeEnd, ServeOptions, serve};
+pub use server::{ConnectionState, Dispatcher, EnableHook, ServeEnd, ServeOptions, serve};

@@ -57,18 +57,43 @@ pub enum ServeEnd {
 }
 
 /// How [`serve`] runs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServeOptions {
     /// Exit after this long with no client connected and nothing queued (an on-demand daemon);
     /// `None` serves until stopped.
     pub idle_exit: Option<Duration>,
     /// The credential store holding the key, as `status` and `hello` report it.
     pub key_store: String,
+    /// Called after each successful `enable` (the binary records which credential store holds
+    /// the key, once the key exists).
+    pub on_enabled: Option<EnableHook>,
+}
+
+/// What runs after a successful `enable`.
+pub type EnableHook = Arc<dyn Fn() + Send + Sync>;
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("idle_exit", &self.idle_exit)
+            .field("key_store", &self.key_store)
+            .field("on_enabled", &self.on_enabled.is_some())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("key_store", &self.key_store)
+            .field("daemon", &self.stop.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Answers requests over one engine: what the socket server runs for each frame, and what a
 /// front-end runs in-process when it opens the store itself (`--no-daemon`).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Dispatcher {
     /// The engine every request goes to.
     engine: Arc<Engine>,
@@ -76,6 +101,8 @@ pub struct Dispatcher {
     key_store: String,
     /// Where `stop` is signalled (the accept loop); `None` in-process.
     stop: Option<mpsc::Sender<()>>,
+    /// Runs after each successful `enable`.
+    on_enabled: Option<EnableHook>,
 }
 
 /// What one connection holds between its requests: its capture hook and the sessions and
@@ -146,7 +173,14 @@ impl Dispatcher {
             engine,
             key_store,
             stop: None,
+            on_enabled: None,
         }
+    }
+
+    /// Runs `hook` after each successful `enable`.
+    pub fn on_enabled(mut self, hook: EnableHook) -> Self {
+        self.on_enabled = Some(hook);
+        self
     }
 
     /// A fresh connection's state.
@@ -196,7 +230,15 @@ impl Dispatcher {
                 "key_store": self.key_store,
             })),
             Request::Status {} => self.status_reply(engine.status_async().await),
-            Request::Enable {} => self.status_reply(engine.enable_async().await),
+            Request::Enable {} => {
+                let enabled = engine.enable_async().await;
+                if enabled.is_ok()
+                    && let Some(hook) = &self.on_enabled
+                {
+                    hook();
+                }
+                self.status_reply(enabled)
+            }
             Request::Disable {} => self.status_reply(engine.disable_async().await),
             Request::Pause {} => self.status_reply(engine.pause_async().await),
             Request::Resume {} => self.status_reply(engine.resume_async().await),
@@ -377,6 +419,7 @@ pub async fn serve(
         engine: Arc::clone(&engine),
         key_store: options.key_store.clone(),
         stop: Some(stop_tx),
+        on_enabled: options.on_enabled.clone(),
     };
     let mut connections = JoinSet::new();
     let mut idle_since = Instant::now();

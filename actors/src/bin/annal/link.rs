@@ -43,6 +43,20 @@ pub enum Link {
     },
 }
 
+/// What records the store's credential store once `enable` made sure the key is there (never
+/// earlier: a `status` on a fresh machine must not pin the choice before any key exists).
+pub fn record_on_enable(location: &Location, kind: &str) -> annal_actors::daemon::EnableHook {
+    let location = location.clone();
+    let kind = kind.to_owned();
+    Arc::new(move || {
+        if matches!(location.recorded_key_store(), Ok(None))
+            && let Err(error) = location.record_key_store(&kind)
+        {
+            eprintln!("annal: {}", error.message);
+        }
+    })
+}
+
 /// An engine opened on `location`, with the name of the credential store holding its key.
 pub fn open_engine(location: &Location) -> Result<(Arc<Engine>, String), CliError> {
     location.create_dir()?;
@@ -66,9 +80,6 @@ pub fn open_engine(location: &Location) -> Result<(Arc<Engine>, String), CliErro
             ))
         })?;
     let kind = provider.kind().as_str().to_owned();
-    if location.recorded_key_store()?.is_none() {
-        location.record_key_store(&kind)?;
-    }
     let config = EngineConfig::new(layout, location.namespace.clone());
     let engine = Engine::start(config, Arc::from(provider))
         .map_err(|e| CliError::unavailable(format!("the engine could not start: {e}")))?;
@@ -88,7 +99,8 @@ impl Link {
                 ));
             }
             let (engine, kind) = open_engine(location)?;
-            let dispatcher = Dispatcher::new(Arc::clone(&engine), kind);
+            let hook = record_on_enable(location, &kind);
+            let dispatcher = Dispatcher::new(Arc::clone(&engine), kind).on_enabled(hook);
             let connection = Box::new(dispatcher.connection());
             return Ok(Self::InProcess {
                 dispatcher,
@@ -100,11 +112,34 @@ impl Link {
         if let Ok(client) = DaemonClient::connect(socket).await {
             return Ok(Self::Daemon(client));
         }
-        start_daemon(location, socket)?;
+        // Refuse here, not in a daemon that would exit unseen, a key-store choice that cannot be.
+        location.effective_key_store()?;
+        let mut child = start_daemon(location, socket)?;
         let deadline = Instant::now() + Duration::from_millis(DAEMON_START_DEADLINE_MS);
         loop {
             if let Ok(client) = DaemonClient::connect(socket).await {
+                // Reap it when it exits, so a long-running client (`annal mcp`) leaves no zombie.
+                std::thread::spawn(move || child.wait());
                 return Ok(Self::Daemon(client));
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                // It exited: another daemon won a race for this store (then connect again), or
+                // it failed, and its log says why.
+                if let Ok(client) = DaemonClient::connect(socket).await {
+                    return Ok(Self::Daemon(client));
+                }
+                return Err(CliError {
+                    exit: status
+                        .code()
+                        .and_then(|c| u8::try_from(c).ok())
+                        .filter(|c| *c != 0)
+                        .unwrap_or(crate::EXIT_UNAVAILABLE),
+                    message: format!(
+                        "the daemon could not start: {}",
+                        last_log_line(socket)
+                            .unwrap_or_else(|| format!("see {}", log_path(socket).display()))
+                    ),
+                });
             }
             if Instant::now() >= deadline {
                 return Err(CliError::unavailable(format!(
@@ -181,7 +216,7 @@ pub fn log_path(socket: &Path) -> std::path::PathBuf {
 /// Ctrl-C does not reach it), stdio detached, stderr to its log (0600), exiting by itself after
 /// `DAEMON_IDLE_EXIT_SECS` idle. Two commands racing here start two daemons; the second finds
 /// the first's lock and exits.
-fn start_daemon(location: &Location, socket: &Path) -> Result<(), CliError> {
+fn start_daemon(location: &Location, socket: &Path) -> Result<std::process::Child, CliError> {
     use std::os::unix::fs::OpenOptionsExt;
     use std::os::unix::process::CommandExt;
     if let Some(dir) = socket.parent() {
@@ -209,10 +244,25 @@ fn start_daemon(location: &Location, socket: &Path) -> Result<(), CliError> {
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
         .process_group(0);
-    let mut child = command
+    command
         .spawn()
-        .map_err(|e| CliError::unavailable(format!("cannot start the daemon: {e}")))?;
-    // Reap it when it exits, so a long-running client (`annal mcp`) leaves no zombie.
-    std::thread::spawn(move || child.wait());
-    Ok(())
+        .map_err(|e| CliError::unavailable(format!("cannot start the daemon: {e}")))
+}
+
+/// Most bytes of the daemon's log read back to explain a failed start.
+const LOG_TAIL_MAX_BYTES: u64 = 4 * 1024;
+
+/// The last line of the daemon's log, without its `annal: ` prefix.
+fn last_log_line(socket: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(log_path(socket)).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL_MAX_BYTES)))
+        .ok()?;
+    let mut tail = String::new();
+    file.take(LOG_TAIL_MAX_BYTES)
+        .read_to_string(&mut tail)
+        .ok()?;
+    let line = tail.lines().rev().find(|l| !l.trim().is_empty())?;
+    Some(line.strip_prefix("annal: ").unwrap_or(line).to_owned())
 }

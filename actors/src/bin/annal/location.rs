@@ -6,8 +6,9 @@
 //! - Socket: `--socket PATH`, else `$XDG_RUNTIME_DIR/annal/<16 hex of the store path's
 //!   BLAKE3>.sock` (the directory 0700, the socket 0600). No runtime directory, no daemon:
 //!   `--no-daemon` still works.
-//! - Key-store record: `<store>/key-store`, written by the first engine that opens the store, so
-//!   a later `auto` never picks another credential store than the one holding the key.
+//! - Key-store record: `<store>/key-store`, written after the first successful `enable` (the key
+//!   exists then), so a later `auto` never picks another credential store than the one holding
+//!   the key.
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};

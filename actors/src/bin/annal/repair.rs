@@ -78,7 +78,8 @@ fn open_offline(location: &Location) -> Result<(Arc<dyn Storage>, KeyCustody), C
     Ok((Arc::new(storage), custody))
 }
 
-fn spinner(message: &'static str) -> indicatif::ProgressBar {
+/// A spinner for one long step (`verify`, `index rebuild`).
+pub fn spinner(message: &'static str) -> indicatif::ProgressBar {
     // Drawn on stderr, and hidden by indicatif when stderr is not a terminal.
     let bar = indicatif::ProgressBar::new_spinner();
     bar.set_message(message);

@@ -60,6 +60,7 @@ fn serve_store(location: &Location, args: &ServeArgs) -> Result<(), CliError> {
         .map_err(|e| CliError::unavailable(format!("cannot start the daemon's runtime: {e}")))?;
     let options = ServeOptions {
         idle_exit: args.idle_exit_secs.map(Duration::from_secs),
+        on_enabled: Some(crate::link::record_on_enable(location, &key_store)),
         key_store,
     };
     let served = runtime.block_on(async {

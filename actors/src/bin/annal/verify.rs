@@ -115,7 +115,10 @@ pub fn run(args: &VerifyArgs, location: &Location) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let report = match verify(&storage, &keys, &seal_key, None) {
+    let bar = crate::repair::spinner("verifying every chunk and seal");
+    let verified = verify(&storage, &keys, &seal_key, None);
+    bar.finish_and_clear();
+    let report = match verified {
         Ok(report) => report,
         Err(e) => {
             eprintln!("annal verify: {e}");
