@@ -231,17 +231,7 @@ fn stalled_peers_do_not_stall_capture_or_other_clients() {
 
     let started = Instant::now();
     for _ in 0..50 {
-        let reply = raw.ask(json!({
-            "op": "action_started",
-            "capability": "window.focus"
-        }));
-        let action = reply["ok"]["action"].as_u64().unwrap();
-        let done = raw.ask(json!({
-            "op": "action_completed",
-            "action": action,
-            "outcome": {"effect": "confirmed", "route": "accessibility"}
-        }));
-        assert!(done["ok"].is_object());
+        raw.action(json!({"capability": "window.focus"}));
     }
     // Not a timing test: only that the others were never waited for (each would cost seconds).
     assert!(started.elapsed() < Duration::from_secs(support::ANSWER_TIMEOUT_SECS));
@@ -423,13 +413,7 @@ fn verify_reads_the_key_from_its_credential_store_and_finds_a_corrupt_chunk() {
     sandbox.ok(&["enable"]);
     let mut raw = Raw::connect(&sandbox.socket());
     for _ in 0..3 {
-        let started = raw.ask(json!({"op": "action_started", "capability": "window.focus"}));
-        let action = started["ok"]["action"].as_u64().unwrap();
-        raw.ask(json!({
-            "op": "action_completed",
-            "action": action,
-            "outcome": {"effect": "confirmed", "route": "accessibility"}
-        }));
+        raw.action(json!({"capability": "window.focus"}));
     }
     drop(raw);
     let report = sandbox.json(&["verify"]);
@@ -461,13 +445,7 @@ fn a_corrupt_chunk_fails_reads_closed_until_the_owner_quarantines_it() {
     let sandbox = Sandbox::new();
     sandbox.ok(&["enable"]);
     let mut raw = Raw::connect(&sandbox.socket());
-    let started = raw.ask(json!({"op": "action_started", "capability": "window.focus"}));
-    let action = started["ok"]["action"].as_u64().unwrap();
-    raw.ask(json!({
-        "op": "action_completed",
-        "action": action,
-        "outcome": {"effect": "confirmed", "route": "accessibility"}
-    }));
+    raw.action(json!({"capability": "window.focus"}));
     drop(raw);
     sandbox.ok(&["stop"]);
     let store = sandbox.path("state").join("annal").join(&sandbox.namespace);

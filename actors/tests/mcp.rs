@@ -29,19 +29,11 @@ fn capture(sandbox: &Sandbox, count: usize) {
         raw.ask(json!({"op": "session_started", "session": "raw label e2e"}))["ok"].is_object()
     );
     for _ in 0..count {
-        let started = raw.ask(json!({
-            "op": "action_started",
+        raw.action(json!({
             "capability": "input.pointer.click",
             "application": {"bundle_id": "org.example.Editor"},
             "session": "raw label e2e"
         }));
-        let action = started["ok"]["action"].as_u64().unwrap();
-        let completed = raw.ask(json!({
-            "op": "action_completed",
-            "action": action,
-            "outcome": {"effect": "confirmed", "route": "accessibility"}
-        }));
-        assert!(completed["ok"].is_object(), "{completed}");
     }
     assert!(raw.ask(json!({"op": "flush"}))["ok"].is_object());
 }

@@ -288,6 +288,24 @@ impl Raw {
     }
 }
 
+impl Raw {
+    /// Captures one action (`start` holds `capability` and optional `application`/`session`)
+    /// that completes `confirmed` through the accessibility route; asserts both were answered.
+    pub fn action(&mut self, mut start: Value) {
+        start["op"] = json!("action_started");
+        let started = self.ask(start);
+        let action = started["ok"]["action"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{started}"));
+        let completed = self.ask(json!({
+            "op": "action_completed",
+            "action": action,
+            "outcome": {"effect": "confirmed", "route": "accessibility"}
+        }));
+        assert!(completed["ok"].is_object(), "{completed}");
+    }
+}
+
 /// Waits until `path` exists (a daemon's socket).
 pub fn wait_for(path: &Path) {
     let deadline = Instant::now() + Duration::from_secs(ANSWER_TIMEOUT_SECS);

@@ -10,8 +10,6 @@ use annal_actors::daemon::{
     ClientError, ConnectionState, DaemonClient, DaemonErrorCode, Dispatcher, Reply, Request,
 };
 use annal_actors::{Engine, EngineConfig};
-use annal_engine::entropy::OsEntropy;
-use annal_engine::keys::{CredentialNaming, open_provider};
 use annal_engine::storage::Access;
 
 use crate::CliError;
@@ -71,14 +69,7 @@ pub fn open_engine(location: &Location) -> Result<(Arc<Engine>, String), CliErro
              reference writing to it? `annal stop` ends a daemon)"
         )));
     }
-    let choice = location.effective_key_store()?;
-    let provider =
-        open_provider(choice, CredentialNaming::Annal, Box::new(OsEntropy)).map_err(|e| {
-            CliError::unavailable(format!(
-                "the {choice} credential store cannot be used: {e}; `annal doctor` says which \
-                 store works here"
-            ))
-        })?;
+    let provider = location.key_provider()?;
     let kind = provider.kind().as_str().to_owned();
     let config = EngineConfig::new(layout, location.namespace.clone());
     let engine = Engine::start(config, Arc::from(provider))

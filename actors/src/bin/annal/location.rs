@@ -13,7 +13,10 @@
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use annal_engine::keys::{KeyStoreChoice, Namespace};
+use annal_engine::entropy::OsEntropy;
+use annal_engine::keys::{
+    CredentialNaming, KeyCustody, KeyProvider, KeyStoreChoice, Namespace, open_provider,
+};
 use annal_engine::storage::StoreLayout;
 
 use crate::CliError;
@@ -139,6 +142,35 @@ impl Location {
                 self.key_store
             ))),
         }
+    }
+}
+
+impl Location {
+    /// The store's credential store, opened (the recorded one, see `effective_key_store`).
+    pub fn key_provider(&self) -> Result<Box<dyn KeyProvider>, CliError> {
+        let choice = self.effective_key_store()?;
+        open_provider(choice, CredentialNaming::Annal, Box::new(OsEntropy)).map_err(|e| {
+            CliError::unavailable(format!(
+                "the {choice} credential store cannot be used: {e}; `annal doctor` says which \
+                 store works here"
+            ))
+        })
+    }
+
+    /// The store's key, read (never created) from its credential store.
+    pub fn store_key(&self) -> Result<KeyCustody, CliError> {
+        let provider = self.key_provider()?;
+        let namespace = &self.namespace;
+        KeyCustody::load(provider.as_ref(), namespace, &namespace.primary_reference()).map_err(
+            |e| {
+                CliError::unavailable(format!(
+                    "the key of namespace {} cannot be read ({}): `annal doctor` checks the \
+                     credential stores",
+                    namespace.as_str(),
+                    e.category().as_str()
+                ))
+            },
+        )
     }
 }
 

@@ -11,10 +11,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use annal_actors::daemon::Request;
-use annal_engine::entropy::OsEntropy;
-use annal_engine::keys::{
-    CredentialNaming, KEYUTILS_DURABILITY_WARNING, destroy_namespace, open_provider,
-};
+use annal_engine::keys::{KEYUTILS_DURABILITY_WARNING, destroy_namespace};
 use annal_engine::policy::manifest::parse_duration_secs;
 use annal_engine::storage::Access;
 use annal_engine::store::{delete_store_files, open_store, plan_store_delete};
@@ -504,9 +501,7 @@ pub fn delete(location: &Location, args: &DeleteArgs) -> ExitCode {
             confirmed(location)?;
         }
         stop_daemon(location)?;
-        let choice = location.effective_key_store()?;
-        let provider = open_provider(choice, CredentialNaming::Annal, Box::new(OsEntropy))
-            .map_err(|e| CliError::unavailable(format!("the {choice} credential store: {e}")))?;
+        let provider = location.key_provider()?;
         let layout = location.layout();
         let plan = if layout.history_root().exists() {
             let storage = open_store(&layout, Access::Write)

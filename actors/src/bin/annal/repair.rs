@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use annal_engine::clock::SystemClock;
-use annal_engine::entropy::OsEntropy;
 use annal_engine::index::{IndexKey, rebuild_index_files};
-use annal_engine::keys::{CredentialNaming, KeyCustody, open_provider};
+use annal_engine::keys::KeyCustody;
 use annal_engine::profile::ChunkId;
 use annal_engine::storage::{Access, Storage};
 use annal_engine::store::{open_store, parse_chunk_file_name, quarantine_chunk};
@@ -63,18 +62,7 @@ fn open_offline(location: &Location) -> Result<(Arc<dyn Storage>, KeyCustody), C
     }
     let storage = open_store(&layout, Access::Write)
         .map_err(|e| CliError::unavailable(format!("cannot open the store for writing: {e}")))?;
-    let choice = location.effective_key_store()?;
-    let provider = open_provider(choice, CredentialNaming::Annal, Box::new(OsEntropy))
-        .map_err(|e| CliError::unavailable(format!("the {choice} credential store: {e}")))?;
-    let namespace = &location.namespace;
-    let custody = KeyCustody::load(provider.as_ref(), namespace, &namespace.primary_reference())
-        .map_err(|e| {
-            CliError::unavailable(format!(
-                "the key of namespace {} cannot be read ({})",
-                namespace.as_str(),
-                e.category().as_str()
-            ))
-        })?;
+    let custody = location.store_key()?;
     Ok((Arc::new(storage), custody))
 }
 

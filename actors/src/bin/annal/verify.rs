@@ -24,8 +24,7 @@ use crate::location::Location;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use annal_engine::entropy::OsEntropy;
-use annal_engine::keys::{CredentialNaming, HistoryKeys, KeyCustody, open_provider};
+use annal_engine::keys::HistoryKeys;
 use annal_engine::seal::{SealKey, verify};
 use annal_engine::storage::{Access, Storage, StoreLayout};
 use annal_engine::store::{MARKER_FILE_NAME, open_store};
@@ -54,19 +53,12 @@ fn keys(args: &VerifyArgs, location: &Location) -> Result<(HistoryKeys, SealKey)
         let seal_key = SealKey::from_purpose_key(&key.seal_key());
         return Ok((HistoryKeys::from_root(key), seal_key));
     }
-    let choice = location.effective_key_store()?;
-    let provider = open_provider(choice, CredentialNaming::Annal, Box::new(OsEntropy))
-        .map_err(|e| crate::CliError::unavailable(format!("the {choice} credential store: {e}")))?;
-    let namespace = &location.namespace;
-    let custody = KeyCustody::load(provider.as_ref(), namespace, &namespace.primary_reference())
-        .map_err(|e| {
-            crate::CliError::unavailable(format!(
-                "the key of namespace {} cannot be read ({}): without it nothing can be \
-                 verified; `annal doctor` checks the credential stores",
-                namespace.as_str(),
-                e.category().as_str()
-            ))
-        })?;
+    let custody = location.store_key().map_err(|mut error| {
+        error
+            .message
+            .push_str("; without the key nothing can be verified");
+        error
+    })?;
     Ok((
         custody.history_keys(),
         SealKey::from_purpose_key(&custody.seal_key()),
