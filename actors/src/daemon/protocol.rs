@@ -111,11 +111,12 @@ pub enum Request {
     },
     /// An action starts (capture); the reply carries the action handle to complete it with.
     ActionStarted {
-        /// The Cua capability.
-        capability: Capability,
+        /// The Cua capability (`[a-z0-9._-]`, starting with a letter: checked with the write
+        /// rules, never the lenient read rules stored events are read with).
+        capability: String,
         /// The target application, when known.
         #[serde(default)]
-        application: Option<Application>,
+        application: Option<WireApplication>,
         /// The session (a label started on this connection), when any.
         #[serde(default)]
         session: Option<String>,
@@ -156,6 +157,41 @@ impl Request {
             Self::Stop {} => "stop",
         }
     }
+}
+
+/// An application's identity on the wire: the contract's two fields, closed, checked with the
+/// write rules when the action is captured.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireApplication {
+    /// The platform application identifier (no whitespace or control characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle_id: Option<String>,
+    /// The human-facing application name (trimmed, no control characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+}
+
+impl WireApplication {
+    /// The validated identity, or the name of the field the write rules refuse.
+    pub fn into_application(self) -> Result<Application, &'static str> {
+        let bundle_id = self
+            .bundle_id
+            .map(annal_schema::BundleId::new)
+            .transpose()
+            .map_err(|_| "application.bundle_id")?;
+        let display_name = self
+            .display_name
+            .map(annal_schema::DisplayName::new)
+            .transpose()
+            .map_err(|_| "application.display_name")?;
+        Application::new(bundle_id, display_name).ok_or("application")
+    }
+}
+
+/// The capability of an `action_started`, checked with the write rules.
+pub fn capability(text: String) -> Result<Capability, &'static str> {
+    Capability::new(text).map_err(|_| "capability")
 }
 
 /// An action's outcome on the wire: the contract's fields, closed.

@@ -358,6 +358,16 @@ impl Dispatcher {
                         ),
                     ));
                 }
+                let refused = |field: &str| {
+                    invalid(format!(
+                        "\"{field}\" does not meet the contract's rules (see docs/protocol.md)"
+                    ))
+                };
+                let capability = super::protocol::capability(capability).map_err(refused)?;
+                let application = application
+                    .map(super::protocol::WireApplication::into_application)
+                    .transpose()
+                    .map_err(refused)?;
                 let session = match &session {
                     Some(label) => Some(connection.sessions.get(label).ok_or_else(|| {
                         DaemonError::new(
