@@ -1,0 +1,196 @@
+//! Fuzz targets for the front-ends' parsers of outside input: the daemon's frames and request
+//! enum, and MCP tool calls (name and arguments). Seeded proptest runs, like the engine's
+//! (`engine/tests/fuzz.rs`): no panic, a typed refusal, and a frame's declared length checked
+//! before anything is allocated for it.
+//!
+//! A `harness = false` target: it prints `FIGURE fuzz.front_ends.cases N`. `ANNAL_FUZZ_CASES`
+//! sets the cases per target.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use annal_actors::daemon::protocol::{
+    DaemonErrorCode, FrameError, KNOWN_OPS, MAX_FRAME_BYTES, decode_request, read_frame,
+};
+use annal_actors::gate::ToolCall;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+/// Cases per target in a CI run.
+const FUZZ_CASES_PER_TARGET: u32 = 512;
+
+/// Valid requests, mutated below.
+const VALID_REQUESTS: [&str; 6] = [
+    r#"{"op":"status"}"#,
+    r#"{"op":"grant","actor":"agent-a","operation":"query","expires_after_secs":60}"#,
+    r#"{"op":"action_started","capability":"input.pointer.click","application":{"bundle_id":"org.example.Editor"},"session":"s"}"#,
+    r#"{"op":"action_completed","action":1,"outcome":{"effect":"confirmed","route":"accessibility","evidence_kinds":["accessibility_readback"]}}"#,
+    r#"{"op":"call_tool","actor":"agent-a","tool":"history_query","arguments":{"limit":5,"cursor":"ab"}}"#,
+    r#"{"op":"query","arguments":{"since_sequence":1,"until_sequence":9}}"#,
+];
+
+fn run<S: Strategy>(
+    total: &mut u64,
+    cases: u32,
+    name: &str,
+    strategy: S,
+    test: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) where
+    S::Value: std::fmt::Debug,
+{
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    if let Err(failure) = runner.run(&strategy, test) {
+        panic!("fuzz target {name} failed: {failure}");
+    }
+    println!("fuzz: {name}: {cases} cases");
+    *total += u64::from(cases);
+}
+
+fn main() {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if !filters.is_empty()
+        && !filters
+            .iter()
+            .any(|f| "fuzz_front_ends".contains(f.as_str()))
+    {
+        return;
+    }
+    let cases = std::env::var("ANNAL_FUZZ_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(FUZZ_CASES_PER_TARGET);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let mut total = 0;
+
+    run(
+        &mut total,
+        cases,
+        "daemon_frame.arbitrary_stream",
+        prop::collection::vec(any::<u8>(), 0..64),
+        |bytes| {
+            let mut reader: &[u8] = &bytes;
+            let read = runtime.block_on(read_frame(&mut reader));
+            if bytes.len() >= 4 {
+                let declared =
+                    u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+                if declared == 0 || declared > MAX_FRAME_BYTES {
+                    // Refused from the header alone: nothing was allocated for the body.
+                    let too_large = matches!(read, Err(FrameError::TooLarge { .. }));
+                    prop_assert!(too_large);
+                } else if declared > bytes.len() - 4 {
+                    prop_assert!(read.is_err());
+                } else {
+                    prop_assert_eq!(read.unwrap(), bytes[4..4 + declared].to_vec());
+                }
+            } else {
+                prop_assert!(read.is_err());
+            }
+            Ok(())
+        },
+    );
+    run(
+        &mut total,
+        cases,
+        "daemon_request.mutated_valid",
+        (
+            0..VALID_REQUESTS.len(),
+            prop::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 1..4),
+        ),
+        |(which, edits)| {
+            let mut bytes = VALID_REQUESTS[which].as_bytes().to_vec();
+            for (at, byte, kind) in edits {
+                let at = at % bytes.len().max(1);
+                match kind {
+                    0 if !bytes.is_empty() => bytes[at] = byte,
+                    1 => bytes.insert(at, byte),
+                    _ if !bytes.is_empty() => {
+                        bytes.remove(at);
+                    }
+                    _ => {}
+                }
+            }
+            if let Err(error) = decode_request(&bytes) {
+                prop_assert!(matches!(
+                    error.code,
+                    DaemonErrorCode::MalformedFrame
+                        | DaemonErrorCode::UnknownRequest
+                        | DaemonErrorCode::InvalidRequest
+                ));
+            }
+            Ok(())
+        },
+    );
+    run(
+        &mut total,
+        cases,
+        "daemon_request.arbitrary_object",
+        (
+            prop_oneof![
+                Just(None),
+                (0..KNOWN_OPS.len()).prop_map(Some),
+                ".{0,12}".prop_map(|_| None)
+            ],
+            prop::collection::btree_map("[a-z_]{1,12}", ".{0,16}", 0..5),
+        ),
+        |(op, fields)| {
+            let mut object: serde_json::Map<String, serde_json::Value> = fields
+                .into_iter()
+                .map(|(k, v)| (k, serde_json::Value::String(v)))
+                .collect();
+            if let Some(op) = op {
+                object.insert("op".into(), KNOWN_OPS[op].into());
+            }
+            let body = serde_json::to_vec(&object).unwrap();
+            if let Ok(request) = decode_request(&body) {
+                // Accepted: it names a known op, and re-encodes to a request of that op.
+                prop_assert!(KNOWN_OPS.contains(&request.op()));
+            }
+            Ok(())
+        },
+    );
+    run(
+        &mut total,
+        cases,
+        "mcp_tool_call.arbitrary",
+        (
+            prop_oneof![
+                Just("history_status".to_owned()),
+                Just("history_query".to_owned()),
+                ".{0,20}"
+            ],
+            prop::collection::btree_map(
+                prop_oneof![
+                    Just("limit".to_owned()),
+                    Just("session_id".to_owned()),
+                    Just("since_sequence".to_owned()),
+                    Just("until_sequence".to_owned()),
+                    Just("cursor".to_owned()),
+                    "[a-z_]{1,10}"
+                ],
+                prop_oneof![
+                    any::<i64>().prop_map(serde_json::Value::from),
+                    any::<u64>().prop_map(serde_json::Value::from),
+                    ".{0,600}".prop_map(serde_json::Value::from),
+                    Just(serde_json::Value::Null),
+                ],
+                0..5,
+            ),
+        ),
+        |(tool, arguments)| {
+            let arguments = serde_json::Value::Object(arguments.into_iter().collect());
+            match ToolCall::parse(&tool, &arguments) {
+                Ok(call) => prop_assert_eq!(call.operation().tool(), tool.as_str()),
+                Err(code) => prop_assert_eq!(code, annal_schema::ErrorCode::InvalidHistoryQuery),
+            }
+            Ok(())
+        },
+    );
+    println!("FIGURE fuzz.front_ends.cases {total} cases");
+}
