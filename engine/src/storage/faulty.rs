@@ -99,6 +99,9 @@ struct Tracked {
     written_bytes: u64,
     /// Bytes covered by the last successful sync.
     synced_bytes: u64,
+    /// The most bytes the file ever held: an append that starts below it writes a position a
+    /// second time (under a chunk's key and nonce prefix, a nonce reused).
+    peak_bytes: u64,
     /// False once removed.
     live: bool,
 }
@@ -114,6 +117,8 @@ struct State {
     injected: u64,
     /// Every file created, by creation order.
     files: Vec<Tracked>,
+    /// Appends that started below bytes their file once held.
+    rewrites: u64,
 }
 
 impl State {
@@ -202,6 +207,13 @@ impl FaultyStorage {
         self.state().injected
     }
 
+    /// How many appends started below the length their file once had: a byte position written
+    /// twice. The writer abandons a chunk after any failure, so this must stay 0 (a record
+    /// position written twice under one chunk key and IV would reuse a nonce).
+    pub fn rewrites(&self) -> u64 {
+        self.state().rewrites
+    }
+
     /// Simulates a power loss: every file this storage created is cut back to its synced bytes
     /// plus `keep(unsynced_len)` of the rest (clamped to what was written). The caller then
     /// drops every writer and reopens the store, as a restarted process would.
@@ -222,6 +234,22 @@ impl FaultyStorage {
             }
         }
         Ok(())
+    }
+}
+
+impl FaultyStorage {
+    /// Records `len` bytes appended to file `index`, and whether they rewrote held bytes.
+    fn note_append(&self, index: usize, len: u64) {
+        let mut state = self.state();
+        let Some(file) = state.files.get_mut(index) else {
+            return;
+        };
+        let rewrote = len > 0 && file.written_bytes < file.peak_bytes;
+        file.written_bytes += len;
+        file.peak_bytes = file.peak_bytes.max(file.written_bytes);
+        if rewrote {
+            state.rewrites += 1;
+        }
     }
 }
 
@@ -251,6 +279,7 @@ impl Storage for FaultyStorage {
             name: name.clone(),
             written_bytes: 0,
             synced_bytes: 0,
+            peak_bytes: 0,
             live: true,
         });
         let index = state.files.len() - 1;
@@ -330,17 +359,13 @@ impl WriteFile for FaultyFile {
         let fault = self.storage.state().tick(FaultOp::Write);
         let Some(fault) = fault else {
             self.inner.append(bytes)?;
-            if let Some(file) = self.storage.state().files.get_mut(self.index) {
-                file.written_bytes += bytes.len() as u64;
-            }
+            self.storage.note_append(self.index, bytes.len() as u64);
             return Ok(());
         };
         if let Some(keep) = fault.short_write_bytes {
             let keep = usize::try_from(keep).unwrap_or(usize::MAX).min(bytes.len());
             self.inner.append(&bytes[..keep])?;
-            if let Some(file) = self.storage.state().files.get_mut(self.index) {
-                file.written_bytes += keep as u64;
-            }
+            self.storage.note_append(self.index, keep as u64);
         }
         Err(fault.kind.error())
     }
