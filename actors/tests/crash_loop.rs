@@ -10,6 +10,7 @@
 
 mod support;
 
+use annal_engine::entropy::SeededEntropy;
 use std::collections::{BTreeSet, HashSet};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -26,30 +27,9 @@ const GENERATION_MAX_MS: u64 = 250;
 /// Most actions one batch captures before its flush.
 const BATCH_MAX_ACTIONS: u64 = 24;
 
-/// A small seeded generator (xorshift64*): enough to place kills and size batches
-/// reproducibly.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 fn main() {
     // `cargo test -- <filter>`: run only when the filter names this suite.
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if !filters.is_empty() && !filters.iter().any(|f| "crash_loop".contains(f.as_str())) {
+    if !annal_engine::test_support::suite_selected("crash_loop") {
         return;
     }
     let seed = std::env::var("ANNAL_CRASH_SEED")
@@ -88,7 +68,7 @@ fn main() {
 
 /// One generation: a daemon, a stream of batches each closed by a flush, a SIGKILL at a random
 /// moment. Returns the bundle ids a flush acknowledged.
-fn generation(sandbox: &Sandbox, rng: &mut Rng, next_action: &mut u64) -> Vec<String> {
+fn generation(sandbox: &Sandbox, rng: &mut SeededEntropy, next_action: &mut u64) -> Vec<String> {
     let mut child = Killed(
         sandbox
             .annal(&["serve"])
@@ -215,7 +195,7 @@ fn run(seed: u64, kills: u64) -> usize {
     let sandbox = Sandbox::new();
     sandbox.ok(&["enable"]);
     sandbox.ok(&["stop"]);
-    let mut rng = Rng(seed);
+    let mut rng = SeededEntropy::new(seed);
     let mut next_action = 1;
     let mut acknowledged = Vec::new();
     for _ in 0..kills {

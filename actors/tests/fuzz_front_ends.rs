@@ -49,15 +49,7 @@ fn run<S: Strategy>(
 }
 
 fn main() {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if !filters.is_empty()
-        && !filters
-            .iter()
-            .any(|f| "fuzz_front_ends".contains(f.as_str()))
-    {
+    if !annal_engine::test_support::suite_selected("fuzz_front_ends") {
         return;
     }
     let cases = std::env::var("ANNAL_FUZZ_CASES")

@@ -99,11 +99,7 @@ fn main() {
         println!("{done}");
         return;
     }
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if !filters.is_empty() && !filters.iter().any(|f| "load".contains(f.as_str())) {
+    if !annal_engine::test_support::suite_selected("load") {
         return;
     }
     let secs: u64 = std::env::var("ANNAL_LOAD_SECS")

@@ -53,11 +53,7 @@ impl Plants {
 fn main() {
     // Before any thread: this process reads the key from the kernel keyring, as annal does.
     let _ = annal_engine::keys::establish_session_keyring();
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if !filters.is_empty() && !filters.iter().any(|f| "privacy".contains(f.as_str())) {
+    if !annal_engine::test_support::suite_selected("privacy") {
         return;
     }
     match std::panic::catch_unwind(run) {

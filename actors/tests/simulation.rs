@@ -155,22 +155,6 @@ impl Model {
     }
 }
 
-/// xorshift64*.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 /// What the engine returned, as the model sees events. Control `flush` records and health
 /// records are the engine's own bookkeeping, which the model does not predict: they are left
 /// out of both sides (the model never holds them).
@@ -255,7 +239,7 @@ fn now_ms(clock: &ManualClock) -> u64 {
 /// Runs one seed; panics with the step on a divergence. Returns how its agent calls were
 /// decided.
 fn simulate(seed: u64, steps: u64) -> HashMap<&'static str, u64> {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = SeededEntropy::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut sim = Sim {
         dir: tempfile::tempdir().unwrap(),
         provider: Arc::new(InMemoryProvider::new(Box::new(SeededEntropy::new(seed))).unwrap()),
@@ -427,13 +411,23 @@ fn simulate(seed: u64, steps: u64) -> HashMap<&'static str, u64> {
                 if model.ever_enabled {
                     sim.engine().flush().unwrap();
                 }
-                let agent = rng.below(2) as usize;
-                let principal = Principal::Agent(ActorId::new(AGENTS[agent]).unwrap());
-                let (operation, tool) = if rng.below(3) == 0 {
-                    (Operation::Status, "history_status")
+                // Mostly a call some grant covers (so grants are used, and used again), sometimes
+                // any call.
+                let mut granted: Vec<(usize, Operation)> = model.grants.keys().copied().collect();
+                granted.sort_unstable_by_key(|(agent, op)| (*agent, op.tool()));
+                let (agent, operation) = if !granted.is_empty() && rng.below(4) != 0 {
+                    granted[rng.below(granted.len() as u64) as usize]
                 } else {
-                    (Operation::Query, "history_query")
+                    let agent = rng.below(2) as usize;
+                    let op = if rng.below(3) == 0 {
+                        Operation::Status
+                    } else {
+                        Operation::Query
+                    };
+                    (agent, op)
                 };
+                let principal = Principal::Agent(ActorId::new(AGENTS[agent]).unwrap());
+                let tool = operation.tool();
                 let limit = 1 + rng.below(20) as usize;
                 let arguments = if operation == Operation::Query {
                     json!({"limit": limit})
@@ -476,7 +470,8 @@ fn simulate(seed: u64, steps: u64) -> HashMap<&'static str, u64> {
                 model.revoked.insert(agent);
             }
             86..=87 => {
-                let enabled = rng.below(4) != 0;
+                // Disabled spells are short: the next switch turns agents back on.
+                let enabled = model.agents_disabled || rng.below(3) != 0;
                 sim.engine()
                     .change_policy(PolicyChange::SwitchAgents { enabled })
                     .unwrap();
@@ -532,11 +527,7 @@ fn simulate(seed: u64, steps: u64) -> HashMap<&'static str, u64> {
 }
 
 fn main() {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if !filters.is_empty() && !filters.iter().any(|f| "simulation".contains(f.as_str())) {
+    if !annal_engine::test_support::suite_selected("simulation") {
         return;
     }
     let parse = |name: &str, default: u64| {

@@ -19,6 +19,7 @@
 //!   markers). Its concurrent core is loom-checked.
 //! - `clock`, `entropy`: the injected clock (wall and monotonic) and randomness.
 //! - `sync`: the `std::sync` / `loom::sync` facade that hand-written concurrency uses.
+//! - `test_support` (feature `simulation`): what the `harness = false` proof suites share.
 //! - `storage`: the filesystem seam. The `Storage` trait over held directory descriptors, the
 //!   real `FsStorage`, and `FaultyStorage`, which fails writes and syncs on purpose and
 //!   simulates crashes for tests.
@@ -68,6 +69,8 @@ pub mod storage;
 pub mod store;
 pub mod supervision;
 pub mod sync;
+#[cfg(feature = "simulation")]
+pub mod test_support;
 
 #[cfg(test)]
 mod test_strategies;

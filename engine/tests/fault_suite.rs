@@ -280,24 +280,8 @@ fn check(
     }
 }
 
-/// xorshift64*: reproducible crash prefixes and short-write lengths.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
 fn main() {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if !filters.is_empty() && !filters.iter().any(|f| "fault_suite".contains(f.as_str())) {
+    if !annal_engine::test_support::suite_selected("fault_suite") {
         return;
     }
     let limit = std::env::var("ANNAL_FAULT_CASES")
@@ -331,7 +315,7 @@ fn main() {
     println!("fault suite: the workload does {counts:?} operations");
     drop(storage);
 
-    let mut rng = Rng(seed | 1);
+    let mut rng = SeededEntropy::new(seed | 1);
     let mut faults = Vec::new();
     for (op, count) in &counts {
         for nth in 1..=*count {
@@ -350,7 +334,7 @@ fn main() {
             if *op == FaultOp::Write {
                 faults.push(Fault::ShortWrite {
                     nth,
-                    keep: rng.next() % 64,
+                    keep: rng.next_u64() % 64,
                 });
                 faults.push(Fault::DiskFull { nth });
             }
@@ -373,10 +357,10 @@ fn main() {
         let storage = FaultyStorage::new(open_store(&layout, Access::Write).unwrap());
         let run = workload(&storage, Some(*fault), seed);
         injected += storage.injected();
-        let crash_seed = rng.next();
-        let mut crash_rng = Rng(crash_seed | 1);
+        let crash_seed = rng.next_u64();
+        let mut crash_rng = SeededEntropy::new(crash_seed | 1);
         storage
-            .crash(&mut |unsynced| crash_rng.next() % (unsynced + 1))
+            .crash(&mut |unsynced| crash_rng.next_u64() % (unsynced + 1))
             .unwrap();
         let result = std::panic::catch_unwind(|| check(&storage, &layout, &run, &case));
         if result.is_err() {

@@ -175,11 +175,7 @@ impl Targets {
 }
 
 fn main() {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if !filters.is_empty() && !filters.iter().any(|f| "fuzz".contains(f.as_str())) {
+    if !annal_engine::test_support::suite_selected("fuzz") {
         return;
     }
     let cases = std::env::var("ANNAL_FUZZ_CASES")

@@ -1,0 +1,14 @@
+//! What the workspace's `harness = false` suites share (feature `simulation`, tests only): the
+//! fault suite, the fuzz targets, the crash loop, the simulation, the privacy and load suites
+//! print their `FIGURE` lines themselves, so each decides on its own whether `cargo test`'s
+//! filter names it.
+
+/// Whether the `harness = false` suite `name` runs: always without a filter, else only when a
+/// filter argument is part of its name (`cargo test -- locked` skips every suite).
+pub fn suite_selected(name: &str) -> bool {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
+}
