@@ -45,6 +45,10 @@ pub enum EngineError {
     /// The engine could not start (its thread, runtime or actor tree).
     #[error("the engine could not start")]
     Start,
+    /// Another writer (another engine or annal daemon, or the reference) holds the store's
+    /// writer lock: two writers never run at once.
+    #[error("another writer holds the store's writer lock")]
+    StoreLocked,
     /// The operation failed, with why.
     #[error(transparent)]
     Control(#[from] ControlError),
@@ -112,7 +116,8 @@ struct Startup {
 impl Engine {
     /// Starts an engine on the store of `config` with the credential store `key_store`. Capture
     /// starts only when the embedder admitted history (`config.admitted`) and the owner enabled
-    /// it (persisted; see [`Engine::enable`]).
+    /// it (persisted; see [`Engine::enable`]). A store whose writer lock another process holds
+    /// is refused ([`EngineError::StoreLocked`]): two writers never run at once.
     pub fn start(
         config: EngineConfig,
         key_store: Arc<dyn KeyProvider>,
@@ -173,6 +178,10 @@ impl Engine {
         .map_err(|_| EngineError::Start)?;
         let control = drain.control();
         let capture_control = control.clone();
+        let storage = match startup.storage {
+            Some(injected) => Some(injected),
+            None => open_existing_store(&startup.config.layout)?,
+        };
         let args = SupervisorArgs {
             config: startup.config.clone(),
             clock: startup.clock,
@@ -180,7 +189,7 @@ impl Engine {
             capture: control,
             drain,
             action_seed: seed,
-            storage: startup.storage,
+            storage,
             instance: instance.clone(),
         };
         type Ready = Result<(ActorRef<SupervisorMsg>, tokio::runtime::Handle), EngineError>;
@@ -536,6 +545,21 @@ impl Engine {
 }
 
 /// What a tool call answers when the engine itself does not.
+/// The store's storage, opened for writing, when the store exists; `None` when it does not yet
+/// (the writer creates it on enable) or cannot be opened for another reason (the engine then
+/// reports it through its health). A store whose writer lock another process holds is refused.
+fn open_existing_store(
+    layout: &annal_engine::storage::StoreLayout,
+) -> Result<Option<Arc<dyn Storage>>, EngineError> {
+    use annal_engine::storage::{Access, OpenStorageError};
+    use annal_engine::store::{OpenStoreError, open_store};
+    match open_store(layout, Access::Write) {
+        Ok(opened) => Ok(Some(Arc::new(opened))),
+        Err(OpenStoreError::Storage(OpenStorageError::Locked)) => Err(EngineError::StoreLocked),
+        Err(_) => Ok(None),
+    }
+}
+
 const UNAVAILABLE: Refusal = Refusal::Contract(annal_schema::ErrorCode::HistoryStorageUnavailable);
 
 /// The supervisor message of one tool call.

@@ -119,7 +119,8 @@ pub struct SupervisorArgs {
     pub drain: CaptureDrain,
     /// The action-id seed.
     pub action_seed: [u8; 32],
-    /// A storage to use instead of opening the store (tests inject a faulty one).
+    /// The store's storage when it exists: opened by `Engine::start` (which refuses a store
+    /// another writer holds), or injected by a test (a faulty one).
     pub storage: Option<Arc<dyn Storage>>,
     /// Names the children uniquely, so several engines can run in one process.
     pub instance: String,
@@ -635,22 +636,12 @@ impl Actor for SupervisorActor {
             myself.get_cell(),
         )
         .await?;
-        // The store's storage is opened once, here, when the store exists (or was injected);
+        // The store's storage, opened by `Engine::start` when the store exists (or injected);
         // otherwise the writer creates and opens it on enable. Both the writer and the journal
         // use this one, which holds the writer lock for the engine's whole life.
         let storage: StorageSlot = Arc::new(OnceLock::new());
-        match args.storage {
-            Some(injected) => {
-                let _ = storage.set(injected);
-            }
-            None => {
-                if let Ok(opened) = annal_engine::store::open_store(
-                    &args.config.layout,
-                    annal_engine::storage::Access::Write,
-                ) {
-                    let _ = storage.set(Arc::new(opened) as Arc<dyn Storage>);
-                }
-            }
+        if let Some(opened) = args.storage {
+            let _ = storage.set(opened);
         }
         let mut state = SupervisorState {
             config: args.config,

@@ -101,6 +101,25 @@ fn assert_strictly_increasing(events: &[Event]) {
 }
 
 #[test]
+fn a_store_another_writer_holds_is_refused_at_start_and_starts_once_released() {
+    let s = setup();
+    let engine = s.start(s.config());
+    engine.enable().unwrap();
+    // A second engine on the same store, while the first holds its writer lock.
+    let second = Engine::start(s.config(), Arc::clone(&s.provider) as Arc<dyn KeyProvider>);
+    assert_eq!(second.err(), Some(annal_actors::EngineError::StoreLocked));
+    // So is any other writer (the reference's, or an offline repair).
+    engine.shutdown();
+    let holder = open_store(&s.layout, Access::Write).unwrap();
+    let refused = Engine::start(s.config(), Arc::clone(&s.provider) as Arc<dyn KeyProvider>);
+    assert_eq!(refused.err(), Some(annal_actors::EngineError::StoreLocked));
+    drop(holder);
+    let engine = s.start(s.config());
+    assert!(engine.status().unwrap().enabled);
+    engine.shutdown();
+}
+
+#[test]
 fn nothing_is_captured_before_the_owner_enables_and_admission_is_separate() {
     let s = setup();
     let engine = s.start(s.config());

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 use annal_actors::daemon::{
     ClientError, ConnectionState, DaemonClient, DaemonErrorCode, Dispatcher, Reply, Request,
 };
-use annal_actors::{Engine, EngineConfig};
-use annal_engine::storage::Access;
+use annal_actors::{Engine, EngineConfig, EngineError};
 
 use crate::CliError;
 use crate::location::{Location, private_dir};
@@ -58,22 +57,16 @@ pub fn record_on_enable(location: &Location, kind: &str) -> annal_actors::daemon
 /// An engine opened on `location`, with the name of the credential store holding its key.
 pub fn open_engine(location: &Location) -> Result<(Arc<Engine>, String), CliError> {
     location.create_dir()?;
-    let layout = location.layout();
-    // Another writer (an `annal --no-daemon` command, the reference) holds the store: say so
-    // instead of starting an engine that cannot write.
-    if layout.history_root().exists()
-        && let Err(error) = annal_engine::store::open_store(&layout, Access::Write)
-    {
-        return Err(CliError::unavailable(format!(
-            "cannot open the store for writing: {error} (is another annal process or the \
-             reference writing to it? `annal stop` ends a daemon)"
-        )));
-    }
     let provider = location.key_provider()?;
     let kind = provider.kind().as_str().to_owned();
-    let config = EngineConfig::new(layout, location.namespace.clone());
-    let engine = Engine::start(config, Arc::from(provider))
-        .map_err(|e| CliError::unavailable(format!("the engine could not start: {e}")))?;
+    let config = EngineConfig::new(location.layout(), location.namespace.clone());
+    let engine = Engine::start(config, Arc::from(provider)).map_err(|e| match e {
+        EngineError::StoreLocked => CliError::unavailable(
+            "another writer holds the store (another annal process, or the reference): `annal \
+             stop` ends a daemon",
+        ),
+        other => CliError::unavailable(format!("the engine could not start: {other}")),
+    })?;
     Ok((Arc::new(engine), kind))
 }
 
