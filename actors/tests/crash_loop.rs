@@ -76,20 +76,7 @@ fn generation(sandbox: &Sandbox, rng: &mut SeededEntropy, next_action: &mut u64)
             .spawn()
             .unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(support::ANSWER_TIMEOUT_SECS);
-    let mut raw = loop {
-        // A killed daemon's socket file stays until the next one replaces it: retry.
-        if let Some(socket) = socket_path(sandbox)
-            && let Ok(stream) = std::os::unix::net::UnixStream::connect(&socket)
-        {
-            stream
-                .set_read_timeout(Some(Duration::from_secs(support::ANSWER_TIMEOUT_SECS)))
-                .unwrap();
-            break Raw { stream };
-        }
-        assert!(Instant::now() < deadline, "the daemon never answered");
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let mut raw = sandbox.connect_when_up();
     let pid = child.0.id().to_string();
     let kill_after = Duration::from_millis(rng.below(GENERATION_MAX_MS));
     let killer = std::thread::spawn(move || {
@@ -147,14 +134,6 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// The daemon's socket, once one was bound (the only `.sock` in the runtime directory).
-fn socket_path(sandbox: &Sandbox) -> Option<std::path::PathBuf> {
-    std::fs::read_dir(sandbox.path("run").join("annal"))
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|x| x == "sock"))
 }
 
 /// A request, or `None` once the daemon is gone.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use annal_actors::daemon::MAX_FRAME_BYTES;
 use serde_json::json;
-use support::{Raw, Sandbox, wait_for};
+use support::{Raw, Sandbox, wait_for, walk};
 
 /// A foreground `annal serve` child; killed on drop if still running.
 struct Daemon(Child);
@@ -23,14 +23,9 @@ impl Daemon {
         args.extend_from_slice(extra);
         // Wrapped at once, so every path (a panic below included) kills and waits for it.
         let daemon = Self(sandbox.annal(&args).stderr(Stdio::piped()).spawn().unwrap());
-        let dir = sandbox.path("run").join("annal");
         let deadline = Instant::now() + Duration::from_secs(support::ANSWER_TIMEOUT_SECS);
         loop {
-            if let Ok(entries) = std::fs::read_dir(&dir)
-                && let Some(socket) = entries
-                    .filter_map(|e| e.ok().map(|e| e.path()))
-                    .find(|p| p.extension().is_some_and(|x| x == "sock"))
-            {
+            if let Some(socket) = sandbox.bound_socket() {
                 return (daemon, socket);
             }
             assert!(
@@ -192,19 +187,6 @@ fn capture_status_and_typed_errors_over_the_socket() {
         }
     }
     assert_eq!(planted, 0);
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
 }
 
 #[test]

@@ -12,7 +12,7 @@
 mod support;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -55,13 +55,9 @@ fn fds(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn connect(socket: &Path) -> Raw {
-    Raw::connect(socket)
-}
-
 /// One producer: captures actions until `until`; returns how many were acknowledged durable.
 fn produce(socket: &Path, tag: &str, until: Instant) -> u64 {
-    let mut raw = connect(socket);
+    let mut raw = Raw::connect(socket);
     let mut acknowledged = 0;
     let mut pending = 0;
     let mut n = 0u64;
@@ -112,24 +108,6 @@ fn main() {
     }
 }
 
-fn socket_of(sandbox: &Sandbox) -> PathBuf {
-    support::wait_for(&sandbox.path("run").join("annal"));
-    let deadline = Instant::now() + Duration::from_secs(support::ANSWER_TIMEOUT_SECS);
-    loop {
-        if let Some(socket) = std::fs::read_dir(sandbox.path("run").join("annal"))
-            .ok()
-            .and_then(|d| {
-                d.filter_map(|e| e.ok().map(|e| e.path()))
-                    .find(|p| p.extension().is_some_and(|x| x == "sock"))
-            })
-        {
-            return socket;
-        }
-        assert!(Instant::now() < deadline);
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 fn run(secs: u64) {
     let sandbox = Sandbox::new();
     let mut daemon = sandbox
@@ -138,17 +116,8 @@ fn run(secs: u64) {
         .spawn()
         .unwrap();
     let pid = daemon.id();
-    let socket = socket_of(&sandbox);
-    let mut control = {
-        let deadline = Instant::now() + Duration::from_secs(support::ANSWER_TIMEOUT_SECS);
-        loop {
-            if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
-                break connect(&socket);
-            }
-            assert!(Instant::now() < deadline);
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
+    let mut control = sandbox.connect_when_up();
+    let socket = sandbox.socket();
     assert!(control.ask(json!({"op": "enable"}))["ok"].is_object());
     let idle_fds = fds(pid);
     let idle_threads = proc_status(pid, "Threads:");

@@ -25,7 +25,7 @@ use annal_engine::storage::{Access, Storage, StoreLayout};
 use annal_engine::store::{History, StoreReader, open_store};
 use annal_schema::privacy::PROHIBITED_FIELD_NAMES;
 use serde_json::{Value, json};
-use support::{Mcp, Raw, Sandbox};
+use support::{Mcp, Raw, Sandbox, walk};
 
 /// Where a planted value may appear.
 #[derive(Debug, Clone, PartialEq)]
@@ -421,17 +421,4 @@ fn leaves_of(value: &Value, path: String, out: &mut Vec<(String, String)>) {
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else if path.is_file() {
-            out.push(path);
-        }
-    }
-    out
 }

@@ -89,14 +89,32 @@ impl Sandbox {
         serde_json::from_str(self.ok(&args).trim()).unwrap()
     }
 
-    /// The daemon's socket (the only `.sock` in the runtime directory).
-    pub fn socket(&self) -> PathBuf {
-        let dir = self.path("run").join("annal");
-        std::fs::read_dir(&dir)
-            .unwrap()
+    /// The daemon's socket (the only `.sock` in the runtime directory), once one was bound.
+    pub fn bound_socket(&self) -> Option<PathBuf> {
+        std::fs::read_dir(self.path("run").join("annal"))
+            .ok()?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .find(|p| p.extension().is_some_and(|x| x == "sock"))
-            .unwrap()
+    }
+
+    /// The daemon's socket; a daemon must have bound it.
+    pub fn socket(&self) -> PathBuf {
+        self.bound_socket().expect("no daemon socket")
+    }
+
+    /// Waits until a daemon answers on the socket (a killed one's socket file may linger until
+    /// the next daemon replaces it), and connects.
+    pub fn connect_when_up(&self) -> Raw {
+        let deadline = Instant::now() + Duration::from_secs(ANSWER_TIMEOUT_SECS);
+        loop {
+            if let Some(socket) = self.bound_socket()
+                && UnixStream::connect(&socket).is_ok()
+            {
+                return Raw::connect(&socket);
+            }
+            assert!(Instant::now() < deadline, "no daemon answered");
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Every event the owner can read (newest 200), through `annal query --json`.
@@ -304,6 +322,20 @@ impl Raw {
         }));
         assert!(completed["ok"].is_object(), "{completed}");
     }
+}
+
+/// Every regular file below `dir`.
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else if path.is_file() {
+            out.push(path);
+        }
+    }
+    out
 }
 
 /// Waits until `path` exists (a daemon's socket).

@@ -172,6 +172,15 @@ impl CliError {
     }
 }
 
+/// The small runtime a command runs its socket I/O on (the engine, when one runs in this
+/// process, has its own).
+pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::unavailable(format!("cannot start a runtime: {e}")))
+}
+
 /// Prints `error` and returns its exit code.
 pub fn report_error(error: &CliError) -> ExitCode {
     eprintln!("annal: {}", error.message);

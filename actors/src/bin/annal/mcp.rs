@@ -245,12 +245,9 @@ async fn serve_mcp(location: &Location, no_daemon: bool, args: &McpArgs) -> Resu
 
 /// Runs `annal mcp`.
 pub fn run(location: &Location, no_daemon: bool, args: &McpArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::runtime() {
         Ok(runtime) => runtime,
-        Err(e) => return report_error(&CliError::unavailable(format!("runtime: {e}"))),
+        Err(error) => return report_error(&error),
     };
     match runtime.block_on(serve_mcp(location, no_daemon, args)) {
         Ok(()) => ExitCode::SUCCESS,

@@ -147,10 +147,7 @@ pub enum Control {
 
 /// Sends one request to the store and returns its result.
 fn one(location: &Location, no_daemon: bool, request: Request) -> Result<Value, CliError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::unavailable(format!("cannot start a runtime: {e}")))?;
+    let runtime = crate::runtime()?;
     runtime.block_on(async {
         let mut link = Link::open(location, no_daemon).await?;
         let result = link.request(request).await;
@@ -293,10 +290,20 @@ fn events_text(events: &[Value]) -> String {
     events.iter().map(event_line).collect()
 }
 
-fn read(location: &Location, no_daemon: bool, arguments: Value, out: &OutputArgs) -> ExitCode {
-    let Value::Object(arguments) = arguments else {
-        return ExitCode::from(crate::EXIT_USAGE);
-    };
+/// The `history_query` arguments that are set, for [`Request::Query`].
+fn query_arguments(fields: &[(&str, Option<Value>)]) -> serde_json::Map<String, Value> {
+    fields
+        .iter()
+        .filter_map(|(name, value)| Some(((*name).to_owned(), value.clone()?)))
+        .collect()
+}
+
+fn read(
+    location: &Location,
+    no_daemon: bool,
+    arguments: serde_json::Map<String, Value>,
+    out: &OutputArgs,
+) -> ExitCode {
     finish(
         one(location, no_daemon, Request::Query { arguments }).and_then(|value| {
             let events = events(&value)?;
@@ -307,47 +314,38 @@ fn read(location: &Location, no_daemon: bool, arguments: Value, out: &OutputArgs
 
 /// `list [N]`.
 pub fn list(location: &Location, no_daemon: bool, args: &ListArgs) -> ExitCode {
-    read(location, no_daemon, json!({"limit": args.count}), &args.out)
+    let arguments = query_arguments(&[("limit", Some(args.count.into()))]);
+    read(location, no_daemon, arguments, &args.out)
 }
 
 /// `query`.
 pub fn query(location: &Location, no_daemon: bool, args: &QueryArgs) -> ExitCode {
-    let mut arguments = serde_json::Map::new();
-    if let Some(limit) = args.limit {
-        arguments.insert("limit".into(), limit.into());
-    }
-    if let Some(session) = &args.session_id {
-        arguments.insert("session_id".into(), session.clone().into());
-    }
-    if let Some(since) = args.since_sequence {
-        arguments.insert("since_sequence".into(), since.into());
-    }
-    if let Some(until) = args.until_sequence {
-        arguments.insert("until_sequence".into(), until.into());
-    }
-    read(location, no_daemon, Value::Object(arguments), &args.out)
+    let arguments = query_arguments(&[
+        ("limit", args.limit.map(Value::from)),
+        ("session_id", args.session_id.clone().map(Value::from)),
+        ("since_sequence", args.since_sequence.map(Value::from)),
+        ("until_sequence", args.until_sequence.map(Value::from)),
+    ]);
+    read(location, no_daemon, arguments, &args.out)
 }
 
 /// `show SEQ`.
 pub fn show(location: &Location, no_daemon: bool, args: &ShowArgs) -> ExitCode {
-    let arguments = json!({
-        "limit": 1,
-        "since_sequence": args.sequence,
-        "until_sequence": args.sequence,
-    });
-    let Value::Object(arguments) = arguments else {
-        return ExitCode::from(crate::EXIT_USAGE);
-    };
+    let arguments = query_arguments(&[
+        ("limit", Some(1.into())),
+        ("since_sequence", Some(args.sequence.into())),
+        ("until_sequence", Some(args.sequence.into())),
+    ]);
     finish(
         one(location, no_daemon, Request::Query { arguments }).and_then(|value| {
-            let event = events(&value)?.first().cloned().ok_or_else(|| {
+            let event = events(&value)?.first().ok_or_else(|| {
                 CliError::found(format!(
                     "no event has sequence {} (retention may have removed it)",
                     args.sequence
                 ))
             })?;
-            Ok(print(&args.out, &event, || {
-                serde_json::to_string_pretty(&event).unwrap_or_default() + "\n"
+            Ok(print(&args.out, event, || {
+                serde_json::to_string_pretty(event).unwrap_or_default() + "\n"
             }))
         }),
     )
@@ -421,10 +419,7 @@ pub fn agents(location: &Location, no_daemon: bool, args: &AgentsArgs) -> ExitCo
 
 /// Asks a running daemon to stop and waits until its socket is gone. `Ok(false)`: none ran.
 pub fn stop_daemon(location: &Location) -> Result<bool, CliError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::unavailable(format!("cannot start a runtime: {e}")))?;
+    let runtime = crate::runtime()?;
     runtime.block_on(async {
         let Some(mut client) = Link::running(location).await else {
             return Ok(false);

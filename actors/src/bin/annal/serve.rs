@@ -54,10 +54,7 @@ fn serve_store(location: &Location, args: &ServeArgs) -> Result<(), CliError> {
         )));
     }
     let (engine, key_store) = crate::link::open_engine(location)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::unavailable(format!("cannot start the daemon's runtime: {e}")))?;
+    let runtime = crate::runtime()?;
     let options = ServeOptions {
         idle_exit: args.idle_exit_secs.map(Duration::from_secs),
         on_enabled: Some(crate::link::record_on_enable(location, &key_store)),

@@ -67,10 +67,7 @@ fn keys(args: &VerifyArgs, location: &Location) -> Result<(HistoryKeys, SealKey)
 
 /// Asks a daemon serving the store, if one runs, to make everything captured durable.
 fn flush_daemon(location: &Location) {
-    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
+    let Ok(runtime) = crate::runtime() else {
         return;
     };
     runtime.block_on(async {
