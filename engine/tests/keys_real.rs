@@ -18,6 +18,7 @@ use annal_engine::keys::{
     Namespace, SecretServiceProvider, StoreState, destroy_namespace, probe_keyutils,
     probe_secret_service,
 };
+use annal_engine::seal::{Checkpoint, CheckpointStore, CredentialCheckpoints};
 use annal_schema::HealthCategory;
 use keyring_core::{CredentialStore, Entry};
 
@@ -79,6 +80,7 @@ impl Drop for Cleanup<'_> {
             let _ = self.provider.destroy(namespace, reference);
         }
         for namespace in &self.namespaces {
+            let _ = self.provider.destroy_checkpoint(namespace);
             let _ = self
                 .provider
                 .destroy(namespace, &namespace.primary_reference());
@@ -143,10 +145,33 @@ fn exercise(provider: &dyn KeyProvider, raw: &std::sync::Arc<CredentialStore>, t
         vec![corrupt.clone(), a.primary_reference()]
     );
 
-    // Cryptographic delete of a: every reference gone and verified; b untouched.
+    // The seal checkpoint beside the keys: stored, read back, moved forward only, and never
+    // listed as a key reference.
+    let held = |ordinal| Checkpoint {
+        ordinal,
+        digest: [ordinal as u8; 32],
+    };
+    let checkpoints = CredentialCheckpoints::new(provider, &a);
+    assert_eq!(checkpoints.load().unwrap(), None);
+    checkpoints.store(&held(1)).unwrap();
+    checkpoints.store(&held(4)).unwrap();
+    assert!(checkpoints.store(&held(3)).is_err());
+    assert_eq!(checkpoints.load().unwrap(), Some(held(4)));
+    CredentialCheckpoints::new(provider, &b)
+        .store(&held(9))
+        .unwrap();
+    assert_eq!(provider.references(&a).unwrap().len(), 2);
+
+    // Cryptographic delete of a: every reference gone and verified, its checkpoint too; b
+    // untouched.
     let proof = destroy_namespace(provider, &a).unwrap();
     assert_eq!(proof.destroyed().len(), 2);
     assert!(provider.references(&a).unwrap().is_empty());
+    assert_eq!(checkpoints.load().unwrap(), None);
+    assert_eq!(
+        CredentialCheckpoints::new(provider, &b).load().unwrap(),
+        Some(held(9))
+    );
     assert_eq!(
         provider
             .load(&a, &a.primary_reference())
@@ -163,6 +188,7 @@ fn exercise(provider: &dyn KeyProvider, raw: &std::sync::Arc<CredentialStore>, t
 
     destroy_namespace(provider, &b).unwrap();
     assert!(provider.references(&b).unwrap().is_empty());
+    assert_eq!(provider.load_checkpoint(&b).unwrap(), None);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Cryptographic delete across namespaces: plan (every header read first), destroy the keys,
-//! then remove the files. Destroying one namespace leaves another's key and data intact, files
-//! are removed only with the proof, and an unreadable header stops the delete before any key
-//! is destroyed.
+//! then remove the files. Destroying one namespace leaves another's key, checkpoint and data
+//! intact (and its own checkpoint gone), files are removed only with the proof, and an
+//! unreadable header stops the delete before any key is destroyed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use annal_engine::entropy::SeededEntropy;
 use annal_engine::keys::{InMemoryProvider, KeyCustody, KeyProvider, Namespace, destroy_namespace};
+use annal_engine::seal::{Checkpoint, CheckpointStore, CredentialCheckpoints};
 use annal_engine::storage::{Access, StoreLayout};
 use annal_engine::store::{
     DeleteStoreError, History, StoreReader, StoreWriter, WriterConfig, create_store,
@@ -57,6 +58,16 @@ fn destroying_one_namespace_leaves_the_other_key_and_data_intact() {
     write_store(&layout_b, &custody_b);
     let before_b = events_of(&layout_b, &custody_b);
     assert_eq!(before_b.len(), 16);
+    let checkpoint = |ordinal| Checkpoint {
+        ordinal,
+        digest: [7; 32],
+    };
+    CredentialCheckpoints::new(&provider, &a)
+        .store(&checkpoint(2))
+        .unwrap();
+    CredentialCheckpoints::new(&provider, &b)
+        .store(&checkpoint(5))
+        .unwrap();
 
     let plan = plan_store_delete(writable(&layout_a), &a).unwrap();
     assert_eq!(plan.chunks(), 1);
@@ -70,10 +81,18 @@ fn destroying_one_namespace_leaves_the_other_key_and_data_intact() {
     let error = KeyCustody::load(&provider, &a, &a.primary_reference()).unwrap_err();
     assert_eq!(error.category(), HealthCategory::KeyUnavailable);
     assert!(provider.references(&a).unwrap().is_empty());
+    // And so is its checkpoint: nothing of A is left in the credential store.
+    assert_eq!(provider.load_checkpoint(&a).unwrap(), None);
+    assert_eq!(provider.stored_credentials(), 2);
 
-    // B's key still loads from the store and still opens B's unchanged data.
+    // B's key still loads from the store and still opens B's unchanged data; its checkpoint
+    // is intact.
     let reloaded_b = KeyCustody::load(&provider, &b, &b.primary_reference()).unwrap();
     assert_eq!(events_of(&layout_b, &reloaded_b), before_b);
+    assert_eq!(
+        CredentialCheckpoints::new(&provider, &b).load().unwrap(),
+        Some(checkpoint(5))
+    );
 }
 
 #[test]

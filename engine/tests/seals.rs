@@ -13,9 +13,9 @@ use annal_engine::journal::{Journal, JournalEvent, State};
 use annal_engine::keys::{JournalKeys, KeyReference};
 use annal_engine::profile::{ChunkId, CorruptReason};
 use annal_engine::seal::{
-    Checkpoint, CheckpointStore, ChunkCheck, ChunkFinding, InMemoryCheckpoints, Mismatch, Seal,
-    SealError, SealFault, SealKey, StoreFinding, VerifyReport, chain_digest, chain_tip, read_seals,
-    seal_chunk, seal_file_name, verify,
+    Checkpoint, CheckpointReading, CheckpointStore, ChunkCheck, ChunkFinding, InMemoryCheckpoints,
+    Mismatch, Seal, SealError, SealFault, SealKey, StoreFinding, VerifyReport, chain_digest,
+    chain_tip, read_seals, seal_chunk, seal_file_name, verify,
 };
 use annal_engine::storage::{Storage, StoreLayout};
 use annal_engine::store::{
@@ -113,7 +113,7 @@ fn run(layout: &StoreLayout, checkpoints: &InMemoryCheckpoints) -> VerifyReport 
         &storage,
         &fixture_keys(),
         &seal_key(),
-        checkpoints.load().unwrap(),
+        CheckpointReading::Read(checkpoints.load().unwrap()),
     )
     .unwrap()
 }
@@ -561,7 +561,7 @@ fn a_seal_under_another_key_is_seal_invalid() {
         &storage,
         &fixture_keys(),
         &other,
-        checkpoints.load().unwrap(),
+        CheckpointReading::Read(checkpoints.load().unwrap()),
     )
     .unwrap();
     for seal in &s.seals {
@@ -606,16 +606,56 @@ fn the_store_replaced_with_an_older_copy_is_rolled_back() {
     // Without the checkpoint nothing in the directory tells.
     let storage: Arc<dyn Storage> = open_read(&layout);
     assert!(
-        verify(&storage, &fixture_keys(), &seal_key(), None)
-            .unwrap()
-            .is_clean()
+        verify(
+            &storage,
+            &fixture_keys(),
+            &seal_key(),
+            CheckpointReading::NotConsulted
+        )
+        .unwrap()
+        .is_clean()
     );
     // A checkpoint behind the chain (a crash between a seal and its checkpoint) is fine.
     assert!(
-        verify(&storage, &fixture_keys(), &seal_key(), Some(before))
-            .unwrap()
-            .is_clean()
+        verify(
+            &storage,
+            &fixture_keys(),
+            &seal_key(),
+            CheckpointReading::Read(Some(before))
+        )
+        .unwrap()
+        .is_clean()
     );
+}
+
+#[test]
+fn seals_without_a_checkpoint_or_an_unreadable_one_cannot_rule_out_a_rollback() {
+    let (_dir, layout, _s, checkpoints) = sealed_store(1);
+    let newest = checkpoints.load().unwrap().unwrap();
+    let storage: Arc<dyn Storage> = open_read(&layout);
+    let with = |reading| verify(&storage, &fixture_keys(), &seal_key(), reading).unwrap();
+    let missing = with(CheckpointReading::Read(None));
+    assert_eq!(missing.store, [StoreFinding::CheckpointMissing { newest }]);
+    assert!(missing.checkpoint_checked);
+    assert!(!missing.is_clean());
+    let unreadable = with(CheckpointReading::Unreadable);
+    assert_eq!(unreadable.store, [StoreFinding::CheckpointUnreadable]);
+    assert!(!unreadable.checkpoint_checked);
+    let offline = with(CheckpointReading::NotConsulted);
+    assert!(offline.is_clean());
+    assert!(!offline.checkpoint_checked);
+    // A store never sealed has nothing to checkpoint: no checkpoint is no finding.
+    let (_fresh_dir, fresh) = new_store();
+    let storage: Arc<dyn Storage> = open_read(&fresh);
+    let report = verify(
+        &storage,
+        &fixture_keys(),
+        &seal_key(),
+        CheckpointReading::Read(None),
+    )
+    .unwrap();
+    assert!(report.is_clean(), "{report:#?}");
+    assert!(report.checkpoint_checked);
 }
 
 #[test]

@@ -98,8 +98,9 @@ impl KeyCustody {
     }
 }
 
-/// Proof that every key of a namespace was destroyed and verified absent. Only
-/// [`destroy_namespace`] makes one; the delete path requires it before removing any file.
+/// Proof that every key of a namespace, and its seal checkpoint, was destroyed and verified
+/// absent. Only [`destroy_namespace`] makes one; the delete path requires it before removing any
+/// file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NamespaceKeysDestroyed {
     /// The namespace whose keys are gone.
@@ -121,9 +122,11 @@ impl NamespaceKeysDestroyed {
 }
 
 /// Cryptographic delete, step one: destroys exactly `namespace`'s key references, verifies each
-/// is gone, then lists the namespace again and requires it empty. Only then does it return the
-/// proof that lets the caller remove the namespace's files. Any failure is
-/// `key_destroy_failed`: the caller must keep every file. Other namespaces are not touched.
+/// is gone, destroys its seal checkpoint credential (verified gone too: nothing of a deleted
+/// namespace stays in the credential store), then lists the namespace again and requires it
+/// empty and without a checkpoint. Only then does it return the proof that lets the caller
+/// remove the namespace's files. Any failure is `key_destroy_failed`: the caller must keep every
+/// file. Other namespaces are not touched.
 pub fn destroy_namespace(
     provider: &dyn KeyProvider,
     namespace: &Namespace,
@@ -136,12 +139,21 @@ pub fn destroy_namespace(
         let proof = provider.destroy(namespace, reference)?;
         destroyed.push(proof.reference().clone());
     }
+    provider.destroy_checkpoint(namespace)?;
     let left = provider
         .references(namespace)
         .map_err(KeyError::into_destroy_failure)?;
     if !left.is_empty() {
         return Err(KeyError::DestroyNotVerified {
             detail: format!("{} references remain after destroy", left.len()),
+        });
+    }
+    let checkpoint_left = provider
+        .load_checkpoint(namespace)
+        .map_err(KeyError::into_destroy_failure)?;
+    if checkpoint_left.is_some() {
+        return Err(KeyError::DestroyNotVerified {
+            detail: "the checkpoint remains after destroy".to_owned(),
         });
     }
     Ok(NamespaceKeysDestroyed {

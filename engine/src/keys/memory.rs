@@ -87,6 +87,36 @@ impl InMemoryProvider {
             .map_err(|e| from_keyring(e, ErrorSource::SecretServiceLike))
     }
 
+    /// The namespace's checkpoint credential (annal's naming only).
+    fn checkpoint_entry(&self, namespace: &Namespace) -> Result<keyring_core::Entry, KeyError> {
+        let name = self
+            .inner
+            .naming()
+            .checkpoint_credential(namespace)
+            .ok_or(KeyError::ReadOnlyNaming)?;
+        self.inner.entry(&name)
+    }
+
+    /// Makes the next store call on the namespace's checkpoint credential fail with `error`.
+    pub fn inject_checkpoint_error(
+        &self,
+        namespace: &Namespace,
+        error: keyring_core::Error,
+    ) -> Result<(), KeyError> {
+        let entry = self.checkpoint_entry(namespace)?;
+        let cred: &mock::Cred = entry.as_any().downcast_ref().ok_or(KeyError::NotFound)?;
+        cred.set_error(error);
+        Ok(())
+    }
+
+    /// Stores raw bytes as the namespace's checkpoint credential, bypassing every check (to
+    /// plant malformed or older values).
+    pub fn put_raw_checkpoint(&self, namespace: &Namespace, bytes: &[u8]) -> Result<(), KeyError> {
+        self.checkpoint_entry(namespace)?
+            .set_secret(bytes)
+            .map_err(|e| from_keyring(e, ErrorSource::SecretServiceLike))
+    }
+
     /// Makes the next newly created key read back different from what was written.
     pub fn tamper_next_write(&self) {
         self.inner.arm_tamper_next_write();

@@ -11,7 +11,8 @@
 //! - `secret_service`, `keyutils`, `memory`: the three providers.
 //! - `selection`: `--key-store secret-service|keyutils|auto` and the probes `annal doctor` uses.
 //! - `first_use`: load-or-create of a namespace key under one lock (loom-checked).
-//! - `custody`: [`KeyCustody`], the only owner of a root key, and [`destroy_namespace`].
+//! - `custody`: [`KeyCustody`], the only owner of a root key, and [`destroy_namespace`] (which
+//!   also removes the namespace's seal checkpoint credential, `seal::CredentialCheckpoints`).
 //!
 //! Every provider call blocks. Never make one on an async worker thread.
 //!
@@ -53,6 +54,25 @@ macro_rules! provider_delegate {
                 reference: &$crate::keys::names::KeyReference,
             ) -> Result<$crate::keys::provider::DestroyedKey, $crate::keys::error::KeyError> {
                 self.inner.destroy(namespace, reference)
+            }
+            fn load_checkpoint(
+                &self,
+                namespace: &$crate::keys::names::Namespace,
+            ) -> Result<Option<Vec<u8>>, $crate::keys::error::KeyError> {
+                self.inner.load_checkpoint(namespace)
+            }
+            fn store_checkpoint(
+                &self,
+                namespace: &$crate::keys::names::Namespace,
+                value: &[u8],
+            ) -> Result<(), $crate::keys::error::KeyError> {
+                self.inner.store_checkpoint(namespace, value)
+            }
+            fn destroy_checkpoint(
+                &self,
+                namespace: &$crate::keys::names::Namespace,
+            ) -> Result<(), $crate::keys::error::KeyError> {
+                self.inner.destroy_checkpoint(namespace)
             }
         }
     };

@@ -32,6 +32,12 @@ pub const CUA_SERVICE_SUFFIX: &str = ".computer-history.v1";
 /// key.
 pub const CUA_ACCOUNT: &str = "namespace-root-key-v1";
 
+/// Account of a namespace's seal checkpoint credential, under the namespace's annal service
+/// beside its root keys. `:` is outside the key-reference alphabet, so the checkpoint never lists
+/// as a key reference; it is also outside the namespace alphabet and is neither the keyutils
+/// divider (`@`) nor white space, so the description parses back exactly.
+pub const CHECKPOINT_ACCOUNT: &str = "seal-checkpoint:v1";
+
 /// A name was rejected. Carries no copy of the rejected text (it may be anything).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -193,6 +199,18 @@ impl CredentialNaming {
         }
     }
 
+    /// The credential holding `namespace`'s seal checkpoint, or `None` under a naming that has
+    /// none (the reference implementation keeps no checkpoint, and annal writes nothing there).
+    pub(crate) fn checkpoint_credential(self, namespace: &Namespace) -> Option<CredentialName> {
+        match self {
+            Self::Annal => Some(CredentialName {
+                service: self.service(namespace),
+                account: CHECKPOINT_ACCOUNT.to_owned(),
+            }),
+            Self::CuaReference => None,
+        }
+    }
+
     /// Maps an account found under `namespace`'s service back to a key reference, or `None`
     /// when the account does not belong to this naming.
     pub(crate) fn reference_of_account(
@@ -262,6 +280,28 @@ mod tests {
         assert_ne!(ca, cb);
         assert_eq!(ca.service, "annal.history.v1.a");
         assert_eq!(ca.account, "same.v1");
+    }
+
+    #[test]
+    fn the_checkpoint_sits_beside_the_keys_and_is_never_a_key_reference() {
+        let ns = Namespace::new("work").unwrap();
+        let name = CredentialNaming::Annal.checkpoint_credential(&ns).unwrap();
+        assert_eq!(name.service, CredentialNaming::Annal.service(&ns));
+        assert_eq!(name.account, "seal-checkpoint:v1");
+        assert_eq!(
+            KeyReference::new(CHECKPOINT_ACCOUNT),
+            Err(NameError::BadCharacter)
+        );
+        assert_eq!(
+            CredentialNaming::Annal.reference_of_account(&ns, CHECKPOINT_ACCOUNT),
+            None
+        );
+        assert!(!CHECKPOINT_ACCOUNT.contains(['@', ' ', '\n']));
+        assert!(
+            CredentialNaming::CuaReference
+                .checkpoint_credential(&ns)
+                .is_none()
+        );
     }
 
     #[test]

@@ -131,6 +131,20 @@ pub trait KeyProvider: Send + Sync + std::fmt::Debug {
         namespace: &Namespace,
         reference: &KeyReference,
     ) -> Result<DestroyedKey, KeyError>;
+
+    /// Reads `namespace`'s seal checkpoint credential, the second credential beside its keys:
+    /// its stored bytes, or `None` when there is none. Never creates anything. The bytes mean
+    /// nothing here: `seal::checkpoint` encodes and checks them.
+    fn load_checkpoint(&self, namespace: &Namespace) -> Result<Option<Vec<u8>>, KeyError>;
+
+    /// Writes `value` as `namespace`'s checkpoint credential (replacing what it held) and reads
+    /// it back: it is stored only if it reads back intact (`ReadBackMismatch` otherwise).
+    /// Refused under a read-only naming.
+    fn store_checkpoint(&self, namespace: &Namespace, value: &[u8]) -> Result<(), KeyError>;
+
+    /// Deletes `namespace`'s checkpoint credential and verifies it is gone (an absent one is
+    /// verified absent). Any failure is `key_destroy_failed`.
+    fn destroy_checkpoint(&self, namespace: &Namespace) -> Result<(), KeyError>;
 }
 
 /// How a store lists the credentials of one service.
@@ -314,6 +328,28 @@ impl KeyringProvider {
         Ok(out)
     }
 
+    /// Deletes one credential and verifies it is gone: only "no entry" from a freshly built entry
+    /// counts. `what` names it in the failure's detail. Any failure is `key_destroy_failed`.
+    fn delete_verified(&self, name: &CredentialName, what: &str) -> Result<(), KeyError> {
+        let entry = self.entry(name).map_err(KeyError::into_destroy_failure)?;
+        match entry.delete_credential() {
+            Ok(()) | Err(keyring_core::Error::NoEntry) => {}
+            Err(error) => return Err(self.map(error).into_destroy_failure()),
+        }
+        // Verify through a freshly built entry, so nothing cached in the first one can answer.
+        let check = self.entry(name).map_err(KeyError::into_destroy_failure)?;
+        match check.get_secret() {
+            Err(keyring_core::Error::NoEntry) => Ok(()),
+            Ok(mut bytes) => {
+                bytes.zeroize();
+                Err(KeyError::DestroyNotVerified {
+                    detail: format!("{what} is still readable after delete"),
+                })
+            }
+            Err(error) => Err(self.map(error).into_destroy_failure()),
+        }
+    }
+
     /// Confirms through the store that a credential exists (used by listers that find
     /// candidates outside the store API).
     pub(crate) fn exists(&self, name: &CredentialName) -> Result<bool, KeyError> {
@@ -394,24 +430,42 @@ impl KeyProvider for KeyringProvider {
             .naming
             .credential(namespace, reference)
             .ok_or(KeyError::ReadOnlyNaming)?;
-        let entry = self.entry(&name).map_err(KeyError::into_destroy_failure)?;
-        match entry.delete_credential() {
-            Ok(()) | Err(keyring_core::Error::NoEntry) => {}
-            Err(error) => return Err(self.map(error).into_destroy_failure()),
+        self.delete_verified(&name, "the key")?;
+        Ok(DestroyedKey {
+            reference: reference.clone(),
+        })
+    }
+
+    fn load_checkpoint(&self, namespace: &Namespace) -> Result<Option<Vec<u8>>, KeyError> {
+        let Some(name) = self.naming.checkpoint_credential(namespace) else {
+            return Ok(None);
+        };
+        match self.entry(&name)?.get_secret() {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(keyring_core::Error::NoEntry) => Ok(None),
+            Err(error) => Err(self.map(error)),
         }
-        // Verify through a freshly built entry, so nothing cached in the first one can answer.
-        let check = self.entry(&name).map_err(KeyError::into_destroy_failure)?;
-        match check.get_secret() {
-            Err(keyring_core::Error::NoEntry) => Ok(DestroyedKey {
-                reference: reference.clone(),
-            }),
-            Ok(mut bytes) => {
-                bytes.zeroize();
-                Err(KeyError::DestroyNotVerified {
-                    detail: "the key is still readable after delete".to_owned(),
-                })
-            }
-            Err(error) => Err(self.map(error).into_destroy_failure()),
+    }
+
+    fn store_checkpoint(&self, namespace: &Namespace, value: &[u8]) -> Result<(), KeyError> {
+        let name = self
+            .naming
+            .checkpoint_credential(namespace)
+            .ok_or(KeyError::ReadOnlyNaming)?;
+        let entry = self.entry(&name)?;
+        entry.set_secret(value).map_err(|e| self.map(e))?;
+        let stored = entry.get_secret().map_err(|e| self.map(e))?;
+        if stored != value {
+            return Err(KeyError::ReadBackMismatch);
+        }
+        Ok(())
+    }
+
+    fn destroy_checkpoint(&self, namespace: &Namespace) -> Result<(), KeyError> {
+        match self.naming.checkpoint_credential(namespace) {
+            Some(name) => self.delete_verified(&name, "the checkpoint"),
+            // This naming has no checkpoint credential: there is nothing that could remain.
+            None => Ok(()),
         }
     }
 }

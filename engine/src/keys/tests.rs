@@ -384,3 +384,74 @@ fn concurrent_first_use_yields_one_key() {
     assert!(prints.windows(2).all(|w| w[0] == w[1]), "{prints:?}");
     assert_eq!(p.stored_credentials(), 1);
 }
+
+#[test]
+fn destroying_a_namespace_removes_its_checkpoint_and_leaves_the_others() {
+    let p = provider();
+    let (a, b) = (ns("alpha"), ns("beta"));
+    KeyCustody::open(&p, &a).unwrap();
+    KeyCustody::open(&p, &b).unwrap();
+    p.store_checkpoint(&a, b"checkpoint a").unwrap();
+    p.store_checkpoint(&b, b"checkpoint b").unwrap();
+    assert_eq!(p.stored_credentials(), 4);
+    // The checkpoint is not a key: it is never listed or destroyed as one.
+    assert_eq!(p.references(&a).unwrap(), vec![a.primary_reference()]);
+
+    let proof = destroy_namespace(&p, &a).unwrap();
+    assert_eq!(proof.destroyed(), [a.primary_reference()]);
+    assert_eq!(p.load_checkpoint(&a).unwrap(), None);
+    assert_eq!(p.stored_credentials(), 2);
+    assert_eq!(
+        p.load_checkpoint(&b).unwrap().as_deref(),
+        Some(&b"checkpoint b"[..])
+    );
+    assert!(KeyCustody::load(&p, &b, &b.primary_reference()).is_ok());
+}
+
+#[test]
+fn a_checkpoint_that_does_not_go_away_is_key_destroy_failed() {
+    let p = provider();
+    let a = ns("work");
+    KeyCustody::open(&p, &a).unwrap();
+    p.store_checkpoint(&a, b"held").unwrap();
+    // The store claims the checkpoint is already gone, but it is still there. (Injected on
+    // `destroy_checkpoint` itself: within `destroy_namespace` the listing's read of the same
+    // credential would take the one-shot fault first.)
+    p.inject_checkpoint_error(&a, keyring_core::Error::NoEntry)
+        .unwrap();
+    let error = p.destroy_checkpoint(&a).unwrap_err();
+    assert!(
+        matches!(error, KeyError::DestroyNotVerified { .. }),
+        "{error:?}"
+    );
+    assert_eq!(
+        p.load_checkpoint(&a).unwrap().as_deref(),
+        Some(&b"held"[..])
+    );
+    // A delete error is key_destroy_failed too; retried, the delete completes.
+    p.inject_checkpoint_error(&a, keyring_core::Error::NoStorageAccess(platform("locked")))
+        .unwrap();
+    assert_eq!(
+        p.destroy_checkpoint(&a).unwrap_err().category(),
+        HealthCategory::KeyDestroyFailed
+    );
+    destroy_namespace(&p, &a).unwrap();
+    assert_eq!(p.stored_credentials(), 0);
+}
+
+#[test]
+fn the_checkpoint_credential_reads_back_what_was_stored() {
+    let p = provider();
+    let a = ns("work");
+    assert_eq!(p.load_checkpoint(&a).unwrap(), None);
+    p.store_checkpoint(&a, &[1, 2, 3]).unwrap();
+    p.store_checkpoint(&a, &[4, 5]).unwrap();
+    assert_eq!(p.load_checkpoint(&a).unwrap(), Some(vec![4, 5]));
+    assert_eq!(p.stored_credentials(), 1);
+    p.inject_checkpoint_error(&a, keyring_core::Error::BadEncoding(vec![9; 41]))
+        .unwrap();
+    assert_eq!(
+        p.load_checkpoint(&a).unwrap_err().category(),
+        HealthCategory::KeyCorrupt
+    );
+}
