@@ -8,7 +8,9 @@
 //! may still be stuck inside the store) and the next call gets a fresh thread.
 //!
 //! The root key never leaves this actor: callers get only the purpose keys, as
-//! [`StreamKeys`].
+//! [`StreamKeys`]. The seal checkpoint, the namespace's second credential, is kept through this
+//! actor too (`CredentialCheckpoints` on the same thread), so no credential-store call of the
+//! engine runs anywhere else.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +18,9 @@ use std::time::Duration;
 use annal_engine::keys::{
     HistoryKeys, JournalKeys, KeyCustody, KeyError, KeyProvider, KeyReference, Namespace,
     SessionIdKey,
+};
+use annal_engine::seal::{
+    Checkpoint, CheckpointError, CheckpointStore, CredentialCheckpoints, Reconciled,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
@@ -60,6 +65,23 @@ pub enum KeyCustodyMsg {
         create: bool,
         /// Where the keys (or the failure, with its fixed category) go.
         reply: RpcReplyPort<Result<StreamKeys, KeyError>>,
+    },
+    /// Store the checkpoint of a seal just made durable (never moving it back or sideways:
+    /// `CheckpointStore::store`).
+    StoreCheckpoint {
+        /// The seal's checkpoint.
+        checkpoint: Checkpoint,
+        /// Where the outcome goes.
+        reply: RpcReplyPort<Result<(), CheckpointError>>,
+    },
+    /// Compare the checkpoint with the seal chain on disk and bring it up to the chain's newest
+    /// seal, unless the chain is older (`seal::reconcile`): a writer's first checkpoint call
+    /// of its life.
+    ReconcileCheckpoint {
+        /// The checkpoints of every verified seal on disk.
+        chain: Vec<Checkpoint>,
+        /// Where the outcome goes.
+        reply: RpcReplyPort<Result<Reconciled, CheckpointError>>,
     },
 }
 
@@ -125,6 +147,27 @@ impl KeyCustodyState {
         &mut self,
         call: impl FnOnce(&dyn KeyProvider) -> Result<T, KeyError> + Send + 'static,
     ) -> Result<T, KeyError> {
+        self.run_on_thread(call).await?
+    }
+
+    /// Runs a checkpoint call on the key thread with the deadline; the thread's own failures
+    /// (it ended, the deadline passed) are the credential store's.
+    async fn run_checkpoint<T: Send + 'static>(
+        &mut self,
+        call: impl FnOnce(&dyn CheckpointStore) -> Result<T, CheckpointError> + Send + 'static,
+    ) -> Result<T, CheckpointError> {
+        let namespace = self.namespace.clone();
+        self.run_on_thread(move |provider| call(&CredentialCheckpoints::new(provider, &namespace)))
+            .await
+            .map_err(|source| CheckpointError::Credential { source })?
+    }
+
+    /// Runs `call` on the key thread and waits for its answer at most the deadline; the error
+    /// is the thread's (it could not start, it ended, the deadline passed), never the call's.
+    async fn run_on_thread<T: Send + 'static>(
+        &mut self,
+        call: impl FnOnce(&dyn KeyProvider) -> T + Send + 'static,
+    ) -> Result<T, KeyError> {
         if self.thread.is_none() {
             self.thread = Some(KeyThread::spawn(Arc::clone(&self.provider))?);
         }
@@ -144,7 +187,7 @@ impl KeyCustodyState {
             });
         }
         match tokio::time::timeout(self.deadline, rx).await {
-            Ok(Ok(result)) => result,
+            Ok(Ok(result)) => Ok(result),
             Ok(Err(_)) => {
                 self.thread = None;
                 Err(KeyError::StoreUnavailable {
@@ -224,6 +267,20 @@ impl Actor for KeyCustodyActor {
                     )),
                     reference: custody.reference().clone(),
                 }));
+            }
+            KeyCustodyMsg::StoreCheckpoint { checkpoint, reply } => {
+                let stored = state
+                    .run_checkpoint(move |checkpoints| checkpoints.store(&checkpoint))
+                    .await;
+                let _ = reply.send(stored);
+            }
+            KeyCustodyMsg::ReconcileCheckpoint { chain, reply } => {
+                let reconciled = state
+                    .run_checkpoint(move |checkpoints| {
+                        annal_engine::seal::reconcile(checkpoints, &chain)
+                    })
+                    .await;
+                let _ = reply.send(reconciled);
             }
         }
         Ok(())

@@ -1,18 +1,36 @@
 //! `annal verify`, run as the built binary against a store the engine wrote and against the
-//! reference fixture, clean and after deliberate damage.
+//! reference fixture, clean and after deliberate damage; and in its credential-store mode, with
+//! the seal checkpoint the real engine keeps in the kernel keyring: an older copy of the whole
+//! directory put back is `rolled_back` (and stays so however far a writer seals on), a lost
+//! checkpoint is `checkpoint_missing` until the next writer mends it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
 use annal_actors::{Engine, EngineConfig};
-use annal_engine::entropy::SeededEntropy;
-use annal_engine::keys::{InMemoryProvider, KeyProvider, Namespace};
+use annal_engine::entropy::{OsEntropy, SeededEntropy};
+use annal_engine::keys::{
+    CredentialNaming, InMemoryProvider, KeyProvider, KeyutilsProvider, Namespace, StoreState,
+    probe_keyutils,
+};
+use annal_engine::seal::{CheckpointStore, CredentialCheckpoints};
 use annal_engine::storage::StoreLayout;
 use annal_schema::Capability;
+use support::Sandbox;
+
+/// Set to `1` by `.ci/test`: a real credential store that is not usable fails the test instead
+/// of skipping it.
+const REQUIRE_ENV: &str = "ANNAL_REQUIRE_REAL_KEY_STORES";
+
+/// Captured events after which at least one more chunk has closed and been sealed (a chunk
+/// rotates at 4 MiB, about 6 500 of these events).
+const EVENTS_PER_SEAL: usize = 7_000;
 
 const ROOT: [u8; 32] = [0x5c; 32];
 
@@ -115,8 +133,189 @@ fn the_reference_fixture_verifies_clean_without_seals_and_a_wrong_key_does_not()
     let (code, value) = verify(&store, &key_file(dir.path(), &fixture_root));
     assert_eq!(code, Some(0), "{value}");
     assert_eq!(value["seals"], 0);
+    // Offline: no checkpoint was read, and the report says so.
+    assert_eq!(value["checkpoint_checked"], false, "{value}");
     let other = tempfile::tempdir().unwrap();
     let (code, value) = verify(&store, &key_file(other.path(), &[7; 32]));
     assert_eq!(code, Some(1), "{value}");
     assert_eq!(value["clean"], false);
+}
+
+/// The kernel keyring as the engine's credential store (what `annal` picks in the sandbox's bare
+/// environment), or `None`, saying why, when this host has none usable.
+fn keyutils(test: &str) -> Option<Arc<dyn KeyProvider>> {
+    let report = probe_keyutils();
+    if report.state != StoreState::Usable {
+        let why = format!(
+            "{test}: NOT RUN: the kernel keyring is {} ({})",
+            report.state.as_str(),
+            report.hint
+        );
+        assert!(
+            std::env::var(REQUIRE_ENV).as_deref() != Ok("1"),
+            "{why}, but {REQUIRE_ENV}=1"
+        );
+        eprintln!("{why}");
+        return None;
+    }
+    Some(Arc::new(
+        KeyutilsProvider::open(CredentialNaming::Annal, Box::new(OsEntropy)).unwrap(),
+    ))
+}
+
+/// The sandbox's store: the directory `annal` uses for its namespace by default.
+fn store_dir(sandbox: &Sandbox) -> PathBuf {
+    sandbox.path("state").join("annal").join(&sandbox.namespace)
+}
+
+/// Runs the real engine on the sandbox's store, captures `events` actions and shuts it down
+/// (every seal job, checkpoint included, finished).
+fn capture(sandbox: &Sandbox, provider: &Arc<dyn KeyProvider>, events: usize) {
+    let namespace = Namespace::new(&sandbox.namespace).unwrap();
+    let engine = Engine::start(
+        EngineConfig::new(
+            StoreLayout::in_namespace_dir(&store_dir(sandbox)),
+            namespace,
+        ),
+        Arc::clone(provider),
+    )
+    .unwrap();
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    for _ in 0..events {
+        while engine.queued_events() > 256 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let _ = capture.action_started(Capability::new("input.pointer.click").unwrap(), None, None);
+    }
+    engine.flush().unwrap();
+    assert!(engine.shutdown().drained);
+}
+
+/// `annal verify --json` in its credential-store mode: exit code and report.
+fn verify_store(sandbox: &Sandbox) -> (Option<i32>, serde_json::Value) {
+    let out = sandbox.run(&["--key-store", "keyutils", "verify", "--json"]);
+    let value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code(), value)
+}
+
+fn seals(report: &serde_json::Value) -> u64 {
+    report["seals"].as_u64().unwrap()
+}
+
+/// The checkpoint's ordinal, as the credential store holds it.
+fn checkpoint_ordinal(sandbox: &Sandbox, provider: &Arc<dyn KeyProvider>) -> Option<u64> {
+    let namespace = Namespace::new(&sandbox.namespace).unwrap();
+    CredentialCheckpoints::new(provider.as_ref(), &namespace)
+        .load()
+        .unwrap()
+        .map(|c| c.ordinal)
+}
+
+/// Copies the directory tree `from` to `to` (files and modes).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    std::fs::set_permissions(to, std::fs::metadata(from).unwrap().permissions()).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_directory_put_back_as_an_older_copy_is_rolled_back_however_far_a_writer_seals_on() {
+    let test = "the_directory_put_back_as_an_older_copy_is_rolled_back";
+    let Some(provider) = keyutils(test) else {
+        return;
+    };
+    let sandbox = Sandbox::new();
+    let dir = store_dir(&sandbox);
+    capture(&sandbox, &provider, EVENTS_PER_SEAL);
+    let (code, first) = verify_store(&sandbox);
+    assert_eq!(code, Some(0), "{first}");
+    assert_eq!(first["checkpoint_checked"], true, "{first}");
+    assert!(seals(&first) >= 1, "{first}");
+    assert_eq!(checkpoint_ordinal(&sandbox, &provider), Some(seals(&first)));
+    let old = sandbox.path("old-copy");
+    copy_tree(&dir, &old);
+
+    // More is written and sealed: the checkpoint follows, and the store is clean.
+    capture(&sandbox, &provider, EVENTS_PER_SEAL);
+    let (code, later) = verify_store(&sandbox);
+    assert_eq!(code, Some(0), "{later}");
+    assert!(seals(&later) > seals(&first), "{later}");
+    assert_eq!(checkpoint_ordinal(&sandbox, &provider), Some(seals(&later)));
+
+    // The older copy put back: every chunk is fine on its own, only the checkpoint tells.
+    std::fs::remove_dir_all(&dir).unwrap();
+    copy_tree(&old, &dir);
+    let (code, rolled) = verify_store(&sandbox);
+    assert_eq!(code, Some(1), "{rolled}");
+    assert_eq!(rolled["clean"], false);
+    assert_eq!(rolled["checkpoint_checked"], true);
+    assert_eq!(
+        rolled["store"],
+        serde_json::json!(["rolled_back"]),
+        "{rolled}"
+    );
+    assert!(findings(&rolled).iter().all(|f| f == "ok"), "{rolled}");
+    let text = sandbox.run(&["--key-store", "keyutils", "verify"]);
+    assert_eq!(text.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.contains("store rolled_back"), "{text}");
+    assert!(
+        text.contains("checked against the credential-store checkpoint"),
+        "{text}"
+    );
+
+    // A writer on the older copy seals on past the checkpoint's ordinal, and never moves the
+    // checkpoint: the rollback stays visible.
+    let behind = (seals(&later) - seals(&first)) as usize;
+    capture(&sandbox, &provider, EVENTS_PER_SEAL * (behind + 1));
+    let (code, still) = verify_store(&sandbox);
+    assert!(seals(&still) > seals(&later), "{still}");
+    assert_eq!(code, Some(1), "{still}");
+    assert_eq!(
+        still["store"],
+        serde_json::json!(["rolled_back"]),
+        "{still}"
+    );
+    assert_eq!(checkpoint_ordinal(&sandbox, &provider), Some(seals(&later)));
+}
+
+#[test]
+fn a_lost_checkpoint_is_checkpoint_missing_until_the_next_writer_mends_it() {
+    let test = "a_lost_checkpoint_is_checkpoint_missing_until_the_next_writer_mends_it";
+    let Some(provider) = keyutils(test) else {
+        return;
+    };
+    let sandbox = Sandbox::new();
+    capture(&sandbox, &provider, EVENTS_PER_SEAL);
+    let (code, clean) = verify_store(&sandbox);
+    assert_eq!(code, Some(0), "{clean}");
+    let namespace = Namespace::new(&sandbox.namespace).unwrap();
+    provider.destroy_checkpoint(&namespace).unwrap();
+    let (code, missing) = verify_store(&sandbox);
+    assert_eq!(code, Some(1), "{missing}");
+    assert_eq!(missing["checkpoint_checked"], true);
+    assert_eq!(
+        missing["store"],
+        serde_json::json!(["checkpoint_missing"]),
+        "{missing}"
+    );
+    // The next writer compares the checkpoint with the chain at once and stores the newest
+    // seal's, with no seal of its own needed.
+    capture(&sandbox, &provider, 10);
+    let (code, mended) = verify_store(&sandbox);
+    assert_eq!(code, Some(0), "{mended}");
+    assert_eq!(
+        checkpoint_ordinal(&sandbox, &provider),
+        Some(seals(&mended))
+    );
 }

@@ -25,7 +25,9 @@ use annal_engine::keys::{
 };
 use annal_engine::policy::manifest::{CONTRACT_EXAMPLE_MANIFEST, Manifest};
 use annal_engine::policy::{ActorId, AuditOutcome, PolicyEvent, Principal, Refusal, Verdict};
-use annal_engine::seal::{SealKey, verify};
+use annal_engine::seal::{
+    CheckpointReading, CheckpointStore, CredentialCheckpoints, SealKey, verify,
+};
 use annal_engine::storage::{Access, Storage, StoreLayout};
 use annal_engine::store::{StoreReader, delete_store_files, open_store, plan_store_delete};
 use annal_schema::{
@@ -366,7 +368,11 @@ fn demo(args: &DemoArgs) -> Result<(Vec<Check>, Figures), String> {
         &storage,
         &custody.history_keys(),
         &SealKey::from_custody(&custody),
-        None,
+        CheckpointReading::Read(
+            CredentialCheckpoints::new(provider.as_ref(), &namespace)
+                .load()
+                .map_err(|e| format!("checkpoint: {e}"))?,
+        ),
     )
     .map_err(|e| format!("verify: {e}"))?;
     checks.push(Check {

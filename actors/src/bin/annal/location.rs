@@ -159,18 +159,21 @@ impl Location {
 
     /// The store's key, read (never created) from its credential store.
     pub fn store_key(&self) -> Result<KeyCustody, CliError> {
-        let provider = self.key_provider()?;
+        self.store_key_in(self.key_provider()?.as_ref())
+    }
+
+    /// The store's key, read (never created) from `provider`, its credential store opened by
+    /// [`Self::key_provider`] (for a command that reads more from that store).
+    pub fn store_key_in(&self, provider: &dyn KeyProvider) -> Result<KeyCustody, CliError> {
         let namespace = &self.namespace;
-        KeyCustody::load(provider.as_ref(), namespace, &namespace.primary_reference()).map_err(
-            |e| {
-                CliError::unavailable(format!(
-                    "the key of namespace {} cannot be read ({}): `annal doctor` checks the \
-                     credential stores",
-                    namespace.as_str(),
-                    e.category().as_str()
-                ))
-            },
-        )
+        KeyCustody::load(provider, namespace, &namespace.primary_reference()).map_err(|e| {
+            CliError::unavailable(format!(
+                "the key of namespace {} cannot be read ({}): `annal doctor` checks the \
+                 credential stores",
+                namespace.as_str(),
+                e.category().as_str()
+            ))
+        })
     }
 }
 
