@@ -10,10 +10,9 @@
 //! to any writer starts with a `Dropped` marker for it. While no writer runs (a restart), nothing
 //! is drained: the queue fills and capture counts drops.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use annal_engine::capture::{CaptureControl, CaptureDrain, Captured, Drained};
+use annal_engine::capture::{CaptureControl, CaptureDrain, Captured, DrainWakeup, Drained};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use annal_schema::tools::StatusResponse;
@@ -70,7 +69,7 @@ pub struct IngressState {
     ticker: Option<tokio::task::JoinHandle<()>>,
     /// Set while a `Drain` is queued for this actor: at most one ever waits in its mailbox, so
     /// a flush or close is never queued behind a pile of drains.
-    drain_queued: Arc<AtomicBool>,
+    drain_queued: DrainWakeup,
 }
 
 /// What the ingress starts with.
@@ -189,13 +188,13 @@ impl Actor for IngressActor {
             .control();
         // The ticker looks at two atomics every tick and wakes the actor only when something
         // waits: an idle engine costs one timer wake-up per tick, no actor message.
-        let drain_queued = Arc::new(AtomicBool::new(false));
+        let drain_queued = DrainWakeup::new();
         let ticker = {
             let control = control.clone();
             let me = myself.clone();
             let (active, idle) = (args.tick, args.idle_tick.max(args.tick));
             let idle_after = std::time::Duration::from_millis(crate::config::DRAIN_IDLE_AFTER_MS);
-            let queued = Arc::clone(&drain_queued);
+            let queued = drain_queued.clone();
             tokio::spawn(async move {
                 let mut quiet = std::time::Duration::ZERO;
                 loop {
@@ -203,8 +202,7 @@ impl Actor for IngressActor {
                     tokio::time::sleep(period).await;
                     if control.queued_events() > 0 || control.pending_drops() > 0 {
                         quiet = std::time::Duration::ZERO;
-                        if !queued.swap(true, Ordering::AcqRel)
-                            && me.cast(IngressMsg::Drain).is_err()
+                        if queued.try_claim() && me.cast(IngressMsg::Drain).is_err()
                         {
                             break;
                         }
@@ -233,8 +231,8 @@ impl Actor for IngressActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             IngressMsg::Drain => {
-                state.drain_queued.store(false, Ordering::Release);
-                if state.drain_once().await.1 && !state.drain_queued.swap(true, Ordering::AcqRel) {
+                state.drain_queued.release();
+                if state.drain_once().await.1 && state.drain_queued.try_claim() {
                     let _ = myself.cast(IngressMsg::Drain);
                 }
             }

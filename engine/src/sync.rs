@@ -14,12 +14,12 @@ pub use loom::sync::{Arc, Mutex};
 #[cfg(not(loom))]
 pub use std::sync::{Arc, Mutex};
 
-/// Atomic integers and orderings (`loom::sync::atomic` under `--cfg loom`).
+/// Atomic flags, integers and orderings (`loom::sync::atomic` under `--cfg loom`).
 pub mod atomic {
     #[cfg(loom)]
-    pub use loom::sync::atomic::{AtomicU64, Ordering};
+    pub use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     #[cfg(not(loom))]
-    pub use std::sync::atomic::{AtomicU64, Ordering};
+    pub use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 }
 
 /// A bounded multi-producer multi-consumer FIFO: crossbeam's lock-free `ArrayQueue`.

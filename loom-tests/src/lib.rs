@@ -23,6 +23,12 @@
 //!   the final drain settles); and two control models loom must catch (counter swapped before
 //!   the pop; quiescence checked after the drain).
 //!
+//! - [`drain_wakeup`]: `engine/src/capture/wakeup.rs`, the ingress's one-pending-`Drain` flag,
+//!   included verbatim.
+//! - `tests/drain_wakeup.rs`: its model: never two `Drain` messages in flight, and items left
+//!   queued always have one pending (no lost wake-up); and a control that releases the flag
+//!   only after a drain that found items, which loom must catch.
+//!
 //! Each model file is `#![cfg(loom)]`, so a plain `cargo test` compiles it away. Run them with
 //! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p annal-loom-tests --release`
 //! (`.ci/test` does).
@@ -36,3 +42,6 @@ pub mod first_use;
 
 #[path = "../../engine/src/capture/channel.rs"]
 pub mod capture_channel;
+
+#[path = "../../engine/src/capture/wakeup.rs"]
+pub mod drain_wakeup;

@@ -31,10 +31,12 @@
 //!   `settled`, nothing accepted is left in the queue and nothing can be accepted any more.
 //!   After close every capture call is refused and not counted.
 //!
-//! The concurrent core (queue, counters, gate, close) is `channel.rs`, model-checked by
+//! The concurrent core (queue, counters, gate, close) is `channel.rs`, and the drain side's
+//! one-pending-wake-up flag is `wakeup.rs` ([`DrainWakeup`]); both are model-checked by
 //! `loom-tests`.
 
 mod channel;
+mod wakeup;
 
 use std::fmt;
 use std::time::Duration;
@@ -46,6 +48,7 @@ use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};
 
 pub use channel::{Admission, Drained, FinalDrain};
+pub use wakeup::DrainWakeup;
 use channel::{Channel, OwnLine, Start};
 
 /// Default capacity of the capture queue, in events (ARCHITECTURE.md section 4). At crossbeam's
