@@ -12,7 +12,7 @@ use proptest::prelude::*;
 
 use crate::health::{Child, FailureCategory, KeyFault, Signal, SignalKind, StorageFault};
 use crate::journal::{
-    CallerKind, Command, JOURNAL_TIME_MAX_MS, JournalEvent, OnQuota, QUOTA_MAX_BYTES,
+    CallerKind, Command, JOURNAL_TIME_MAX_MS, JournalEvent, OnQuota, PruneReason, QUOTA_MAX_BYTES,
     QUOTA_MIN_BYTES, RETENTION_MAX_DAYS, RETENTION_MIN_DAYS, TORN_TAIL_MAX_BYTES,
 };
 use crate::keys::KeyReference;
@@ -124,6 +124,20 @@ pub fn event() -> impl Strategy<Value = JournalEvent> {
         }),
         (chunk(), caller())
             .prop_map(|(chunk, caller)| JournalEvent::ChunkQuarantined { chunk, caller }),
+        (
+            chunk(),
+            prop_oneof![Just(PruneReason::Retention), Just(PruneReason::EvictOldest)],
+            0..=JOURNAL_TIME_MAX_MS,
+            1..=crate::profile::MAX_RECORDS_PER_CHUNK,
+        )
+            .prop_map(|(chunk, reason, last_time_ms, records)| {
+                JournalEvent::ChunkPruned {
+                    chunk,
+                    reason,
+                    last_time_ms,
+                    records,
+                }
+            }),
         policy_event().prop_map(JournalEvent::Policy),
     ]
 }

@@ -15,8 +15,8 @@ pub mod state;
 
 pub use schema::{
     BoundViolation, CallerKind, JOURNAL_DATASCHEMA_V1, JOURNAL_TIME_MAX_MS, Journal, JournalEntry,
-    JournalEvent, JournalRecord, JournalSchema, OnQuota, QUOTA_MAX_BYTES, QUOTA_MIN_BYTES,
-    RETENTION_MAX_DAYS, RETENTION_MIN_DAYS, TORN_TAIL_MAX_BYTES,
+    JournalEvent, JournalRecord, JournalSchema, OnQuota, PruneReason, QUOTA_MAX_BYTES,
+    QUOTA_MIN_BYTES, RETENTION_MAX_DAYS, RETENTION_MIN_DAYS, TORN_TAIL_MAX_BYTES,
 };
 pub use state::{Command, CommandError, KeyEpoch, State, StatusFlags, StatusReading, decide};
 

@@ -28,7 +28,7 @@ use crate::keys::{JournalKeys, KeyReference};
 use crate::policy::{
     ActorId, AuditOutcome, GrantSource, Operation, PolicyEvent, Principal, Verdict,
 };
-use crate::profile::{ChunkId, PlaintextFault, RecordSchema};
+use crate::profile::{ChunkId, MAX_RECORDS_PER_CHUNK, PlaintextFault, RecordSchema};
 use crate::storage::Area;
 use crate::store::{CHUNK_SIZE_LIMIT_BYTES, RecordIdentity, Stream};
 
@@ -89,6 +89,17 @@ pub enum OnQuota {
     #[default]
     StopCapture,
     /// The oldest chunks are evicted to make room.
+    EvictOldest,
+}
+
+/// Why a sealed chunk was pruned (`store::prune`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum PruneReason {
+    /// Its last event is older than the retention cutoff: nothing in it is visible any more.
+    Retention,
+    /// The store was at its quota and the owner chose `evict_oldest`.
     EvictOldest,
 }
 
@@ -154,6 +165,19 @@ pub enum JournalEvent {
         /// Who ran the repair.
         caller: CallerKind,
     },
+    /// A sealed history chunk was pruned: recorded before its file is removed, so a chunk is
+    /// never gone without this record (its seal stays, and `verify` reports it as pruned).
+    ChunkPruned {
+        /// The chunk.
+        chunk: ChunkId,
+        /// Why.
+        reason: PruneReason,
+        /// Event time of its last record, in milliseconds since the Unix epoch (from its seal;
+        /// at most [`JOURNAL_TIME_MAX_MS`]).
+        last_time_ms: u64,
+        /// How many records it held (from its seal; 1..=`MAX_RECORDS_PER_CHUNK`).
+        records: u64,
+    },
     /// A policy fact: a grant, a revocation, the agents switch, an audit record.
     Policy(PolicyEvent),
 }
@@ -186,6 +210,9 @@ pub enum BoundViolation {
     /// A policy record's audit id, count or times are outside their bounds.
     #[error("a policy record is outside its bounds")]
     Policy,
+    /// A pruned chunk's `last_time_ms` or `records` is outside its bounds.
+    #[error("a pruned chunk's time or record count is outside its bounds")]
+    ChunkPruned,
 }
 
 impl JournalEvent {
@@ -209,6 +236,15 @@ impl JournalEvent {
             Self::TornTailRecorded { bytes_left_out, .. } => ok_if(
                 (1..=TORN_TAIL_MAX_BYTES).contains(bytes_left_out),
                 BoundViolation::TornTailBytes,
+            ),
+            Self::ChunkPruned {
+                last_time_ms,
+                records,
+                ..
+            } => ok_if(
+                *last_time_ms <= JOURNAL_TIME_MAX_MS
+                    && (1..=MAX_RECORDS_PER_CHUNK).contains(records),
+                BoundViolation::ChunkPruned,
             ),
             Self::Policy(event) => {
                 ok_if(event.in_bounds(JOURNAL_TIME_MAX_MS), BoundViolation::Policy)
@@ -484,6 +520,13 @@ enum WireEvent {
         chunk: ChunkId,
         caller: CallerKind,
     },
+    ChunkPruned {
+        #[serde(with = "chunk_hex")]
+        chunk: ChunkId,
+        reason: PruneReason,
+        last_time_ms: u64,
+        records: u64,
+    },
     GrantIssued {
         actor: ActorId,
         operation: Operation,
@@ -595,6 +638,17 @@ impl WireEvent {
                 chunk: *chunk,
                 caller: *caller,
             },
+            JournalEvent::ChunkPruned {
+                chunk,
+                reason,
+                last_time_ms,
+                records,
+            } => Self::ChunkPruned {
+                chunk: *chunk,
+                reason: *reason,
+                last_time_ms: *last_time_ms,
+                records: *records,
+            },
             JournalEvent::Policy(event) => Self::from_policy(event),
         }
     }
@@ -679,6 +733,17 @@ impl WireEvent {
             Self::ChunkQuarantined { chunk, caller } => {
                 JournalEvent::ChunkQuarantined { chunk, caller }
             }
+            Self::ChunkPruned {
+                chunk,
+                reason,
+                last_time_ms,
+                records,
+            } => JournalEvent::ChunkPruned {
+                chunk,
+                reason,
+                last_time_ms,
+                records,
+            },
             Self::GrantIssued {
                 actor,
                 operation,

@@ -35,8 +35,10 @@
 //! not above the current epoch change nothing (neither ever goes backwards);
 //! `ControlApplied { Delete }` returns capture to disabled and not paused; a torn tail adds the
 //! chunk to the recorded set once (readers still leave the tail out by themselves); a
-//! quarantine adds the chunk to the quarantined set once.
+//! quarantine adds the chunk to the quarantined set once; a prune adds the chunk to the pruned
+//! set once (its file may still be there after a crash: `store::prune` removes it then).
 
+use std::collections::BTreeSet;
 use std::num::NonZeroU64;
 
 use annal_schema::ControlOperation;
@@ -89,6 +91,10 @@ pub struct State {
     /// Chunks whose torn tail was recorded, once each, in the order they were recorded (so a
     /// restart does not record the same tear again).
     pub torn_tails: Vec<ChunkId>,
+    /// Sealed history chunks recorded as pruned (by retention or eviction): their files are
+    /// removed, or are to be after a crash, and `verify` reports them as pruned, not missing.
+    /// A set: a store prunes a chunk every few minutes for as long as it lives.
+    pub pruned: BTreeSet<ChunkId>,
     /// Grants, revocations, the agents switch and the audit counter.
     pub policy: PolicyState,
 }
@@ -109,6 +115,7 @@ impl Default for State {
             signals: Vec::new(),
             quarantined: Vec::new(),
             torn_tails: Vec::new(),
+            pruned: BTreeSet::new(),
             policy: PolicyState::default(),
         }
     }
@@ -196,6 +203,9 @@ impl State {
                 if !self.quarantined.contains(chunk) {
                     self.quarantined.push(*chunk);
                 }
+            }
+            JournalEvent::ChunkPruned { chunk, .. } => {
+                self.pruned.insert(*chunk);
             }
         }
     }

@@ -476,6 +476,18 @@ fn applying_covers_every_event_deterministically() {
             chunk,
             caller: CallerKind::OwnerCli,
         },
+        JournalEvent::ChunkPruned {
+            chunk,
+            reason: PruneReason::Retention,
+            last_time_ms: 5,
+            records: 2,
+        },
+        JournalEvent::ChunkPruned {
+            chunk,
+            reason: PruneReason::EvictOldest,
+            last_time_ms: 5,
+            records: 2,
+        },
     ];
     let state = State::replay(
         &[enabled(), paused()]
@@ -490,6 +502,11 @@ fn applying_covers_every_event_deterministically() {
     );
     assert_eq!(state.quarantined, [chunk]);
     assert_eq!(state.torn_tails, [chunk], "a tear is recorded once");
+    assert_eq!(
+        state.pruned.iter().copied().collect::<Vec<_>>(),
+        [chunk],
+        "a prune is recorded once"
+    );
     // A pause recorded while disabled (never decided) changes nothing.
     assert!(!State::replay(&[paused()]).paused);
     // Events out of bounds (never written, never read) change nothing.
@@ -508,6 +525,12 @@ fn applying_covers_every_event_deterministically() {
         JournalEvent::TornTailRecorded {
             chunk,
             bytes_left_out: 0,
+        },
+        JournalEvent::ChunkPruned {
+            chunk,
+            reason: PruneReason::Retention,
+            last_time_ms: 5,
+            records: 0,
         },
         JournalEvent::SupervisorSignalled(Signal {
             at_ms: u64::MAX,
@@ -649,6 +672,15 @@ fn golden() -> Vec<(JournalEvent, &'static str)> {
             }),
             r#"{"kind":"audit_finished","audit":7,"outcome":"cursor_replayed","returned_events":0}"#,
         ),
+        (
+            JournalEvent::ChunkPruned {
+                chunk,
+                reason: PruneReason::EvictOldest,
+                last_time_ms: 1_764_540_843_753,
+                records: 6_096,
+            },
+            r#"{"kind":"chunk_pruned","chunk":"0123456789abcdef0123456789abcdef","reason":"evict_oldest","last_time_ms":1764540843753,"records":6096}"#,
+        ),
     ]
 }
 
@@ -724,6 +756,11 @@ fn the_schema_is_closed() {
             "0123456789ABCDEF0123456789ABCDEF",
         ),
         edited(9, "0123456789abcdef0123456789abcdef", "0123"),
+        edited(15, "evict_oldest", "evict_newest"),
+        edited(15, r#""records":6096"#, r#""records":0"#),
+        edited(15, r#""records":6096"#, r#""records":1048577"#),
+        edited(15, "1764540843753", "16756761600000"),
+        edited(15, r#","records":6096"#, ""),
         edited(0, r#""sequence":7"#, r#""sequence":0"#),
         edited(0, "1764540843753", "16756761600000"),
         edited(0, "1764540843753", "-1"),
