@@ -202,8 +202,7 @@ impl Actor for IngressActor {
                     tokio::time::sleep(period).await;
                     if control.queued_events() > 0 || control.pending_drops() > 0 {
                         quiet = std::time::Duration::ZERO;
-                        if queued.try_claim() && me.cast(IngressMsg::Drain).is_err()
-                        {
+                        if queued.try_claim() && me.cast(IngressMsg::Drain).is_err() {
                             break;
                         }
                     } else {

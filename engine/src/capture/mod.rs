@@ -48,8 +48,8 @@ use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};
 
 pub use channel::{Admission, Drained, FinalDrain};
-pub use wakeup::DrainWakeup;
 use channel::{Channel, OwnLine, Start};
+pub use wakeup::DrainWakeup;
 
 /// Default capacity of the capture queue, in events (ARCHITECTURE.md section 4). At crossbeam's
 /// ~60-90 ns per push a burst of 512 events takes a producer ~40 us, far longer than agents
