@@ -1,40 +1,28 @@
-//! The Query actor: serves `history_query` from the derived index, a hot cache of recently
-//! written events, and reads by location.
+//! The Query actor: serves `history_query` pages through the engine's reader
+//! (`annal_engine::query::QueryService`: the lazily loaded index, the hot cache of decrypted
+//! events, reads by location), once the gate's grant says it may.
 //!
 //! It never blocks capture or the writer: the writer hands it every event it appends (moved, not
-//! copied) with its location, which it keeps in the index and, within `HOT_CACHE_MAX_BYTES`, in
-//! memory; an older record is read from its chunk by offset, authenticated and parsed, only when
-//! a query returns it. The index is loaded lazily on the first query (`index::load_index`: the
-//! index files, rebuilding what is missing or stale), so start-up does not wait for it. Every
-//! answer goes through the engine's one planner (`query::plan`). A store whose index load found
-//! corruption answers `history_storage_corrupt` (fail closed) until it is repaired.
-//!
-//! Memory is outside the threat model (as an encrypted database's page cache is): the hot cache
-//! holds decrypted events of this store only, never written anywhere.
+//! copied) with its location, which the reader indexes and caches; an older record is read from
+//! its chunk by offset, authenticated and parsed, only when a page returns it. The reader is
+//! opened on the first query (the seals, then the newest index files; older chunks load when a
+//! query reaches them), so start-up does not wait for it. Every answer goes through the engine's
+//! one planner. A store whose index load found corruption answers `history_storage_corrupt`
+//! (fail closed) until it is repaired.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use annal_engine::clock::Clock;
-use annal_engine::index::load_index;
 use annal_engine::keys::KeyError;
 use annal_engine::policy::{Operation, ReadGrant};
-use annal_engine::profile::ChunkId;
-use annal_engine::query::{Index, IndexEntry, RetentionCutoff, plan_page};
-use annal_engine::store::{ChunkHandle, History, RecordLocation, StoreReader};
+use annal_engine::query::{QueryService, ReaderKeys, RetentionCutoff};
+use annal_engine::store::RecordLocation;
 use annal_schema::tools::{QueryRequest, QueryResponse};
 use annal_schema::{ErrorCode, Event};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::journal::{JournalMsg, StorageSlot};
-use crate::key_custody::{KeyCustodyMsg, StreamKeys};
-
-/// Most bytes of decrypted events the hot cache keeps (by record size), oldest evicted first.
-/// A newest-200 query of ~650-byte events needs ~130 KiB; this keeps tens of thousands.
-pub const HOT_CACHE_MAX_BYTES: usize = 16 * 1024 * 1024;
-
-/// Most chunk handles kept open for reads by location (each is one file descriptor).
-pub const OPEN_CHUNKS_MAX: usize = 16;
+use crate::key_custody::KeyCustodyMsg;
 
 /// Longest the query actor waits for key custody or the journal, in milliseconds.
 const CHILD_CALL_DEADLINE_MS: u64 = crate::config::CONTROL_DEADLINE_MS;
@@ -54,6 +42,14 @@ pub enum QueryMsg {
     },
     /// Events the writer just appended, with their locations (in sequence order).
     Appended(Vec<(RecordLocation, Event)>),
+    /// The writer is about to remove these pruned chunks' files: forget them (now, and in a
+    /// reader opened later in this actor's life), then answer, so no page reads a removed file.
+    Pruned {
+        /// The chunks.
+        chunks: Vec<annal_engine::profile::ChunkId>,
+        /// Answered once they are forgotten.
+        reply: RpcReplyPort<()>,
+    },
 }
 
 /// One page of a `history_query` answer.
@@ -77,122 +73,59 @@ pub struct QueryArgs {
     pub clock: Arc<dyn Clock>,
 }
 
-/// The index and what reading needs, once loaded.
-struct Loaded {
-    /// The purpose keys.
-    keys: StreamKeys,
-    /// Every record's entry.
-    index: Index,
-    /// The load found a corrupt or unreadable chunk: reads fail closed.
-    corrupt: bool,
-}
-
 /// The Query actor's state.
 pub struct QueryState {
     /// The arguments.
     args: QueryArgs,
-    /// The index, once loaded.
-    loaded: Option<Loaded>,
-    /// Recently written events by sequence, oldest first, within [`HOT_CACHE_MAX_BYTES`].
-    hot: VecDeque<(u64, Event, usize)>,
-    /// Bytes in `hot`.
-    hot_bytes: usize,
-    /// Open chunk handles, for reads by location.
-    chunks: HashMap<ChunkId, ChunkHandle<History>>,
+    /// The reader, once opened (on the first query).
+    reader: Option<QueryService>,
+    /// Chunks pruned in this actor's life, forgotten by every reader it opens.
+    pruned: std::collections::BTreeSet<annal_engine::profile::ChunkId>,
 }
 
 /// The Query actor.
 pub struct QueryActor;
 
 impl QueryState {
-    fn remember(&mut self, location: RecordLocation, event: Event) {
-        // Before the index is loaded nothing needs noting: the load reads the chunk files, which
-        // already hold every record appended so far. After it, an entry it already read is
-        // refused as out of order and ignored.
-        if let Some(loaded) = self.loaded.as_mut() {
-            let _ = loaded.index.push(IndexEntry::of(&event, location));
+    /// Opens the reader (once): the keys from custody, then the seals and the index.
+    /// `growing`: the chunk the writer appends to, when known (the first append opens it).
+    async fn reader(
+        &mut self,
+        growing: Option<annal_engine::profile::ChunkId>,
+    ) -> Result<&mut QueryService, ErrorCode> {
+        if self.reader.is_none() {
+            let storage = self
+                .args
+                .storage
+                .get()
+                .cloned()
+                .ok_or(ErrorCode::HistoryStorageUnavailable)?;
+            let keys = match ractor::call_t!(
+                self.args.keys,
+                |reply| KeyCustodyMsg::Open {
+                    create: false,
+                    reply
+                },
+                CHILD_CALL_DEADLINE_MS
+            ) {
+                Ok(Ok(keys)) => keys,
+                Ok(Err(error)) => return Err(key_code(&error)),
+                Err(_) => return Err(ErrorCode::HistoryKeyUnavailable),
+            };
+            let keys = ReaderKeys {
+                history: keys.history,
+                session: keys.session,
+                index: keys.index,
+                seal: keys.seal,
+            };
+            let mut reader = QueryService::open(storage, keys, growing)
+                .map_err(|_| ErrorCode::HistoryStorageUnavailable)?;
+            reader.forget_chunks(&self.pruned);
+            self.reader = Some(reader);
         }
-        let size = usize::try_from(location.len).unwrap_or(usize::MAX);
-        self.hot.push_back((location.sequence, event, size));
-        self.hot_bytes += size;
-        while self.hot_bytes > HOT_CACHE_MAX_BYTES {
-            match self.hot.pop_front() {
-                Some((_, _, bytes)) => self.hot_bytes -= bytes,
-                None => break,
-            }
-        }
-    }
-
-    /// The store's storage, once the writer or the supervisor opened it.
-    fn storage(&self) -> Result<Arc<dyn annal_engine::storage::Storage>, ErrorCode> {
-        self.args
-            .storage
-            .get()
-            .cloned()
+        self.reader
+            .as_mut()
             .ok_or(ErrorCode::HistoryStorageUnavailable)
-    }
-
-    /// Loads the keys and the index (once).
-    async fn load(&mut self) -> Result<(), ErrorCode> {
-        if self.loaded.is_some() {
-            return Ok(());
-        }
-        let storage = self.storage()?;
-        let keys = match ractor::call_t!(
-            self.args.keys,
-            |reply| KeyCustodyMsg::Open {
-                create: false,
-                reply
-            },
-            CHILD_CALL_DEADLINE_MS
-        ) {
-            Ok(Ok(keys)) => keys,
-            Ok(Err(error)) => {
-                return Err(key_code(&error));
-            }
-            Err(_) => return Err(ErrorCode::HistoryKeyUnavailable),
-        };
-        let (index, report) = load_index(&storage, &keys.history, &keys.index)
-            .map_err(|_| ErrorCode::HistoryStorageUnavailable)?;
-        self.loaded = Some(Loaded {
-            keys,
-            index,
-            corrupt: report.has_corruption(),
-        });
-        Ok(())
-    }
-
-    /// The event at `location`: from the hot cache, else read from its chunk.
-    fn event(&mut self, location: &RecordLocation) -> Result<Event, ErrorCode> {
-        if let Ok(at) = self
-            .hot
-            .binary_search_by_key(&location.sequence, |(sequence, _, _)| *sequence)
-            && let Some((_, event, _)) = self.hot.get(at)
-        {
-            return Ok(event.clone());
-        }
-        let loaded = self
-            .loaded
-            .as_ref()
-            .ok_or(ErrorCode::HistoryStorageUnavailable)?;
-        if !self.chunks.contains_key(&location.chunk_id) {
-            if self.chunks.len() >= OPEN_CHUNKS_MAX {
-                self.chunks.clear();
-            }
-            let handle = StoreReader::<History>::new(self.storage()?)
-                .open_chunk(&loaded.keys.history, location.chunk_id)
-                .map_err(|_| ErrorCode::HistoryStorageCorrupt)?;
-            self.chunks.insert(location.chunk_id, handle);
-        }
-        let handle = self
-            .chunks
-            .get(&location.chunk_id)
-            .ok_or(ErrorCode::HistoryStorageUnavailable)?;
-        // A record that no longer reads as the index says is damage: fail closed.
-        handle
-            .read_at(location)
-            .map(|record| record.event)
-            .map_err(|_| ErrorCode::HistoryStorageCorrupt)
     }
 
     async fn query(
@@ -204,37 +137,38 @@ impl QueryState {
         if grant.operation() != Operation::Query {
             return Err(ErrorCode::InvalidHistoryQuery);
         }
-        self.load().await?;
         let retention_days = ractor::call_t!(
             self.args.journal,
             |reply| JournalMsg::Retention { reply },
             CHILD_CALL_DEADLINE_MS
         )
         .map_err(|_| ErrorCode::HistoryStorageUnavailable)?;
-        let loaded = self
-            .loaded
-            .as_ref()
-            .ok_or(ErrorCode::HistoryStorageUnavailable)?;
-        if loaded.corrupt {
-            return Err(ErrorCode::HistoryStorageCorrupt);
-        }
         let cutoff = RetentionCutoff::new(self.args.clock.now_since_epoch(), retention_days);
-        let page = plan_page(
-            request,
-            &loaded.index,
-            &loaded.keys.session,
-            cutoff,
-            before_sequence,
-        );
-        let mut events = Vec::with_capacity(page.locations.len());
-        for location in &page.locations {
-            events.push(self.event(location)?);
-        }
+        let page = self
+            .reader(None)
+            .await?
+            .page(request, cutoff, before_sequence)?;
         Ok(QueryPage {
-            response: QueryResponse { events },
+            response: QueryResponse {
+                events: page.events,
+            },
             has_more: page.has_more,
         })
     }
+}
+
+/// Writes the index files of chunks the writer closed, on a blocking thread: derived files,
+/// so a failed write is left for the next load to redo.
+fn write_index_files(reader: &QueryService, closed: Vec<annal_engine::index::ChunkIndex>) {
+    if closed.is_empty() {
+        return;
+    }
+    let (storage, key) = reader.index_writer();
+    tokio::task::spawn_blocking(move || {
+        for index in &closed {
+            let _ = annal_engine::index::write_index_file(storage.as_ref(), &key, index);
+        }
+    });
 }
 
 /// The contract's code for a key failure.
@@ -254,10 +188,8 @@ impl Actor for QueryActor {
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(QueryState {
             args,
-            loaded: None,
-            hot: VecDeque::new(),
-            hot_bytes: 0,
-            chunks: HashMap::new(),
+            reader: None,
+            pruned: std::collections::BTreeSet::new(),
         })
     }
 
@@ -278,10 +210,44 @@ impl Actor for QueryActor {
                 let _ = reply.send(answer);
             }
             QueryMsg::Appended(records) => {
-                for (location, event) in records {
-                    state.remember(location, event);
+                // The first append opens the reader (the store and its keys are open then), so
+                // the hot cache holds what is written from then on. Should it fail, the next
+                // query tries again and the records are read from disk.
+                let growing = records.first().map(|(location, _)| location.chunk_id);
+                if let Ok(reader) = state.reader(growing).await {
+                    let closed: Vec<_> = records
+                        .into_iter()
+                        .filter_map(|(location, event)| reader.appended(location, event))
+                        .collect();
+                    write_index_files(reader, closed);
                 }
             }
+            QueryMsg::Pruned { chunks, reply } => {
+                state.pruned.extend(chunks);
+                if let Some(reader) = state.reader.as_mut() {
+                    reader.forget_chunks(&state.pruned);
+                }
+                let _ = reply.send(());
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // A clean stop closes the writer's chunk: its index file is due, so the next open
+        // reads that file instead of scanning the chunk. Written before the stop completes.
+        if let Some(reader) = state.reader.as_mut()
+            && let Some(index) = reader.closed_chunk_index()
+        {
+            let (storage, key) = reader.index_writer();
+            let _ = tokio::task::spawn_blocking(move || {
+                annal_engine::index::write_index_file(storage.as_ref(), &key, &index)
+            })
+            .await;
         }
         Ok(())
     }

@@ -158,6 +158,9 @@ struct Open {
     last_seal: Option<annal_engine::seal::Seal>,
     /// History records appended since the last sync.
     dirty: bool,
+    /// Which sealed chunks retention and eviction may prune, and which are recorded pruned but
+    /// not yet removed (`store::prune`).
+    pruner: annal_engine::store::Pruner,
 }
 
 /// The writer's state.
@@ -200,9 +203,151 @@ pub struct WriterState {
     /// The store is at its quota: capture admits nothing new (reads, control and access
     /// records still go through: they are the headroom above the quota).
     at_quota: bool,
-    /// Seal files being written on blocking threads (two syncs and a rename each, kept off the
-    /// capture path); each answers whether its seal was written. Awaited at stop.
-    seal_writes: Vec<tokio::task::JoinHandle<bool>>,
+    /// Seal jobs (a seal file written on a blocking thread, two syncs and a rename, then its
+    /// checkpoint stored through key custody: all off the capture path), each waiting for the
+    /// one before; each answers what it did. Awaited at stop.
+    seal_writes: Vec<tokio::task::JoinHandle<SealOutcome>>,
+    /// Where the newest seal job will hand the checkpoint's standing to the next one; `None`
+    /// until this writer's first job (which compares the checkpoint with the chain on disk).
+    checkpoint_tail: Option<tokio::sync::oneshot::Receiver<CheckpointSync>>,
+}
+
+/// Where the checkpoint stands for one writer's life, handed from each seal job to the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CheckpointSync {
+    /// Not compared with the seal chain on disk yet (or the comparison could not be made).
+    Unchecked,
+    /// Compared, and the chain is not older: each new seal's checkpoint is stored.
+    Following,
+    /// The chain on disk is older than the checkpoint (the directory was replaced with an older
+    /// copy): this writer never moves the checkpoint, so `verify` keeps finding the rollback
+    /// however far the writer seals on.
+    Frozen,
+}
+
+/// What one seal job did.
+#[derive(Debug)]
+struct SealOutcome {
+    /// Its seal file could not be written (the chunk stays unsealed; `verify` reports it).
+    seal_failed: bool,
+    /// What became of the checkpoint.
+    checkpoint: CheckpointOutcome,
+}
+
+/// What a seal job did with the checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CheckpointOutcome {
+    /// Nothing to do (no seal written, or the checkpoint frozen).
+    Untouched,
+    /// The checkpoint names this job's seal, or the chain's newest.
+    Kept,
+    /// Key custody or the seals on disk failed, with this category; a later job tries again.
+    Failed(HealthCategory),
+    /// The chain on disk is older than the checkpoint.
+    RolledBack,
+}
+
+/// What a seal job needs besides its seal.
+struct SealJob {
+    /// The store's storage.
+    storage: Arc<dyn Storage>,
+    /// The seal key.
+    key: Arc<annal_engine::seal::SealKey>,
+    /// Key custody, which keeps the checkpoint.
+    keys: ActorRef<KeyCustodyMsg>,
+    /// How long a key custody call may take, in milliseconds.
+    deadline_ms: u64,
+    /// The chunk and its prepared seal; `None` for a job that only compares the checkpoint.
+    seal: Option<(annal_engine::store::ClosedChunk, annal_engine::seal::Seal)>,
+}
+
+impl SealJob {
+    /// Waits for the job before, writes the seal (if any) and then keeps the checkpoint: the
+    /// first job of a writer's life compares it with every verified seal on disk
+    /// (`seal::reconcile`), later ones store their seal's checkpoint. Hands the checkpoint's
+    /// standing on through `done`.
+    async fn run(
+        self,
+        prior: Option<tokio::sync::oneshot::Receiver<CheckpointSync>>,
+        done: tokio::sync::oneshot::Sender<CheckpointSync>,
+    ) -> SealOutcome {
+        use annal_engine::seal::{Checkpoint, CheckpointError, Reconciled};
+        let mut sync = match prior {
+            Some(prior) => prior.await.unwrap_or(CheckpointSync::Unchecked),
+            None => CheckpointSync::Unchecked,
+        };
+        let sealing = self.seal.is_some();
+        let checkpoint = self.seal.as_ref().map(|(_, seal)| Checkpoint::of(seal));
+        let check = sync == CheckpointSync::Unchecked;
+        let (storage, key, seal) = (self.storage, self.key, self.seal);
+        let (written, chain) = tokio::task::spawn_blocking(move || {
+            let written = seal.as_ref().is_none_or(|(chunk, seal)| {
+                annal_engine::seal::write_seal(storage.as_ref(), chunk, seal, &key).is_ok()
+            });
+            // Read after the write, so the chain ends with this job's seal.
+            let chain = (written && check)
+                .then(|| annal_engine::seal::read_seals(storage.as_ref(), &key).ok())
+                .flatten()
+                .map(|reads| {
+                    reads
+                        .iter()
+                        .filter_map(|read| read.seal.as_ref().ok())
+                        .map(Checkpoint::of)
+                        .collect::<Vec<_>>()
+                });
+            (written, chain)
+        })
+        .await
+        .unwrap_or((false, None));
+        let deadline = self.deadline_ms;
+        let outcome = match (written, sync) {
+            (false, _) | (true, CheckpointSync::Frozen) => CheckpointOutcome::Untouched,
+            (true, CheckpointSync::Unchecked) => match chain {
+                None => CheckpointOutcome::Failed(HealthCategory::StorageUnavailable),
+                Some(chain) => match ractor::call_t!(
+                    self.keys,
+                    |reply| KeyCustodyMsg::ReconcileCheckpoint { chain, reply },
+                    deadline
+                ) {
+                    Ok(Ok(Reconciled::RolledBack { .. })) => {
+                        sync = CheckpointSync::Frozen;
+                        CheckpointOutcome::RolledBack
+                    }
+                    Ok(Ok(_)) => {
+                        sync = CheckpointSync::Following;
+                        CheckpointOutcome::Kept
+                    }
+                    Ok(Err(error)) => CheckpointOutcome::Failed(error.category()),
+                    Err(_) => CheckpointOutcome::Failed(HealthCategory::KeyUnavailable),
+                },
+            },
+            (true, CheckpointSync::Following) => match checkpoint {
+                None => CheckpointOutcome::Untouched,
+                Some(checkpoint) => match ractor::call_t!(
+                    self.keys,
+                    |reply| KeyCustodyMsg::StoreCheckpoint { checkpoint, reply },
+                    deadline
+                ) {
+                    Ok(Ok(())) => CheckpointOutcome::Kept,
+                    // Moved ahead of or away from this writer's chain since it compared them:
+                    // another history's writer. Never follow it.
+                    Ok(Err(
+                        CheckpointError::WouldGoBack { .. } | CheckpointError::Diverged { .. },
+                    )) => {
+                        sync = CheckpointSync::Frozen;
+                        CheckpointOutcome::RolledBack
+                    }
+                    Ok(Err(error)) => CheckpointOutcome::Failed(error.category()),
+                    Err(_) => CheckpointOutcome::Failed(HealthCategory::KeyUnavailable),
+                },
+            },
+        };
+        let _ = done.send(sync);
+        SealOutcome {
+            seal_failed: sealing && !written,
+            checkpoint: outcome,
+        }
+    }
 }
 
 /// The Writer actor.
@@ -291,9 +436,10 @@ impl WriterState {
     }
 
     /// Compares the bytes in the store with the quota, and signals when that changes. At the
-    /// quota capture stops (`quota_reached`); it resumes once the quota is raised. (Eviction of
-    /// the oldest sealed chunks, `on_quota = evict_oldest`, is not implemented yet: that choice
-    /// stops capture too.)
+    /// quota capture stops (`quota_reached`); it resumes once the quota is raised or, with
+    /// `evict_oldest`, once eviction ([`WriterState::prune`], which runs first) made room. Only
+    /// what eviction cannot free (the open chunk, unsealed chunks, the journal) stops capture
+    /// under `evict_oldest`.
     fn check_quota(&mut self) {
         let at = self.open.is_some() && self.bytes_used >= self.projection.quota_bytes;
         if at != self.at_quota {
@@ -308,6 +454,139 @@ impl WriterState {
 
     fn update_capture(&self) {
         self.capture.set_accepting(self.accepting());
+    }
+
+    /// The oldest event time a query may return now: what physical retention prunes below.
+    fn retention_cutoff(&self) -> annal_engine::query::RetentionCutoff {
+        annal_engine::query::RetentionCutoff::new(
+            self.clock.now_since_epoch(),
+            self.projection.retention_days,
+        )
+    }
+
+    /// The store's use against its quota, when the owner chose `evict_oldest`.
+    fn eviction(&self) -> Option<annal_engine::store::Eviction> {
+        (self.projection.on_quota == annal_engine::journal::OnQuota::EvictOldest).then_some(
+            annal_engine::store::Eviction {
+                used_bytes: self.bytes_used,
+                quota_bytes: self.projection.quota_bytes,
+            },
+        )
+    }
+
+    /// Tells the pruner of chunks just closed (their seals are being written).
+    fn note_closed(&mut self, closed: &[annal_engine::store::ClosedChunk]) {
+        if let Some(open) = self.open.as_mut() {
+            for chunk in closed {
+                open.pruner.closed(chunk);
+            }
+        }
+    }
+
+    /// Reads the seal of every closed chunk the pruner awaits. One not there yet stays awaited
+    /// while seal jobs run; once none runs, its write failed and the chunk stays unsealed.
+    fn find_seals(&mut self, storage: &Arc<dyn Storage>) {
+        let jobs_done = self.seal_writes.is_empty();
+        let Some(open) = self.open.as_mut() else {
+            return;
+        };
+        for chunk in open.pruner.awaiting_seal() {
+            match annal_engine::seal::read_one(storage.as_ref(), chunk, &open.keys.seal) {
+                Ok(seal) => open.pruner.seal_found(chunk, Some(&seal)),
+                Err(_) if jobs_done => open.pruner.seal_found(chunk, None),
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// One pruning pass (`store::prune`): what retention and, with `evict_oldest` at the quota,
+    /// eviction take is recorded in the journal, durably, and only then removed. A pass with
+    /// nothing due touches no file. The caller checks the quota after it.
+    async fn prune(&mut self) {
+        let Some(storage) = self.storage.get().cloned() else {
+            return;
+        };
+        let (cutoff, eviction) = (self.retention_cutoff(), self.eviction());
+        let Some(open) = self.open.as_ref() else {
+            return;
+        };
+        let current = open.history.current_chunk();
+        if open.pruner.due(current, cutoff, eviction) {
+            self.find_seals(&storage);
+            let mut plan = self
+                .open
+                .as_ref()
+                .map(|o| o.pruner.plan(current, cutoff, eviction));
+            let waited = plan
+                .as_ref()
+                .zip(self.open.as_ref())
+                .is_some_and(|(plan, o)| o.pruner.needs_awaited(plan, current, cutoff, eviction));
+            if waited {
+                // The seals being written would change the plan: let them finish (two syncs
+                // and a checkpoint each), then plan again.
+                self.reap_seal_writes(true).await;
+                self.find_seals(&storage);
+                plan = self
+                    .open
+                    .as_ref()
+                    .map(|o| o.pruner.plan(current, cutoff, eviction));
+            }
+            let plan = match (self.open.as_mut(), plan) {
+                (Some(open), Some(plan)) => {
+                    let plan = open.pruner.confirm_on_disk(storage.as_ref(), plan);
+                    let (history, index) = (&open.keys.history, &open.keys.index);
+                    open.pruner.confirm_latest_times(plan, cutoff, |chunk| {
+                        annal_engine::index::latest_event_time(
+                            storage.as_ref(),
+                            history,
+                            index,
+                            chunk.chunk_id,
+                            chunk.len_bytes,
+                        )
+                    })
+                }
+                _ => return,
+            };
+            // The records durable first: a file goes only once the journal says why.
+            if !plan.is_empty()
+                && self.journal(plan.events(), true).await.is_ok()
+                && let Some(open) = self.open.as_mut()
+            {
+                open.pruner.recorded(plan);
+            }
+        }
+        self.remove_pruned(&storage).await;
+    }
+
+    /// Removes the files of the chunks recorded as pruned. The Query actor drops them from its
+    /// index first (and answers), so no query plans a read of a file about to go. A removal
+    /// that fails is a storage signal; the chunk stays recorded and a later pass removes it.
+    async fn remove_pruned(&mut self, storage: &Arc<dyn Storage>) {
+        let pending = match self.open.as_ref() {
+            Some(open) => open.pruner.pending(),
+            None => return,
+        };
+        if pending.is_empty() {
+            return;
+        }
+        if let Some(query) = &self.query {
+            let _ = ractor::call_t!(
+                query,
+                |reply| crate::query::QueryMsg::Pruned {
+                    chunks: pending,
+                    reply
+                },
+                CHILD_CALL_DEADLINE_MS
+            );
+        }
+        let removed = match self.open.as_mut() {
+            Some(open) => open.pruner.remove_recorded(storage.as_ref()),
+            None => return,
+        };
+        self.bytes_used = store_bytes(storage.as_ref());
+        if removed.is_err() {
+            let _ = self.storage_fault(HealthCategory::StorageUnavailable);
+        }
     }
 
     /// The contract's status, from the journal's current projection (health included: a fold
@@ -398,11 +677,25 @@ impl WriterState {
         config.sequence_floor = projection
             .history_high_water
             .and_then(annal_schema::Sequence::new);
-        let history = match StoreWriter::<History>::open(
+        config.chunk_size_limit_bytes =
+            annal_engine::store::chunk_size_limit_for_quota(projection.quota_bytes);
+        // The seals first: a chunk a verified seal vouches for is not read (after a clean
+        // stop, none is), and the newest one is the chain's tip. A seal that does not verify
+        // vouches for nothing and is never linked to (verify reports it).
+        let seals =
+            annal_engine::seal::read_seals(storage.as_ref(), &keys.seal).unwrap_or_default();
+        let sealed: Vec<_> = seals
+            .iter()
+            .filter_map(|s| s.seal.as_ref().ok())
+            .map(annal_engine::seal::Seal::sealed_chunk)
+            .collect();
+        let last_seal = annal_engine::seal::chain_tip(&seals).cloned();
+        let history = match StoreWriter::<History>::open_skipping_sealed(
             Arc::clone(&storage),
             keys.history.clone(),
             config,
             Arc::clone(&self.clock),
+            &sealed,
         ) {
             Ok(history) => history,
             Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
@@ -423,10 +716,16 @@ impl WriterState {
             let _ = self.journal.cast(JournalMsg::Record(tears));
         }
         let reserved_through = history.high_water().map_or(0, |s| s.get());
-        // The chain's tip: a seal that does not verify is never linked to (verify reports it).
-        let last_seal = annal_engine::seal::read_seals(storage.as_ref(), &keys.seal)
-            .ok()
-            .and_then(|seals| annal_engine::seal::chain_tip(&seals).cloned());
+        // What may be pruned; a chunk recorded pruned in an earlier life and still present (a
+        // crash between its record and its removal) is removed by the pass below. A pruner that
+        // cannot be built prunes nothing in this life.
+        let pruner = annal_engine::store::Pruner::at_open(
+            &storage,
+            &seals,
+            &projection.pruned,
+            &keys.journal,
+        )
+        .unwrap_or_default();
         self.bytes_used = store_bytes(storage.as_ref());
         self.projection = projection;
         self.at_quota = false;
@@ -436,7 +735,9 @@ impl WriterState {
             reserved_through,
             last_seal,
             dirty: false,
+            pruner,
         });
+        self.prune().await;
         self.check_quota();
         Ok(())
     }
@@ -644,6 +945,8 @@ impl WriterState {
                 }
                 self.bytes_used += written;
                 self.seal(&closed).await;
+                self.note_closed(&closed);
+                self.prune().await;
                 self.check_quota();
                 if marked_drops > 0 {
                     // The lifetime total, durable with the journal's next tick.
@@ -663,32 +966,30 @@ impl WriterState {
     }
 
     /// Seals the chunks just closed (synced at rotation): each seal is prepared here, in order
-    /// (the next one chains to it), and its file written on a blocking thread. A seal that
-    /// cannot be written is a storage signal; the chunk stays readable and `verify` reports it
-    /// as unsealed.
+    /// (the next one chains to it); a seal job writes its file on a blocking thread and then
+    /// stores its checkpoint through key custody (seal first, checkpoint after: a crash between
+    /// leaves the checkpoint behind, which `verify` accepts). Jobs run one after another, in
+    /// ordinal order. A seal that cannot be written is a storage signal; the chunk stays
+    /// readable and `verify` reports it as unsealed.
     async fn seal(&mut self, closed: &[annal_engine::store::ClosedChunk]) {
         let Some(storage) = self.storage.get().cloned() else {
             return;
         };
         let mut failed = false;
+        let mut jobs = Vec::new();
         if let Some(open) = self.open.as_mut() {
             for chunk in closed {
                 match annal_engine::seal::prepare_seal(chunk, open.last_seal.as_ref()) {
                     Ok(seal) => {
                         open.last_seal = Some(seal.clone());
-                        let (storage, key, chunk) = (
-                            Arc::clone(&storage),
-                            Arc::clone(&open.keys.seal),
-                            chunk.clone(),
-                        );
-                        self.seal_writes.push(tokio::task::spawn_blocking(move || {
-                            annal_engine::seal::write_seal(storage.as_ref(), &chunk, &seal, &key)
-                                .is_ok()
-                        }));
+                        jobs.push((Arc::clone(&open.keys.seal), Some((chunk.clone(), seal))));
                     }
                     Err(_) => failed = true,
                 }
             }
+        }
+        for (key, seal) in jobs {
+            self.chain_seal_job(Arc::clone(&storage), key, seal);
         }
         if failed {
             let _ = self.storage_fault(HealthCategory::StorageUnavailable);
@@ -696,20 +997,80 @@ impl WriterState {
         self.reap_seal_writes(false).await;
     }
 
-    /// Collects the seal writes that finished (all of them, waiting, when `all`); a failed one
-    /// is a storage fault (its chunk stays unsealed, which `verify` reports).
+    /// Starts a seal job after the newest one (`seal`: `None` for a job that only compares the
+    /// checkpoint with the chain).
+    fn chain_seal_job(
+        &mut self,
+        storage: Arc<dyn Storage>,
+        key: Arc<annal_engine::seal::SealKey>,
+        seal: Option<(annal_engine::store::ClosedChunk, annal_engine::seal::Seal)>,
+    ) {
+        let job = SealJob {
+            storage,
+            key,
+            keys: self.keys.clone(),
+            deadline_ms: annal_engine::clock::millis(self.config.key_call_deadline)
+                .saturating_add(1_000),
+            seal,
+        };
+        let (done, tail) = tokio::sync::oneshot::channel();
+        let prior = self.checkpoint_tail.replace(tail);
+        self.seal_writes
+            .push(tokio::spawn(async move { job.run(prior, done).await }));
+    }
+
+    /// Collects the seal jobs that finished (all of them, waiting, when `all`) and signals what
+    /// they found: a seal not written is a storage fault (its chunk stays unsealed, which
+    /// `verify` reports); a checkpoint that could not be kept is a key fault with the credential
+    /// store's category (a later job tries again); a seal chain older than the checkpoint is
+    /// `storage_corrupt`. The first call of an open writer's life (its first tick, or its stop)
+    /// starts the job comparing the checkpoint with the chain on disk if no seal job did, so a
+    /// checkpoint a crash lost is mended, and a rolled-back directory found, in every writer's
+    /// life, not only at its next seal.
     async fn reap_seal_writes(&mut self, all: bool) {
-        let mut failed = false;
+        if self.checkpoint_tail.is_none()
+            && let (Some(storage), Some(open)) = (self.storage.get().cloned(), self.open.as_ref())
+        {
+            let key = Arc::clone(&open.keys.seal);
+            self.chain_seal_job(storage, key, None);
+        }
+        let mut seal_failed = false;
+        let mut outcomes = Vec::new();
         let mut still_running = Vec::new();
         for write in std::mem::take(&mut self.seal_writes) {
             if all || write.is_finished() {
-                failed |= !write.await.unwrap_or(false);
+                match write.await {
+                    Ok(outcome) => outcomes.push(outcome),
+                    Err(_) => seal_failed = true,
+                }
             } else {
                 still_running.push(write);
             }
         }
         self.seal_writes = still_running;
-        if failed {
+        for outcome in outcomes {
+            seal_failed |= outcome.seal_failed;
+            match outcome.checkpoint {
+                CheckpointOutcome::Untouched => {}
+                CheckpointOutcome::Kept => {
+                    if std::mem::take(&mut self.key_failing) {
+                        self.signal(SignalKind::KeyRecovered);
+                    }
+                }
+                CheckpointOutcome::Failed(category)
+                    if KeyFault::from_health(category).is_some() =>
+                {
+                    let _ = self.key_fault(category);
+                }
+                CheckpointOutcome::Failed(category) => {
+                    let _ = self.storage_fault(category);
+                }
+                CheckpointOutcome::RolledBack => {
+                    let _ = self.storage_fault(HealthCategory::StorageCorrupt);
+                }
+            }
+        }
+        if seal_failed {
             let _ = self.storage_fault(HealthCategory::StorageUnavailable);
         }
     }
@@ -772,6 +1133,11 @@ impl WriterState {
         )
         .map_err(|_| ControlError::Refused)?;
         self.journal(events, true).await?;
+        if let Some(open) = self.open.as_mut() {
+            open.history
+                .set_chunk_size_limit(annal_engine::store::chunk_size_limit_for_quota(bytes));
+        }
+        self.prune().await;
         self.check_quota();
         self.update_capture();
         Ok(self.status().await)
@@ -865,6 +1231,7 @@ impl Actor for WriterActor {
             tick_armed: false,
             at_quota: false,
             seal_writes: Vec::new(),
+            checkpoint_tail: None,
         };
         // A store the owner enabled is reopened at start; a never-enabled one stays closed until
         // `enable` (opt-in: no key is created before it).
@@ -954,10 +1321,17 @@ impl Actor for WriterActor {
             WriterMsg::RotationCheck => {
                 let rotated = state.open.as_mut().map(|open| open.history.rotate_if_due());
                 match rotated {
-                    Some(Ok(Some(closed))) => state.seal(&[closed]).await,
+                    Some(Ok(Some(closed))) => {
+                        let closed = [closed];
+                        state.seal(&closed).await;
+                        state.note_closed(&closed);
+                    }
                     Some(Err(error)) => state.append_failed(&error),
                     _ => {}
                 }
+                // Retention by the clock: an idle store prunes too.
+                state.prune().await;
+                state.check_quota();
                 state.update_capture();
             }
             #[cfg(feature = "testing")]
@@ -973,9 +1347,16 @@ impl Actor for WriterActor {
         _myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        // A clean stop makes everything durable (the seals being written included); capture
-        // stays closed until a new writer opens.
+        // A clean stop makes everything durable and closes and seals the current chunk, so the
+        // next open reads no chunk of this generation (the seals being written included);
+        // capture stays closed until a new writer opens.
         let _ = state.sync();
+        let closed = state.open.as_mut().map(|open| open.history.close());
+        match closed {
+            Some(Ok(Some(closed))) => state.seal(&[closed]).await,
+            Some(Err(error)) => state.append_failed(&error),
+            Some(Ok(None)) | None => {}
+        }
         state.reap_seal_writes(true).await;
         state.capture.set_accepting(false);
         Ok(())

@@ -573,6 +573,24 @@ impl KeyProvider for Hung {
     ) -> Result<annal_engine::keys::DestroyedKey, annal_engine::keys::KeyError> {
         Err(annal_engine::keys::KeyError::NotFound)
     }
+    fn load_checkpoint(
+        &self,
+        _: &Namespace,
+    ) -> Result<Option<Vec<u8>>, annal_engine::keys::KeyError> {
+        std::thread::sleep(Duration::from_secs(3600));
+        Err(annal_engine::keys::KeyError::NotFound)
+    }
+    fn store_checkpoint(
+        &self,
+        _: &Namespace,
+        _: &[u8],
+    ) -> Result<(), annal_engine::keys::KeyError> {
+        std::thread::sleep(Duration::from_secs(3600));
+        Err(annal_engine::keys::KeyError::NotFound)
+    }
+    fn destroy_checkpoint(&self, _: &Namespace) -> Result<(), annal_engine::keys::KeyError> {
+        Err(annal_engine::keys::KeyError::NotFound)
+    }
 }
 
 #[test]
@@ -805,15 +823,22 @@ fn every_chunk_the_engine_closes_is_sealed_and_the_store_verifies_clean() {
     let storage: Arc<dyn Storage> = Arc::new(open_store(&s.layout, Access::Read).unwrap());
     let root = RootKey::from_bytes(ROOT);
     let seal_key = annal_engine::seal::SealKey::from_purpose_key(&root.seal_key());
+    // The checkpoint in the credential store followed every seal.
+    use annal_engine::seal::CheckpointStore;
+    let checkpoint =
+        annal_engine::seal::CredentialCheckpoints::new(s.provider.as_ref(), &s.namespace)
+            .load()
+            .unwrap();
     let report = annal_engine::seal::verify(
         &storage,
         &HistoryKeys::from_root(RootKey::from_bytes(ROOT)),
         &seal_key,
-        None,
+        annal_engine::seal::CheckpointReading::Read(checkpoint),
     )
     .unwrap();
     assert!(report.is_clean(), "{report:#?}");
     assert!(report.seals >= 1, "the closed chunk was sealed");
+    assert_eq!(checkpoint.map(|c| c.ordinal), Some(report.seals));
     assert_eq!(action_events(&s.events()), 7_000);
 }
 
@@ -875,4 +900,293 @@ fn at_the_quota_capture_stops_but_reads_and_their_access_records_keep_working() 
     let events = s.events();
     assert_eq!(access_events(&events), [5]);
     assert!(drop_markers(&events).is_empty());
+}
+
+/// Every journal record on disk (the store must be readable with the test key).
+fn journal_events(s: &Setup) -> Vec<annal_engine::journal::JournalEvent> {
+    use annal_engine::journal::Journal;
+    let storage: Arc<dyn Storage> = Arc::new(open_store(&s.layout, Access::Read).unwrap());
+    let keys = annal_engine::keys::JournalKeys::from_namespace_root(&RootKey::from_bytes(ROOT));
+    let report = StoreReader::<Journal>::new(storage).read(&keys).unwrap();
+    assert!(!report.has_corruption(), "{report:#?}");
+    report.records().map(|r| r.event.event.clone()).collect()
+}
+
+/// The chunks the journal records as pruned, with why, in journal order.
+fn pruned_in_journal(
+    s: &Setup,
+) -> Vec<(
+    annal_engine::profile::ChunkId,
+    annal_engine::journal::PruneReason,
+    u64,
+)> {
+    journal_events(s)
+        .into_iter()
+        .filter_map(|e| match e {
+            annal_engine::journal::JournalEvent::ChunkPruned {
+                chunk,
+                reason,
+                last_time_ms,
+                ..
+            } => Some((chunk, reason, last_time_ms)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `verify` of the store as it is, and the same report told what the journal pruned.
+fn verify_reports(
+    s: &Setup,
+) -> (
+    annal_engine::seal::VerifyReport,
+    annal_engine::seal::VerifyReport,
+) {
+    let storage: Arc<dyn Storage> = Arc::new(open_store(&s.layout, Access::Read).unwrap());
+    let root = RootKey::from_bytes(ROOT);
+    let seal_key = annal_engine::seal::SealKey::from_purpose_key(&root.seal_key());
+    let plain = annal_engine::seal::verify(
+        &storage,
+        &HistoryKeys::from_root(RootKey::from_bytes(ROOT)),
+        &seal_key,
+        annal_engine::seal::CheckpointReading::NotConsulted,
+    )
+    .unwrap();
+    let journal_keys = annal_engine::keys::JournalKeys::from_namespace_root(&root);
+    let pruned = annal_engine::store::pruned_chunks(&storage, &journal_keys).unwrap();
+    (plain.clone(), plain.with_pruned(&pruned))
+}
+
+fn sidecar_file(s: &Setup, area: &str, name: String) -> std::path::PathBuf {
+    s.layout.sidecar().unwrap().join(area).join(name)
+}
+
+fn chunk_file(s: &Setup, chunk: annal_engine::profile::ChunkId) -> std::path::PathBuf {
+    s.layout
+        .history_root()
+        .join("chunks")
+        .join(annal_engine::store::chunk_file_name(chunk).as_str())
+}
+
+#[test]
+fn retention_prunes_sealed_chunks_by_their_seals_time_records_them_and_verify_stays_clean() {
+    use annal_engine::clock::{Clock, ManualClock};
+    use annal_engine::journal::PruneReason;
+    use annal_schema::AccessOperation;
+    const DAY_SECS: u64 = 86_400;
+    let s = setup();
+    let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
+    let start = |clock: &ManualClock| {
+        Engine::start_with(
+            s.config(),
+            Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
+            Arc::new(clock.clone()),
+            None,
+        )
+        .unwrap()
+    };
+    let engine = start(&clock);
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    let burst = |n: usize| {
+        for _ in 0..n {
+            let token = capture.action_started(click(), None, None);
+            assert_eq!(
+                token.admission(),
+                annal_engine::capture::Admission::Accepted
+            );
+        }
+        engine.flush().unwrap();
+    };
+    // Day 0, then 31 minutes on (past the chunk age limit, so the first chunk closes and is
+    // sealed), then 8 days on: both older chunks hold nothing a 7-day query may see.
+    burst(10);
+    clock.advance(Duration::from_secs(31 * 60));
+    burst(10);
+    clock.advance(Duration::from_secs(8 * DAY_SECS));
+    burst(10);
+    let visible = engine
+        .query(
+            request(serde_json::json!({"limit": 200})),
+            AccessOperation::LocalCli,
+        )
+        .unwrap();
+    assert_eq!(action_events(&visible.events), 10, "the newest burst only");
+    let report = engine.shutdown();
+    assert!(report.drained);
+
+    // Both old chunks are recorded, by retention, with their seals' last times; their files
+    // and index files are gone, their seals stay (the chain stays whole).
+    let pruned = pruned_in_journal(&s);
+    assert_eq!(pruned.len(), 2, "{pruned:?}");
+    let storage: Arc<dyn Storage> = Arc::new(open_store(&s.layout, Access::Read).unwrap());
+    let seal_key =
+        annal_engine::seal::SealKey::from_purpose_key(&RootKey::from_bytes(ROOT).seal_key());
+    for (chunk, reason, last_time_ms) in &pruned {
+        assert_eq!(*reason, PruneReason::Retention);
+        assert!(!chunk_file(&s, *chunk).exists());
+        assert!(!sidecar_file(&s, "index", format!("{}.idx", chunk.to_hex())).exists());
+        let seal = annal_engine::seal::read_one(storage.as_ref(), *chunk, &seal_key).unwrap();
+        assert_eq!(seal.last_time.as_millis() as u64, *last_time_ms);
+        let cutoff = clock.now_ms() - 7 * DAY_SECS * 1000;
+        assert!(*last_time_ms < cutoff, "only what no query may see");
+    }
+    // What is left on disk is the newest burst (and its control events): nothing older.
+    let events = s.events();
+    assert_eq!(action_events(&events), 10);
+    let max_before = events.last().unwrap().data.sequence.get();
+    // verify: clean once told what the journal pruned; without the journal, the same chunks
+    // are missing (a deletion is never taken for a prune on the files' word).
+    let (plain, told) = verify_reports(&s);
+    assert!(told.is_clean(), "{told:#?}");
+    assert_eq!(
+        told.findings()
+            .filter(|(_, f)| f.as_str() == "pruned")
+            .count(),
+        2
+    );
+    assert!(!plain.is_clean());
+    assert_eq!(
+        plain
+            .findings()
+            .filter(|(_, f)| f.as_str() == "missing")
+            .count(),
+        2
+    );
+
+    // A restart prunes nothing more, and no sequence is handed out twice.
+    let engine = start(&clock);
+    burst_after_restart(&engine, 5);
+    engine.shutdown();
+    assert_eq!(pruned_in_journal(&s).len(), 2, "each chunk recorded once");
+    let events = s.events();
+    assert_strictly_increasing(&events);
+    assert!(
+        events
+            .iter()
+            .filter(|e| matches!(e.data.payload, Payload::ActionStarted))
+            .skip(10)
+            .all(|e| e.data.sequence.get() > max_before)
+    );
+}
+
+fn burst_after_restart(engine: &Engine, n: usize) {
+    let capture = engine.capture();
+    for _ in 0..n {
+        let token = capture.action_started(click(), None, None);
+        assert_eq!(
+            token.admission(),
+            annal_engine::capture::Admission::Accepted
+        );
+    }
+    engine.flush().unwrap();
+}
+
+#[test]
+fn with_evict_oldest_a_full_store_evicts_its_oldest_sealed_chunks_and_capture_keeps_going() {
+    use annal_engine::journal::{OnQuota, PruneReason, QUOTA_MIN_BYTES};
+    use annal_schema::AccessOperation;
+    let s = setup();
+    let engine = s.start(s.config());
+    engine.enable().unwrap();
+    engine
+        .set_quota(QUOTA_MIN_BYTES, OnQuota::EvictOldest)
+        .unwrap();
+    let paced = |engine: &Engine, n: usize| {
+        let capture = engine.capture();
+        for _ in 0..n {
+            while engine.queued_events() > 256 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            let token = capture.action_started(click(), None, None);
+            assert_eq!(
+                token.admission(),
+                annal_engine::capture::Admission::Accepted,
+                "capture stopped: {:?}",
+                engine.status()
+            );
+        }
+    };
+    // A first life leaves sealed chunks on disk; the second one's reader opens over them (the
+    // seals defer them), so the eviction below takes chunks the reader has not loaded.
+    paced(&engine, 600);
+    assert!(engine.shutdown().drained);
+    let engine = s.start(s.config());
+    let first = engine
+        .query(
+            request(serde_json::json!({"limit": 1})),
+            AccessOperation::LocalCli,
+        )
+        .unwrap();
+    assert_eq!(first.events.len(), 1);
+    // About three times the quota: every capture is admitted.
+    const ACTIONS: usize = 5_000;
+    paced(&engine, ACTIONS);
+    let status = engine.flush().unwrap();
+    assert_eq!(status.health, HealthCategory::Ready, "{status:?}");
+    assert!(status.bytes_used < QUOTA_MIN_BYTES, "{status:?}");
+    assert_eq!(status.dropped_events, 0);
+    // The oldest went, the newest stayed: what is on disk is a suffix of what was captured.
+    let events = s.events();
+    assert_strictly_increasing(&events);
+    let kept = action_events(&events);
+    assert!(kept > 0 && kept < ACTIONS, "{kept}");
+    let first_kept = events.first().unwrap().data.sequence.get();
+    assert!(first_kept > 601, "the first life's events are gone");
+    // Reads keep working and never reach for an evicted chunk: below the oldest kept event
+    // nothing is returned (and nothing fails); from it on, what is on disk.
+    let below = engine.query(
+        request(serde_json::json!({"until_sequence": first_kept - 1, "limit": 200})),
+        AccessOperation::LocalCli,
+    );
+    assert_eq!(below.map(|r| r.events.len()), Ok(0));
+    let from = engine
+        .query(
+            request(serde_json::json!({"until_sequence": first_kept + 2, "limit": 200})),
+            AccessOperation::LocalCli,
+        )
+        .unwrap();
+    let on_disk: Vec<u64> = events
+        .iter()
+        .map(|e| e.data.sequence.get())
+        .filter(|&q| q <= first_kept + 2)
+        .collect();
+    assert_eq!(
+        from.events
+            .iter()
+            .map(|e| e.data.sequence.get())
+            .collect::<Vec<_>>(),
+        on_disk
+    );
+    engine.flush().unwrap();
+    assert!(engine.shutdown().drained);
+
+    let pruned = pruned_in_journal(&s);
+    assert!(pruned.len() >= 2, "{pruned:?}");
+    assert!(
+        pruned
+            .iter()
+            .all(|(_, r, _)| *r == PruneReason::EvictOldest)
+    );
+    for (chunk, _, _) in &pruned {
+        assert!(!chunk_file(&s, *chunk).exists());
+    }
+    let (_, told) = verify_reports(&s);
+    assert!(told.is_clean(), "{told:#?}");
+
+    // After a restart sequences continue above everything ever handed out (the journal's
+    // mark), never reusing an evicted one.
+    let max_before = s.events().last().unwrap().data.sequence.get();
+    let engine = s.start(s.config());
+    burst_after_restart(&engine, 10);
+    engine.shutdown();
+    let after = s.events();
+    assert_strictly_increasing(&after);
+    let new: Vec<u64> = after
+        .iter()
+        .map(|e| e.data.sequence.get())
+        .filter(|&q| q > max_before)
+        .collect();
+    assert!(new.len() >= 10);
+    let high_water = annal_engine::journal::State::replay(&journal_events(&s)).history_high_water;
+    assert!(high_water.is_some_and(|h| h >= *new.last().unwrap()));
 }

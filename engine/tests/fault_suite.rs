@@ -1,6 +1,6 @@
 //! The fault-injection suite over the `Storage` seam: a realistic workload (history appends with
-//! rotation, seals, index files, journal records, a quarantine) runs once to count its I/O
-//! operations; then, at every operation of every kind in turn, one fault is injected (a failed
+//! rotation, seals, index files, journal records, a quarantine, then retention and eviction
+//! pruning the oldest sealed chunks) runs once to count its I/O operations; then, at every operation of every kind in turn, one fault is injected (a failed
 //! write, a short write, a failed sync that drops the page cache, ENOSPC, a failed create, rename
 //! or directory sync), the workload goes on, the machine "crashes" keeping a seeded prefix of
 //! every unsynced byte, and the store is read again. Invariants, per case:
@@ -13,7 +13,14 @@
 //! - every failure is reported with a health category while it lasts, and the writer recovers
 //!   (the next batch after the fault is acknowledged);
 //! - `verify` reports nothing but torn tails, and `unsealed` only for a chunk whose seal the
-//!   fault stopped.
+//!   fault stopped;
+//! - pruning never loses a chunk it should keep: a chunk file is gone only if the journal on
+//!   disk records it pruned, and only a chunk the plan chose is ever recorded; told the
+//!   journal's pruned set, `verify` reports such a chunk `pruned`, never `missing`. Every other
+//!   case crashes right after the prune's record and before any removal; there, and after the
+//!   next open completes the removal, `verify` stays clean the same way;
+//! - a writer opened afterwards (above the journal's high-water mark) hands out no sequence
+//!   ever acknowledged, pruned or not.
 //!
 //! A `harness = false` target: it prints `FIGURE fault.cases_injected N`. `FAULT_CASES` bounds
 //! the CI run; `ANNAL_FAULT_CASES=100000 cargo test --release -p annal-engine --test
@@ -22,19 +29,22 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::num::NonZeroU64;
 use std::sync::Arc;
+use std::time::Duration;
 
 use annal_engine::entropy::SeededEntropy;
 use annal_engine::index::{IndexKey, chunk_index_of, write_index_file};
-use annal_engine::journal::{Journal, JournalEntry, JournalEvent};
+use annal_engine::journal::{Journal, JournalEntry, JournalEvent, PruneReason, State};
 use annal_engine::keys::{JournalKeys, KeyReference};
 use annal_engine::profile::ChunkId;
-use annal_engine::seal::{SealKey, prepare_seal, verify, write_seal};
+use annal_engine::query::RetentionCutoff;
+use annal_engine::seal::{SealKey, prepare_seal, read_seals, verify, write_seal};
 use annal_engine::storage::{Access, Area, FaultKind, FaultOp, FaultyStorage, Storage};
 use annal_engine::store::{
-    History, StoreReader, StoreWriter, WriterConfig, open_store, quarantine_chunk,
+    Eviction, History, Pruner, StoreReader, StoreWriter, WriterConfig, open_store, pruned_chunks,
+    quarantine_chunk,
 };
 use annal_schema::EventDraft;
 use common::{fixture_drafts, fixture_key, fixture_keys, new_store};
@@ -61,6 +71,34 @@ enum Fault {
     DiskFull { nth: u64 },
 }
 
+/// Where a fault is armed: at the start of the workload (counted over all of it; the disk
+/// recovers before its last two batches), or at the start of the prune phase (counted over that
+/// phase only, and never cleared before the crash).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// From the workload's first operation.
+    Workload,
+    /// From the prune phase's first operation.
+    Prune,
+}
+
+/// Every operation kind the suite counts and faults.
+const OPS: [FaultOp; 5] = [
+    FaultOp::Create,
+    FaultOp::Write,
+    FaultOp::Sync,
+    FaultOp::Rename,
+    FaultOp::SyncDir,
+];
+
+fn arm(storage: &FaultyStorage, fault: Fault) {
+    match fault {
+        Fault::Fail { op, nth, kind } => storage.fail_nth(op, nth, kind),
+        Fault::ShortWrite { nth, keep } => storage.short_write_nth(nth, keep, FaultKind::Eio),
+        Fault::DiskFull { nth } => storage.fail_from_nth(FaultOp::Write, nth, FaultKind::NoSpace),
+    }
+}
+
 /// What one workload run saw.
 #[derive(Default)]
 struct Run {
@@ -74,6 +112,12 @@ struct Run {
     seal_failed: bool,
     /// Whether the batch after the fault was cleared was acknowledged.
     recovered: bool,
+    /// The chunks the prune phase chose, and why (only these may ever be recorded pruned).
+    planned: BTreeMap<ChunkId, PruneReason>,
+    /// The highest sequence ever acknowledged (whatever was pruned since).
+    highest_acknowledged: u64,
+    /// Operations of each kind the prune phase did.
+    prune_ops: Vec<(FaultOp, u64)>,
 }
 
 fn writer(storage: &FaultyStorage, seed: u64) -> Option<StoreWriter<History>> {
@@ -89,16 +133,18 @@ fn writer(storage: &FaultyStorage, seed: u64) -> Option<StoreWriter<History>> {
     .ok()
 }
 
-/// The workload, with `fault` armed (or none, to count operations).
-fn workload(storage: &FaultyStorage, fault: Option<Fault>, seed: u64) -> Run {
+/// The workload, with `fault` armed in its phase (or none, to count operations). With
+/// `crash_before_removal`, the prune phase stops right after its journal record, as a crash
+/// there would.
+fn workload(
+    storage: &FaultyStorage,
+    fault: Option<(Phase, Fault)>,
+    seed: u64,
+    crash_before_removal: bool,
+) -> Run {
     let mut run = Run::default();
-    match fault {
-        Some(Fault::Fail { op, nth, kind }) => storage.fail_nth(op, nth, kind),
-        Some(Fault::ShortWrite { nth, keep }) => storage.short_write_nth(nth, keep, FaultKind::Eio),
-        Some(Fault::DiskFull { nth }) => {
-            storage.fail_from_nth(FaultOp::Write, nth, FaultKind::NoSpace)
-        }
-        None => {}
+    if let Some((Phase::Workload, fault)) = fault {
+        arm(storage, fault);
     }
     let dyn_storage: Arc<dyn Storage> = Arc::new(storage.clone());
     let seal_key = SealKey::from_purpose_key(&fixture_key().seal_key());
@@ -179,15 +225,25 @@ fn workload(storage: &FaultyStorage, fault: Option<Fault>, seed: u64) -> Run {
             }
         }
         if let Some(j) = journal.as_mut() {
-            let entry = JournalEntry {
+            let mut entries = vec![JournalEntry {
                 time_ms: 1,
                 event: JournalEvent::DropsRecorded { count: 1 },
-            };
-            if j.append(vec![entry]).is_err() || j.sync().is_err() {
+            }];
+            // The history stream's high-water mark, as the Writer actor reserves it.
+            if let Some(high_water) = history.as_ref().and_then(|w| w.high_water()) {
+                entries.push(JournalEntry {
+                    time_ms: 1,
+                    event: JournalEvent::SequenceMarked {
+                        high_water: high_water.get(),
+                    },
+                });
+            }
+            if j.append(entries).is_err() || j.sync().is_err() {
                 run.failures += 1;
             }
         }
     }
+    run.highest_acknowledged = run.acknowledged.keys().next_back().copied().unwrap_or(0);
     drop(history);
     drop(journal);
     // The derived index of every closed chunk, then a quarantine of the oldest.
@@ -216,7 +272,146 @@ fn workload(storage: &FaultyStorage, fault: Option<Fault>, seed: u64) -> Run {
             run.acknowledged.retain(|_, (chunk, _)| chunk != oldest);
         }
     }
+    let before: Vec<u64> = OPS.iter().map(|op| storage.count(*op)).collect();
+    if let Some((Phase::Prune, fault)) = fault {
+        arm(storage, fault);
+    }
+    prune(
+        storage,
+        &journal_keys,
+        &reference,
+        crash_before_removal,
+        &mut run,
+    );
+    run.prune_ops = OPS
+        .iter()
+        .zip(before)
+        .map(|(op, before)| (*op, storage.count(*op) - before))
+        .collect();
     run
+}
+
+/// Bytes of every chunk file (history and journal), as the Writer actor counts them against
+/// the quota.
+fn store_bytes(storage: &dyn Storage) -> u64 {
+    [Area::Chunks, Area::Journal]
+        .into_iter()
+        .flat_map(|area| {
+            storage
+                .list(area)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(move |e| e.file_name().map(|name| (area, name)))
+        })
+        .filter_map(|(area, name)| storage.open_read(area, &name).ok().map(|f| f.len()))
+        .sum()
+}
+
+/// Retention and eviction as the Writer actor runs them: the pruner from the seals and the
+/// journal, a cutoff just after the oldest sealed chunk's last event (it, and any chunk no
+/// newer, goes by retention), the store past a quota of two thirds of it with `evict_oldest`
+/// (the oldest others go until it is at the low-water mark); the records durable in the
+/// journal, and only then the files removed.
+fn prune(
+    storage: &FaultyStorage,
+    journal_keys: &JournalKeys,
+    reference: &KeyReference,
+    crash_before_removal: bool,
+    run: &mut Run,
+) {
+    let dyn_storage: Arc<dyn Storage> = Arc::new(storage.clone());
+    let seal_key = SealKey::from_purpose_key(&fixture_key().seal_key());
+    let (Ok(seals), Ok(report)) = (
+        read_seals(storage, &seal_key),
+        StoreReader::<Journal>::new(Arc::clone(&dyn_storage)).read(journal_keys),
+    ) else {
+        run.failures += 1;
+        return;
+    };
+    let state = State::replay(report.records().map(|r| &r.event.event));
+    let Ok(mut pruner) = Pruner::at_open(&dyn_storage, &seals, &state.pruned, journal_keys) else {
+        run.failures += 1;
+        return;
+    };
+    let Some(oldest) = pruner.candidates().min_by_key(|c| c.last_sequence).copied() else {
+        return;
+    };
+    let day = Duration::from_secs(86_400);
+    let cutoff = RetentionCutoff::new(oldest.last_time + Duration::from_nanos(1) + day, 1);
+    let used = store_bytes(storage);
+    let eviction = Eviction {
+        used_bytes: used,
+        quota_bytes: used / 3 * 2,
+    };
+    let plan = pruner.plan(None, cutoff, Some(eviction));
+    let plan = pruner.confirm_on_disk(storage, plan);
+    run.planned = plan
+        .choices()
+        .iter()
+        .map(|c| (c.chunk.chunk_id, c.reason))
+        .collect();
+    let entries: Vec<JournalEntry> = plan
+        .events()
+        .into_iter()
+        .map(|event| JournalEntry { time_ms: 1, event })
+        .collect();
+    let recorded = StoreWriter::<Journal>::open_after_read(
+        Arc::clone(&dyn_storage),
+        journal_keys.clone(),
+        WriterConfig::new(reference.clone(), NonZeroU64::MIN),
+        common::clock(),
+        &report,
+    )
+    .map_err(|e| e.to_string())
+    .and_then(|mut journal| {
+        journal.append(entries).map_err(|e| e.to_string())?;
+        journal.sync().map_err(|e| e.to_string())
+    });
+    if recorded.is_err() {
+        // Not recorded: nothing may go.
+        run.failures += 1;
+        return;
+    }
+    pruner.recorded(plan);
+    if crash_before_removal {
+        return;
+    }
+    if pruner.remove_recorded(storage).is_err() {
+        run.failures += 1;
+    }
+}
+
+/// `verify`'s findings, told the journal's pruned set, against what the run allows.
+fn check_verify(read: &Arc<dyn Storage>, pruned: &BTreeSet<ChunkId>, run: &Run, case: &str) {
+    let seal_key = SealKey::from_purpose_key(&fixture_key().seal_key());
+    let verified = verify(
+        read,
+        &fixture_keys(),
+        &seal_key,
+        annal_engine::seal::CheckpointReading::NotConsulted,
+    )
+    .unwrap()
+    .with_pruned(pruned);
+    for chunk in &verified.chunks {
+        for finding in &chunk.findings {
+            let name = finding.as_str();
+            let allowed = matches!(name, "ok" | "torn_tail" | "quarantined" | "pruned")
+                || (name == "unsealed" && (run.seal_failed || run.failures > 0));
+            assert!(
+                allowed,
+                "{case}: verify found {name} in {}",
+                chunk.file_name
+            );
+        }
+    }
+    let store_findings: Vec<&str> = verified.store.iter().map(|f| f.as_str()).collect();
+    for name in &store_findings {
+        // A seal that could not be written leaves a gap in the chain; nothing else may appear.
+        assert!(
+            *name == "chain_gap" && run.seal_failed,
+            "{case}: verify found {name}"
+        );
+    }
 }
 
 fn check(
@@ -240,6 +435,15 @@ fn check(
         "{case}: the writer did not recover after the fault cleared"
     );
     let read: Arc<dyn Storage> = Arc::new(open_store(layout, Access::Read).unwrap());
+    let journal_keys = JournalKeys::from_namespace_root(&fixture_key());
+    // What the journal on disk records as pruned: only chunks the plan chose, and the only
+    // chunks whose acknowledged records may be gone.
+    let pruned = pruned_chunks(&read, &journal_keys).unwrap();
+    assert!(
+        pruned.iter().all(|chunk| run.planned.contains_key(chunk)),
+        "{case}: recorded pruned {pruned:?}, planned {:?}",
+        run.planned
+    );
     let report = StoreReader::<History>::new(Arc::clone(&read))
         .read(&fixture_keys())
         .unwrap();
@@ -247,7 +451,11 @@ fn check(
         .records()
         .map(|r| (r.event.data.sequence.get(), r.event.to_draft()))
         .collect();
-    for (sequence, (_, draft)) in &run.acknowledged {
+    for (sequence, (_, draft)) in run
+        .acknowledged
+        .iter()
+        .filter(|(_, (chunk, _))| !pruned.contains(chunk))
+    {
         match by_sequence.get(sequence) {
             Some(found) => assert_eq!(found, draft, "{case}: record {sequence} changed"),
             None => panic!(
@@ -256,28 +464,50 @@ fn check(
             ),
         }
     }
+    check_verify(&read, &pruned, run, case);
+
+    // The next open completes what a crash left recorded but not removed, and verify stays
+    // clean; no recorded chunk's file remains.
+    storage.clear_faults();
+    let write: Arc<dyn Storage> = Arc::new(storage.clone());
     let seal_key = SealKey::from_purpose_key(&fixture_key().seal_key());
-    let verified = verify(&read, &fixture_keys(), &seal_key, None).unwrap();
-    for chunk in &verified.chunks {
-        for finding in &chunk.findings {
-            let name = finding.as_str();
-            let allowed = matches!(name, "ok" | "torn_tail" | "quarantined")
-                || (name == "unsealed" && (run.seal_failed || run.failures > 0));
-            assert!(
-                allowed,
-                "{case}: verify found {name} in {}",
-                chunk.file_name
-            );
-        }
-    }
-    let store_findings: Vec<&str> = verified.store.iter().map(|f| f.as_str()).collect();
-    for name in &store_findings {
-        // A seal that could not be written leaves a gap in the chain; nothing else may appear.
+    let seals = read_seals(storage, &seal_key).unwrap();
+    let mut pruner = Pruner::at_open(&write, &seals, &pruned, &journal_keys).unwrap();
+    pruner.remove_recorded(storage).unwrap();
+    assert!(pruner.pending().is_empty(), "{case}");
+    for chunk in &pruned {
+        let name = annal_engine::store::chunk_file_name(*chunk);
         assert!(
-            *name == "chain_gap" && run.seal_failed,
-            "{case}: verify found {name}"
+            storage.open_read(Area::Chunks, &name).is_err(),
+            "{case}: pruned {name} still there"
         );
     }
+    check_verify(&read, &pruned, run, case);
+
+    // A writer opened above the journal's mark hands out no sequence ever acknowledged.
+    let journal = StoreReader::<Journal>::new(Arc::clone(&read))
+        .read(&journal_keys)
+        .unwrap();
+    let state = State::replay(journal.records().map(|r| &r.event.event));
+    let mut config = common::writer_config();
+    config.sequence_floor = state
+        .history_high_water
+        .and_then(annal_schema::Sequence::new);
+    let mut next = StoreWriter::<History>::open_with_entropy(
+        write,
+        fixture_keys(),
+        config,
+        common::clock(),
+        Box::new(SeededEntropy::new(0xa11)),
+    )
+    .unwrap();
+    let receipt = next.append(fixture_drafts()[..1].to_vec()).unwrap();
+    assert!(
+        receipt.records[0].sequence > run.highest_acknowledged,
+        "{case}: sequence {} reused (acknowledged up to {})",
+        receipt.records[0].sequence,
+        run.highest_acknowledged
+    );
 }
 
 fn main() {
@@ -297,46 +527,64 @@ fn main() {
     // Count the workload's operations without a fault.
     let (_dir, layout) = new_store();
     let storage = FaultyStorage::new(open_store(&layout, Access::Write).unwrap());
-    let clean = workload(&storage, None, seed);
+    let clean = workload(&storage, None, seed, false);
     assert!(
         clean.failures == 0 && clean.recovered,
         "the clean workload failed"
     );
-    let counts: Vec<(FaultOp, u64)> = [
-        FaultOp::Create,
-        FaultOp::Write,
-        FaultOp::Sync,
-        FaultOp::Rename,
-        FaultOp::SyncDir,
-    ]
-    .into_iter()
-    .map(|op| (op, storage.count(op)))
-    .collect();
-    println!("fault suite: the workload does {counts:?} operations");
+    // The prune phase is not vacuous: retention and eviction each take a chunk, and the files
+    // are gone.
+    for reason in [PruneReason::Retention, PruneReason::EvictOldest] {
+        assert!(
+            clean.planned.values().any(|r| *r == reason),
+            "the clean workload pruned nothing by {reason:?}: {:?}",
+            clean.planned
+        );
+    }
+    for chunk in clean.planned.keys() {
+        let name = annal_engine::store::chunk_file_name(*chunk);
+        assert!(storage.open_read(Area::Chunks, &name).is_err());
+    }
+    let counts: Vec<(FaultOp, u64)> = OPS.into_iter().map(|op| (op, storage.count(op))).collect();
+    println!(
+        "fault suite: the workload does {counts:?} operations, its prune phase {:?}",
+        clean.prune_ops
+    );
     drop(storage);
 
     let mut rng = SeededEntropy::new(seed | 1);
     let mut faults = Vec::new();
-    for (op, count) in &counts {
-        for nth in 1..=*count {
-            faults.push(Fault::Fail {
-                op: *op,
-                nth,
-                kind: FaultKind::Eio,
-            });
-            if matches!(op, FaultOp::Write | FaultOp::Create) {
-                faults.push(Fault::Fail {
-                    op: *op,
-                    nth,
-                    kind: FaultKind::NoSpace,
-                });
-            }
-            if *op == FaultOp::Write {
-                faults.push(Fault::ShortWrite {
-                    nth,
-                    keep: rng.next_u64() % 64,
-                });
-                faults.push(Fault::DiskFull { nth });
+    for (phase, counts) in [(Phase::Workload, &counts), (Phase::Prune, &clean.prune_ops)] {
+        for (op, count) in counts {
+            for nth in 1..=*count {
+                faults.push((
+                    phase,
+                    Fault::Fail {
+                        op: *op,
+                        nth,
+                        kind: FaultKind::Eio,
+                    },
+                ));
+                if matches!(op, FaultOp::Write | FaultOp::Create) {
+                    faults.push((
+                        phase,
+                        Fault::Fail {
+                            op: *op,
+                            nth,
+                            kind: FaultKind::NoSpace,
+                        },
+                    ));
+                }
+                if *op == FaultOp::Write {
+                    faults.push((
+                        phase,
+                        Fault::ShortWrite {
+                            nth,
+                            keep: rng.next_u64() % 64,
+                        },
+                    ));
+                    faults.push((phase, Fault::DiskFull { nth }));
+                }
             }
         }
     }
@@ -355,7 +603,8 @@ fn main() {
         let case = format!("case {index} {fault:?} (seed {seed})");
         let (_dir, layout) = new_store();
         let storage = FaultyStorage::new(open_store(&layout, Access::Write).unwrap());
-        let run = workload(&storage, Some(*fault), seed);
+        // Every other case crashes between the prune's record and its removal.
+        let run = workload(&storage, Some(*fault), seed, index % 2 == 1);
         injected += storage.injected();
         let crash_seed = rng.next_u64();
         let mut crash_rng = SeededEntropy::new(crash_seed | 1);

@@ -746,3 +746,177 @@ fn finding_names_are_stable() {
         "rolled_back"
     );
 }
+
+// --- Opening past sealed chunks: the query reader's lazy index and the writer's open ---
+
+/// The query reader's keys for the fixture's root key.
+fn reader_keys() -> annal_engine::query::ReaderKeys {
+    let root = fixture_key();
+    annal_engine::query::ReaderKeys {
+        history: fixture_keys(),
+        session: Arc::new(root.session_id_key()),
+        index: Arc::new(annal_engine::index::IndexKey::new(&root.index_key())),
+        seal: Arc::new(seal_key()),
+    }
+}
+
+/// A reader over `layout`, read-only (it writes no index file).
+fn reader(layout: &StoreLayout) -> annal_engine::query::QueryService {
+    annal_engine::query::QueryService::open(open_read(layout), reader_keys(), None).unwrap()
+}
+
+fn query(value: serde_json::Value) -> annal_schema::tools::QueryRequest {
+    annal_schema::tools::QueryRequest::parse(&value).unwrap()
+}
+
+fn sequences(page: &annal_engine::query::EventPage) -> Vec<u64> {
+    page.events.iter().map(|e| e.data.sequence.get()).collect()
+}
+
+#[test]
+fn the_query_reader_defers_sealed_chunks_and_loads_them_newest_first_as_pages_reach_back() {
+    use annal_engine::query::RetentionCutoff;
+    let (_dir, layout, s, _checkpoints) = sealed_store(2);
+    assert_eq!(s.seals.len(), 7, "eight chunks, all but the newest sealed");
+    let mut reader = reader(&layout);
+    assert_eq!(
+        reader.deferred_chunks(),
+        7,
+        "no sealed chunk is read at open"
+    );
+    assert_eq!(reader.indexed(), 4, "only the unsealed newest chunk is");
+    // Newest three: answered from the newest chunk, nothing more loaded.
+    let page = reader
+        .page(
+            &query(serde_json::json!({"limit": 3})),
+            RetentionCutoff::NONE,
+            None,
+        )
+        .unwrap();
+    assert_eq!(sequences(&page), [30, 31, 32]);
+    assert!(page.has_more);
+    assert_eq!(reader.deferred_chunks(), 7);
+    // Newest six reach into the newest sealed chunk: exactly one more is loaded.
+    let page = reader
+        .page(
+            &query(serde_json::json!({"limit": 6})),
+            RetentionCutoff::NONE,
+            None,
+        )
+        .unwrap();
+    assert_eq!(sequences(&page), (27..=32).collect::<Vec<_>>());
+    assert_eq!(reader.deferred_chunks(), 6);
+    // A slice deep in the past loads down to it, and no further.
+    let page = reader
+        .page(
+            &query(serde_json::json!({"since_sequence": 9, "until_sequence": 10})),
+            RetentionCutoff::NONE,
+            None,
+        )
+        .unwrap();
+    assert_eq!(sequences(&page), [9, 10]);
+    assert_eq!(reader.deferred_chunks(), 2, "chunks 1-8 stay deferred");
+
+    // Every request answers as the planner over a full load does, from any loading state.
+    let storage = open_read(&layout);
+    let (full, _) =
+        annal_engine::index::load_index(&storage, &fixture_keys(), &reader_keys().index).unwrap();
+    let key = fixture_key().session_id_key();
+    for limit in [1u64, 4, 5, 8, 17, 32, 200] {
+        for bounds in [
+            (None, None),
+            (Some(1), None),
+            (None, Some(12)),
+            (Some(5), Some(21)),
+        ] {
+            let mut value = serde_json::json!({ "limit": limit });
+            if let Some(since) = bounds.0 {
+                value["since_sequence"] = since.into();
+            }
+            if let Some(until) = bounds.1 {
+                value["until_sequence"] = until.into();
+            }
+            let request = query(value);
+            let want: Vec<u64> =
+                annal_engine::query::plan(&request, &full, &key, RetentionCutoff::NONE)
+                    .iter()
+                    .map(|l| l.sequence)
+                    .collect();
+            let page = self::reader(&layout)
+                .page(&request, RetentionCutoff::NONE, None)
+                .unwrap();
+            assert_eq!(sequences(&page), want, "{request:?}");
+        }
+    }
+}
+
+#[test]
+fn a_deferred_chunk_that_no_longer_holds_what_its_seal_says_fails_closed_once_reached() {
+    use annal_engine::query::RetentionCutoff;
+    use annal_schema::ErrorCode;
+    let (_dir, layout, s, _checkpoints) = sealed_store(2);
+    // The oldest chunk keeps its length (so its seal still defers it), one record byte flips.
+    let oldest = &s.closed[0];
+    let path = chunk_path(&layout, oldest.chunk_id);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 3;
+    bytes[last] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    let mut reader = reader(&layout);
+    assert_eq!(reader.deferred_chunks(), 7);
+    // Pages that stay in newer chunks are answered (every event they return authenticates).
+    let newest = reader
+        .page(
+            &query(serde_json::json!({"limit": 8})),
+            RetentionCutoff::NONE,
+            None,
+        )
+        .unwrap();
+    assert_eq!(newest.events.len(), 8);
+    // Reaching it is refused, never answered from the records before the damage...
+    let all = reader.page(
+        &query(serde_json::json!({"limit": 200})),
+        RetentionCutoff::NONE,
+        None,
+    );
+    assert_eq!(all.unwrap_err(), ErrorCode::HistoryStorageCorrupt);
+    // ...and from then on every page fails closed until the owner repairs the store.
+    let again = reader.page(
+        &query(serde_json::json!({"limit": 1})),
+        RetentionCutoff::NONE,
+        None,
+    );
+    assert_eq!(again.unwrap_err(), ErrorCode::HistoryStorageCorrupt);
+}
+
+#[test]
+fn a_writer_opening_past_sealed_chunks_continues_above_their_seals() {
+    let (_dir, layout, s, _checkpoints) = sealed_store(1);
+    // The unsealed newest chunk goes (as if it were never written): the sealed ones, which the
+    // writer does not read, still hold the floor through their seals.
+    let newest = s.locations.last().unwrap().chunk_id;
+    std::fs::remove_file(chunk_path(&layout, newest)).unwrap();
+    let storage = open_write(&layout);
+    let sealed: Vec<_> = read_seals(storage.as_ref(), &seal_key())
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.seal.as_ref().ok())
+        .map(Seal::sealed_chunk)
+        .collect();
+    assert_eq!(sealed.len(), 3);
+    let mut writer =
+        annal_engine::store::StoreWriter::<annal_engine::store::History>::open_skipping_sealed(
+            Arc::clone(&storage),
+            fixture_keys(),
+            common::writer_config(),
+            common::clock(),
+            &sealed,
+        )
+        .unwrap();
+    assert_eq!(writer.high_water().map(|s| s.get()), Some(12));
+    let receipt = writer.append(fixture_drafts()[..1].to_vec()).unwrap();
+    assert_eq!(
+        receipt.records[0].sequence, 13,
+        "never a sequence a sealed chunk holds"
+    );
+}

@@ -31,7 +31,7 @@ use crate::query::{Index, IndexEntry};
 use crate::storage::{Area, EntryKind, Storage, StorageError, read_bounded};
 use crate::store::{
     CHUNK_FILE_EXTENSION, History, MAX_CHUNK_FILE_BYTES, ReadStoreError, RecordLocation,
-    StoreReader, StoreReport, chunk_file_name, parse_chunk_file_name,
+    SealedChunk, StoreReader, StoreReport, chunk_file_name, parse_chunk_file_name,
 };
 
 /// What a load did, and what the query path must know of the store's state.
@@ -165,9 +165,137 @@ pub fn load_index(
     keys: &HistoryKeys,
     key: &IndexKey,
 ) -> Result<(Index, LoadReport), LoadIndexError> {
+    let mut lazy = load_index_lazily(storage, keys, key, &[], None)?;
+    while lazy.load_older(storage, keys, key)? {}
+    Ok((lazy.index, lazy.report))
+}
+
+/// The history index, loaded newest first: every chunk a verified seal does not vouch for is
+/// loaded at once (as [`load_index`] does), and so is every sealed chunk newer than the oldest
+/// of those; the older sealed chunks are deferred and loaded one at a time, newest first, when a
+/// query reaches past what is loaded ([`LazyIndex::load_older`]). Opening a store therefore
+/// reads the seals and the newest index files, not one file per chunk.
+///
+/// The loaded part is always the newest contiguous run of the stream's chunks, so a plan over it
+/// that finds more matches than it returns, or whose lower bound lies inside it, is exact.
+#[derive(Debug)]
+pub struct LazyIndex {
+    /// The loaded entries: every record newer than the deferred chunks.
+    pub index: Index,
+    /// Deferred sealed chunks, ascending by first sequence (the newest is loaded next).
+    deferred: Vec<SealedChunk>,
+    /// What the loads found (corrupt chunks make queries fail closed).
+    pub report: LoadReport,
+}
+
+impl LazyIndex {
+    /// Forgets `chunks` (pruned: their files are gone or about to go): their entries and, when
+    /// deferred, their seals, so no plan reads them and no load reaches for them.
+    pub fn forget(&mut self, chunks: &std::collections::BTreeSet<ChunkId>) {
+        self.deferred.retain(|s| !chunks.contains(&s.chunk_id));
+        self.index = crate::store::prune::index_without(&self.index, chunks);
+    }
+
+    /// Whether every chunk is loaded.
+    pub fn is_complete(&self) -> bool {
+        self.deferred.is_empty()
+    }
+
+    /// How many sealed chunks are still deferred.
+    pub fn deferred_chunks(&self) -> usize {
+        self.deferred.len()
+    }
+
+    /// Loads the newest deferred chunk (its index file, else a scan, under the rule for a
+    /// sealed chunk: it must end clean, and hold exactly what its seal says). Returns `false`
+    /// when nothing was deferred. A chunk that fails is reported corrupt (or unreadable) and
+    /// contributes nothing.
+    pub fn load_older(
+        &mut self,
+        storage: &Arc<dyn Storage>,
+        keys: &HistoryKeys,
+        key: &IndexKey,
+    ) -> Result<bool, LoadIndexError> {
+        let Some(chunk) = self.deferred.pop() else {
+            return Ok(false);
+        };
+        let file_name = chunk_file_name(chunk.chunk_id).as_str().to_owned();
+        let entries = match source_of(
+            storage.as_ref(),
+            keys,
+            key,
+            chunk.chunk_id,
+            &mut self.report,
+        ) {
+            Source::Indexed(index) if index.ending == ChunkEnding::Complete => Some(index.entries),
+            Source::Indexed(_) => None,
+            Source::Scanned { scan, len } => {
+                let stream_id = scan
+                    .header
+                    .as_ref()
+                    .map(|h| h.header.stream_id().to_owned());
+                match scan.into_verdict(TailRule::MustBeClean).1 {
+                    ChunkVerdict::Complete { records } => {
+                        let entries = entries_of(chunk.chunk_id, &records);
+                        if let Some(stream_id) = stream_id
+                            && storage.writable()
+                            && storage.has_area(Area::Index)
+                        {
+                            let index = ChunkIndex {
+                                chunk_id: chunk.chunk_id,
+                                chunk_len: len,
+                                stream_id,
+                                ending: ChunkEnding::Complete,
+                                entries,
+                            };
+                            count_write(
+                                write_index_file(storage.as_ref(), key, &index),
+                                &mut self.report,
+                            );
+                            Some(index.entries)
+                        } else {
+                            Some(entries)
+                        }
+                    }
+                    _ => None,
+                }
+            }
+            Source::Unreadable => {
+                self.report.unreadable.push(file_name);
+                return Ok(true);
+            }
+            Source::BadName => None,
+        };
+        // What the seal vouches for, exactly: anything else is damage, never a partial answer.
+        let vouched = entries.filter(|e| {
+            e.first().map(|f| f.sequence) == Some(chunk.first_sequence)
+                && e.last().map(|l| l.sequence) == Some(chunk.last_sequence)
+                && e.windows(2).all(|w| w[0].sequence < w[1].sequence)
+        });
+        let prepended = vouched.is_some_and(|entries| self.index.prepend(entries).is_ok());
+        if !prepended {
+            self.report.corrupt.push(file_name);
+        }
+        Ok(true)
+    }
+}
+
+/// [`load_index`] with the chunks `sealed` vouches for (by id and current length) deferred;
+/// see [`LazyIndex`]. With no seals it loads everything at once. `growing` is the chunk a live
+/// writer is appending to, if any: scanned like the others, but no index file is written for it
+/// (it would be stale at the next append).
+pub fn load_index_lazily(
+    storage: &Arc<dyn Storage>,
+    keys: &HistoryKeys,
+    key: &IndexKey,
+    sealed: &[SealedChunk],
+    growing: Option<ChunkId>,
+) -> Result<LazyIndex, LoadIndexError> {
     let listing = storage.list(Area::Chunks).map_err(LoadIndexError::List)?;
     let mut report = LoadReport::default();
     let mut items = Vec::new();
+    let mut deferred: Vec<SealedChunk> = Vec::new();
+    let mut live: HashSet<ChunkId> = HashSet::new();
     for entry in listing {
         let Some(name) = entry
             .name
@@ -178,6 +306,14 @@ pub fn load_index(
         };
         report.chunks += 1;
         let chunk_id = parse_chunk_file_name(name);
+        live.extend(chunk_id);
+        if let (Some(id), EntryKind::File) = (chunk_id, entry.kind)
+            && let Some(seal) = sealed.iter().find(|s| s.chunk_id == id)
+            && chunk_len(storage.as_ref(), id) == Some(seal.len_bytes)
+        {
+            deferred.push(seal.clone());
+            continue;
+        }
         let source = match (chunk_id, entry.kind) {
             (None, _) => Source::BadName,
             (Some(id), EntryKind::File) => source_of(storage.as_ref(), keys, key, id, &mut report),
@@ -191,7 +327,6 @@ pub fn load_index(
     }
     let writes = storage.writable() && storage.has_area(Area::Index);
     if writes {
-        let live: HashSet<ChunkId> = items.iter().filter_map(|i| i.chunk_id).collect();
         report.orphans_removed = remove_orphans(storage.as_ref(), |id| live.contains(&id));
     }
     // The reader's rules, over every chunk at once.
@@ -252,7 +387,7 @@ pub fn load_index(
                     .map(|(chunk_id, entries)| {
                         let indexable = ending == ChunkEnding::Complete || !entries.is_empty();
                         match stream_id {
-                            Some(stream_id) if writes && indexable => {
+                            Some(stream_id) if writes && indexable && Some(chunk_id) != growing => {
                                 let index = ChunkIndex {
                                     chunk_id,
                                     chunk_len: len,
@@ -292,11 +427,79 @@ pub fn load_index(
         if !follows || !ordered {
             // Overlapping or repeated sequences: only the full reader can tell a byte-identical
             // duplicate from a conflict.
-            return full_read(storage, keys, report);
+            return full_read(storage, keys, report).map(|(index, report)| LazyIndex {
+                index,
+                deferred: Vec::new(),
+                report,
+            });
         }
         entries.extend(chunk);
     }
-    Ok((Index::from_entries(entries), report))
+    // A sealed chunk newer than the oldest loaded record (a chunk between two unsealed ones)
+    // cannot be loaded later by prepending: load it now, with every chunk newer than it.
+    if let Some(oldest) = entries.first().map(|e| e.sequence)
+        && deferred.iter().any(|d| d.last_sequence >= oldest)
+    {
+        let older: Vec<SealedChunk> = deferred
+            .iter()
+            .filter(|d| d.last_sequence < oldest)
+            .cloned()
+            .collect();
+        if older.len() < sealed.len() {
+            return load_index_lazily(storage, keys, key, &older, growing);
+        }
+    }
+    deferred.sort_by_key(|d| d.first_sequence);
+    Ok(LazyIndex {
+        index: Index::from_entries(entries),
+        deferred,
+        report,
+    })
+}
+
+/// The latest event time among the records of the sealed chunk `chunk_id`, `len_bytes` long:
+/// from its index file when valid for that length, else from a scan of the chunk, which must
+/// end clean. `None` when neither can be read or the chunk holds no record. Retention prunes a
+/// chunk only when this is past the cutoff (a seal's last time is its last record's, not always
+/// the latest).
+pub fn latest_event_time(
+    storage: &dyn Storage,
+    keys: &HistoryKeys,
+    key: &IndexKey,
+    chunk_id: ChunkId,
+    len_bytes: u64,
+) -> Option<std::time::Duration> {
+    if let Ok(index) = read_index_file(storage, key, chunk_id, len_bytes)
+        && index.ending == ChunkEnding::Complete
+    {
+        return index.entries.iter().map(|e| e.time).max();
+    }
+    let file = storage
+        .open_read(Area::Chunks, &chunk_file_name(chunk_id))
+        .ok()?;
+    let bytes = read_bounded(file.as_ref(), MAX_CHUNK_FILE_BYTES)
+        .ok()?
+        .ok()?;
+    if bytes.len() as u64 != len_bytes {
+        return None;
+    }
+    match scan_chunk::<HistorySchema>(&bytes, keys, Some(chunk_id))
+        .into_verdict(TailRule::MustBeClean)
+        .1
+    {
+        ChunkVerdict::Complete { records } => {
+            records.iter().map(|r| r.event.time.since_epoch()).max()
+        }
+        _ => None,
+    }
+}
+
+/// The current length of chunk `chunk_id`, when it can be opened.
+fn chunk_len(storage: &dyn Storage, chunk_id: ChunkId) -> Option<u64> {
+    storage
+        .open_read(Area::Chunks, &chunk_file_name(chunk_id))
+        .ok()
+        .map(|file| file.len())
 }
 
 /// A chunk's entries' source: its index file when valid for `chunk_id`'s current length, else

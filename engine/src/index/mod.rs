@@ -43,7 +43,10 @@ use chacha20poly1305::aead::{Aead, AeadInOut, Payload};
 use chacha20poly1305::{KeyInit, XChaCha20Poly1305, XNonce};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
-pub use load::{LoadIndexError, LoadReport, load_index, rebuild_index_files};
+pub use load::{
+    LazyIndex, LoadIndexError, LoadReport, latest_event_time, load_index, load_index_lazily,
+    rebuild_index_files,
+};
 
 use crate::entropy::{Entropy, OsEntropy};
 use crate::keys::PurposeKey;

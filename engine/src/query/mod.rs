@@ -13,7 +13,14 @@
 //! # Layout
 //!
 //! - this module: [`IndexEntry`], [`Index`] (every record's sequence, time, keyed session, type
-//!   and location, ordered by sequence), [`SessionMatch`], [`RetentionCutoff`] [`plan`] and its paged form [`plan_page`].
+//!   and location, ordered by sequence), [`SessionMatch`], [`RetentionCutoff`], [`plan`] and its
+//!   paged form [`plan_page`].
+//! - [`service`]: [`QueryService`], the reader every live query goes through: the lazily loaded
+//!   index, the hot cache of decrypted events, reads by location.
+
+pub mod service;
+
+pub use service::{EventPage, QueryService, ReaderKeys};
 
 use std::time::Duration;
 
@@ -98,6 +105,36 @@ impl Index {
         }
         self.entries.push(entry);
         Ok(())
+    }
+
+    /// Puts `older` (strictly increasing, every one below the first indexed sequence) before
+    /// the indexed entries: a lazily loaded older chunk.
+    pub fn prepend(&mut self, older: Vec<IndexEntry>) -> Result<(), OutOfOrder> {
+        let ordered = older.windows(2).all(|w| w[0].sequence < w[1].sequence);
+        if let (Some(last), Some(first)) = (older.last(), self.entries.first())
+            && last.sequence >= first.sequence
+        {
+            return Err(OutOfOrder {
+                sequence: first.sequence,
+                after: last.sequence,
+            });
+        }
+        if !ordered {
+            let at = older.windows(2).find(|w| w[0].sequence >= w[1].sequence);
+            return Err(OutOfOrder {
+                sequence: at.map_or(0, |w| w[1].sequence),
+                after: at.map_or(0, |w| w[0].sequence),
+            });
+        }
+        let mut entries = older;
+        entries.extend_from_slice(&self.entries);
+        self.entries = entries;
+        Ok(())
+    }
+
+    /// The first indexed sequence.
+    pub fn first_sequence(&self) -> Option<u64> {
+        self.entries.first().map(|e| e.sequence)
     }
 
     /// How many records are indexed.

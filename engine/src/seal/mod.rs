@@ -15,7 +15,9 @@
 //!
 //! - this module: [`SealKey`], [`Seal`] and its encoding, [`chain_digest`], [`seal_chunk`]
 //!   (writes one seal atomically), [`read_seals`] (each one verified), [`chain_tip`].
-//! - [`checkpoint`]: [`Checkpoint`], the [`CheckpointStore`] trait and an in-memory store.
+//! - [`checkpoint`]: [`Checkpoint`] and its stored encoding, the [`CheckpointStore`] trait, the
+//!   credential-store backing ([`CredentialCheckpoints`]) and an in-memory one, the rollback rule
+//!   ([`is_rolled_back`]) and the writer's [`reconcile`].
 //! - [`verify`](mod@verify): [`verify()`](verify::verify) and its typed findings.
 //!
 //! Pure rules over the [`Storage`] seam: no threads, no clocks.
@@ -26,9 +28,13 @@ pub mod verify;
 use ciborium::Value;
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
-pub use checkpoint::{Checkpoint, CheckpointError, CheckpointStore, InMemoryCheckpoints};
+pub use checkpoint::{
+    Checkpoint, CheckpointError, CheckpointStore, CredentialCheckpoints, InMemoryCheckpoints,
+    Reconciled, is_rolled_back, reconcile,
+};
 pub use verify::{
-    ChunkCheck, ChunkFinding, Mismatch, StoreFinding, VerifyError, VerifyReport, verify,
+    CheckpointReading, ChunkCheck, ChunkFinding, Mismatch, StoreFinding, VerifyError, VerifyReport,
+    verify,
 };
 
 use std::time::Duration;
@@ -318,6 +324,17 @@ fn time_of(value: &Value) -> Option<Duration> {
 }
 
 impl Seal {
+    /// What this seal vouches for, for a writer opening the store without reading its chunk.
+    pub fn sealed_chunk(&self) -> crate::store::SealedChunk {
+        crate::store::SealedChunk {
+            chunk_id: self.chunk_id,
+            len_bytes: self.len_bytes,
+            stream_id: self.stream_id.clone(),
+            first_sequence: self.first_sequence,
+            last_sequence: self.last_sequence,
+        }
+    }
+
     /// The canonical CBOR encoding: a definite-length array of [`SEAL_ITEMS`] items (layout in
     /// `docs/format.md`, "Seals"), every integer in its shortest form, written by ciborium.
     pub fn encode(&self) -> Result<Vec<u8>, SealError> {
@@ -589,7 +606,14 @@ pub fn read_seals(storage: &dyn Storage, key: &SealKey) -> Result<Vec<SealRead>,
     Ok(seals)
 }
 
-fn read_one(storage: &dyn Storage, chunk_id: ChunkId, key: &SealKey) -> Result<Seal, SealFault> {
+/// Reads and verifies the seal of `chunk_id` alone, as [`read_seals`] does each entry (a valid
+/// seal under another chunk's name is `NameMismatch`): what the writer checks of a seal it just
+/// wrote, without reading every other one.
+pub fn read_one(
+    storage: &dyn Storage,
+    chunk_id: ChunkId,
+    key: &SealKey,
+) -> Result<Seal, SealFault> {
     let file = storage
         .open_read(Area::Seals, &seal_file_name(chunk_id))
         .map_err(|e| match e {

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::checkpoint::Checkpoint;
+use super::checkpoint::{Checkpoint, is_rolled_back};
 use super::{
     DIGEST_LEN_BYTES, ReadSealsError, Seal, SealFault, SealKey, chain_digest, read_seals,
     record_items,
@@ -115,6 +115,13 @@ pub enum ChunkFinding {
         /// The seal's ordinal.
         ordinal: u64,
     },
+    /// A valid seal names a chunk the journal records as pruned (retention or `evict_oldest`),
+    /// and its file is gone: not a problem, the seal stays so the chain stays whole
+    /// ([`VerifyReport::with_pruned`]).
+    Pruned {
+        /// The seal's ordinal.
+        ordinal: u64,
+    },
 }
 
 impl ChunkFinding {
@@ -132,6 +139,7 @@ impl ChunkFinding {
             Self::Unsealed => "unsealed",
             Self::SealInvalid { .. } => "seal_invalid",
             Self::Quarantined { .. } => "quarantined",
+            Self::Pruned { .. } => "pruned",
         }
     }
 
@@ -182,6 +190,17 @@ pub enum StoreFinding {
     /// Every chunk with records fails authentication at record 0: probably the wrong history
     /// key, not tampering with every chunk.
     ProbableWrongKey,
+    /// The checkpoint store was read and holds no checkpoint, yet the chain has seals: a
+    /// rollback of the whole directory cannot be ruled out (the first seal's checkpoint lost to
+    /// a crash or a failed store, which the writer mends on its next run; or the checkpoint
+    /// credential removed).
+    CheckpointMissing {
+        /// The newest verified seal.
+        newest: Checkpoint,
+    },
+    /// The checkpoint store could not be read, or holds a value that is not a checkpoint: a
+    /// rollback of the whole directory cannot be ruled out.
+    CheckpointUnreadable,
 }
 
 impl StoreFinding {
@@ -193,8 +212,26 @@ impl StoreFinding {
             Self::ChainBroken { .. } => "chain_broken",
             Self::ForeignEntries { .. } => "foreign_entries",
             Self::ProbableWrongKey => "probable_wrong_key",
+            Self::CheckpointMissing { .. } => "checkpoint_missing",
+            Self::CheckpointUnreadable => "checkpoint_unreadable",
         }
     }
+}
+
+/// What `verify` compares the seal chain with: what was read from the checkpoint store, or that
+/// none was consulted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CheckpointReading {
+    /// No checkpoint store was consulted (offline, with a key file): an older copy of the whole
+    /// directory cannot be told from the current one.
+    NotConsulted,
+    /// The checkpoint store was read before the seals were: what it holds (`None`: never
+    /// stored). Read first, because the checkpoint only ever names a seal already durable, so
+    /// a writer sealing meanwhile cannot make the chain look older than it.
+    Read(Option<Checkpoint>),
+    /// The checkpoint store could not be read, or its value is not a checkpoint.
+    Unreadable,
 }
 
 /// What `verify` found about one chunk id (a chunk file, a seal, or both).
@@ -214,10 +251,14 @@ pub struct ChunkCheck {
 }
 
 impl ChunkCheck {
-    /// Whether the only finding is `Ok` (or `Quarantined`: the owner's repair, not damage).
+    /// Whether the only finding is `Ok` (or `Quarantined`: the owner's repair, or `Pruned`:
+    /// retention or eviction, neither of them damage).
     pub fn is_ok(&self) -> bool {
         self.findings == [ChunkFinding::Ok]
-            || matches!(self.findings[..], [ChunkFinding::Quarantined { .. }])
+            || matches!(
+                self.findings[..],
+                [ChunkFinding::Quarantined { .. } | ChunkFinding::Pruned { .. }]
+            )
     }
 
     fn add(&mut self, finding: ChunkFinding) {
@@ -237,8 +278,8 @@ pub struct VerifyReport {
     pub store: Vec<StoreFinding>,
     /// How many seals verified.
     pub seals: u64,
-    /// Whether a checkpoint was given (without one a rollback of the whole directory cannot be
-    /// detected).
+    /// Whether the chain was compared with a checkpoint store that could be read (without one a
+    /// rollback of the whole directory cannot be detected).
     pub checkpoint_checked: bool,
 }
 
@@ -258,6 +299,23 @@ impl VerifyReport {
                 .map(|f| (c.file_name.as_str(), f))
         })
     }
+
+    /// This report with every `missing` chunk that `pruned` names reported as `pruned`. The
+    /// pruned set is the engine journal's (`store::pruned_chunks`), which `verify` cannot read
+    /// with the history and seal keys alone; without it a pruned chunk stays `missing` (fail
+    /// closed: a deletion is never taken for a prune on anyone's word but the journal's).
+    pub fn with_pruned(mut self, pruned: &std::collections::BTreeSet<ChunkId>) -> Self {
+        for check in &mut self.chunks {
+            if check.chunk_id.is_some_and(|id| pruned.contains(&id)) {
+                for finding in &mut check.findings {
+                    if let ChunkFinding::Missing { ordinal } = *finding {
+                        *finding = ChunkFinding::Pruned { ordinal };
+                    }
+                }
+            }
+        }
+        self
+    }
 }
 
 /// `verify` could not run: a directory could not be listed.
@@ -272,14 +330,14 @@ pub enum VerifyError {
     Seals(#[from] ReadSealsError),
 }
 
-/// Reads every chunk (with `keys`), every seal (with `seal_key`) and compares the newest seal
+/// Reads every chunk (with `keys`), every seal (with `seal_key`) and compares the seal chain
 /// with `checkpoint`. Read-only: creates, changes and locks nothing. Fails only when a directory
 /// cannot be listed; everything else is a finding.
 pub fn verify(
     storage: &Arc<dyn Storage>,
     keys: &HistoryKeys,
     seal_key: &SealKey,
-    checkpoint: Option<Checkpoint>,
+    checkpoint: CheckpointReading,
 ) -> Result<VerifyReport, VerifyError> {
     let report = StoreReader::<History>::new(Arc::clone(storage)).read(keys)?;
     let seal_reads = read_seals(storage.as_ref(), seal_key)?;
@@ -461,13 +519,20 @@ pub fn verify(
         }
         before = Some(seal);
     }
-    if let Some(checkpoint) = checkpoint
-        && rolled_back(&chain, &checkpoint)
-    {
-        store.push(StoreFinding::RolledBack {
-            checkpoint,
-            newest: chain.last().map(|s| Checkpoint::of(s)),
-        });
+    let newest = chain.last().map(|s| Checkpoint::of(s));
+    match checkpoint {
+        CheckpointReading::NotConsulted => {}
+        CheckpointReading::Unreadable => store.push(StoreFinding::CheckpointUnreadable),
+        CheckpointReading::Read(None) => {
+            if let Some(newest) = newest {
+                store.push(StoreFinding::CheckpointMissing { newest });
+            }
+        }
+        CheckpointReading::Read(Some(checkpoint)) => {
+            if is_rolled_back(chain.iter().map(|s| Checkpoint::of(s)), &checkpoint) {
+                store.push(StoreFinding::RolledBack { checkpoint, newest });
+            }
+        }
     }
     if !report.foreign_entries.is_empty() {
         store.push(StoreFinding::ForeignEntries {
@@ -493,7 +558,7 @@ pub fn verify(
         chunks: checks,
         store,
         seals: chain.len() as u64,
-        checkpoint_checked: checkpoint.is_some(),
+        checkpoint_checked: matches!(checkpoint, CheckpointReading::Read(_)),
     })
 }
 
@@ -511,23 +576,6 @@ fn push_once(store: &mut Vec<StoreFinding>, finding: StoreFinding) {
     if !store.contains(&finding) {
         store.push(finding);
     }
-}
-
-/// Whether the chain is older than the checkpoint: its newest seal is below the checkpoint's
-/// ordinal, or the seal at that ordinal carries another digest. A checkpoint one or more seals
-/// behind is not a rollback (a crash between writing a seal and storing the checkpoint).
-fn rolled_back(chain: &[&Seal], checkpoint: &Checkpoint) -> bool {
-    let Some(newest) = chain.last() else {
-        return true;
-    };
-    if newest.ordinal < checkpoint.ordinal {
-        return true;
-    }
-    let at: Vec<&&Seal> = chain
-        .iter()
-        .filter(|s| s.ordinal == checkpoint.ordinal)
-        .collect();
-    !at.is_empty() && !at.iter().any(|s| s.digest() == checkpoint.digest)
 }
 
 /// Per stream (header stream id), the chunk with records whose first sequence is highest: the

@@ -29,8 +29,11 @@
 //!   abandons chunks on any write error.
 //! - [`delete`]: [`plan_store_delete`] and [`delete_store_files`], which remove a store only with
 //!   proof that its keys were destroyed.
+//! - [`prune`]: physical retention and `evict_oldest`: which sealed chunks may go ([`Pruner`],
+//!   [`plan_prune`]) and their removal once the journal records them.
 
 pub mod delete;
+pub mod prune;
 pub mod quarantine;
 pub mod read;
 pub mod stream;
@@ -42,6 +45,10 @@ use std::path::{Path, PathBuf};
 pub use delete::{
     DeletePlan, DeleteStoreError, DeletedStore, delete_store_files, plan_store_delete,
 };
+pub use prune::{
+    EVICTION_LOW_WATER_PERCENT, Eviction, PruneCandidate, PruneChoice, PruneError, PrunePlan,
+    Pruner, QUOTA_CHUNKS_MIN, chunk_size_limit_for_quota, plan_prune, pruned_chunks,
+};
 pub use quarantine::{QuarantineError, Quarantined, quarantine_chunk};
 pub use read::{
     ChunkHandle, ChunkReport, ReadAtError, ReadStoreError, SequenceConflict, StoreReader,
@@ -49,8 +56,8 @@ pub use read::{
 };
 pub use stream::{History, RecordIdentity, Stream};
 pub use write::{
-    AppendError, AppendReceipt, ClosedChunk, OpenWriterError, RecordLocation, StoreWriter,
-    TornTailFound, WriterConfig,
+    AppendError, AppendReceipt, ClosedChunk, OpenWriterError, RecordLocation, SealedChunk,
+    StoreWriter, TornTailFound, WriterConfig,
 };
 
 use crate::profile::ChunkId;

@@ -7,8 +7,14 @@
 //! appending to. Its seal alone decides, never the file's times (an mtime is anyone's to set,
 //! and a restored backup has fresh ones):
 //!
-//! - **retention**: the seal's last event time is strictly older than the retention cutoff
-//!   ([`RetentionCutoff`], the one queries apply), so nothing in the chunk is visible any more;
+//! - **retention**: the latest event time among the chunk's records is strictly older than the
+//!   retention cutoff ([`RetentionCutoff`], the one queries apply), so nothing in the chunk is
+//!   visible any more. The seal's last event time is that of the last record, which is not
+//!   always the latest (captures race to the queue; a wall clock can be set back), so it only
+//!   nominates a chunk: the latest time is what the writer saw while writing it
+//!   ([`ClosedChunk::latest_time`]) or, for a chunk sealed before this writer opened, what its
+//!   index file or a scan of it says ([`Pruner::confirm_latest_times`]). Nothing is pruned on a
+//!   guess;
 //! - **eviction** (only when the owner chose `evict_oldest`, and only once the store is at its
 //!   quota): the oldest chunks by sequence (never by time: a clock set back does not make new
 //!   records look old) until the store is at or below [`EVICTION_LOW_WATER_PERCENT`] of the
@@ -81,8 +87,10 @@ pub struct PruneCandidate {
     pub chunk_id: ChunkId,
     /// Sequence of its last record (the eviction order).
     pub last_sequence: u64,
-    /// Event time of its last record, since the Unix epoch (what retention compares).
+    /// Event time of its last record, since the Unix epoch (what nominates it for retention).
     pub last_time: Duration,
+    /// The latest event time among its records, once known (what retention decides on).
+    pub latest_time: Option<Duration>,
     /// Its records.
     pub records: u64,
     /// Its file's length as sealed, in bytes (what eviction frees).
@@ -95,6 +103,7 @@ impl From<&Seal> for PruneCandidate {
             chunk_id: seal.chunk_id,
             last_sequence: seal.last_sequence,
             last_time: seal.last_time,
+            latest_time: None,
             records: seal.records,
             len_bytes: seal.len_bytes,
         }
@@ -172,7 +181,7 @@ pub fn plan_prune<'a>(
     candidates.sort_by_key(|c| (c.last_sequence, c.chunk_id));
     let (expired, kept): (Vec<&PruneCandidate>, Vec<&PruneCandidate>) = candidates
         .into_iter()
-        .partition(|c| !cutoff.admits(c.last_time));
+        .partition(|c| !cutoff.admits(c.latest_time.unwrap_or(c.last_time)));
     let mut choices: Vec<PruneChoice> = expired
         .into_iter()
         .map(|c| PruneChoice {
@@ -288,6 +297,7 @@ impl Pruner {
                 chunk_id: chunk.chunk_id,
                 last_sequence: chunk.last_sequence,
                 last_time: chunk.last_time,
+                latest_time: Some(chunk.latest_time),
                 records: chunk.records,
                 len_bytes: chunk.len_bytes,
             },
@@ -303,11 +313,16 @@ impl Pruner {
     /// makes it a candidate (with the seal's facts); no seal (the write failed) leaves it
     /// unsealed for good, never pruned.
     pub fn seal_found(&mut self, chunk: ChunkId, seal: Option<&Seal>) {
-        self.awaiting_seal.remove(&chunk);
+        let closed = self.awaiting_seal.remove(&chunk);
         if let Some(seal) = seal.filter(|s| s.chunk_id == chunk)
             && !self.recorded.contains(&chunk)
         {
-            self.sealed.insert(chunk, PruneCandidate::from(seal));
+            let mut candidate = PruneCandidate::from(seal);
+            // What the writer saw while writing it, when the seal's facts are its own.
+            candidate.latest_time = closed
+                .filter(|c| c.last_sequence == seal.last_sequence && c.len_bytes == seal.len_bytes)
+                .and_then(|c| c.latest_time);
+            self.sealed.insert(chunk, candidate);
         }
     }
 
@@ -391,6 +406,39 @@ impl Pruner {
                     self.sealed.remove(&id);
                 }
                 Err(_) => {}
+            }
+        }
+        PrunePlan { choices }
+    }
+
+    /// `plan` without the retention choices whose records are not all expired: for each one
+    /// whose latest event time is not known yet, `latest` reads it (from the chunk's index
+    /// file, else a scan: [`crate::index::latest_event_time`]) and it is remembered. A chunk
+    /// whose latest time cannot be read now is not pruned in this pass. Eviction choices are
+    /// kept as they are (eviction goes by sequence, not time).
+    pub fn confirm_latest_times(
+        &mut self,
+        plan: PrunePlan,
+        cutoff: RetentionCutoff,
+        latest: impl Fn(&PruneCandidate) -> Option<Duration>,
+    ) -> PrunePlan {
+        let mut choices = Vec::with_capacity(plan.choices.len());
+        for mut choice in plan.choices {
+            if choice.reason == PruneReason::Retention && choice.chunk.latest_time.is_none() {
+                choice.chunk.latest_time = latest(&choice.chunk);
+                if let (Some(time), Some(candidate)) = (
+                    choice.chunk.latest_time,
+                    self.sealed.get_mut(&choice.chunk.chunk_id),
+                ) {
+                    candidate.latest_time = Some(time);
+                }
+            }
+            let expired = choice
+                .chunk
+                .latest_time
+                .is_some_and(|time| !cutoff.admits(time));
+            if choice.reason != PruneReason::Retention || expired {
+                choices.push(choice);
             }
         }
         PrunePlan { choices }

@@ -180,6 +180,9 @@ struct Listed<E> {
     scan: Result<ChunkScan<E>, ListedFault>,
 }
 
+/// One chunk file read: its length, and its scan or why it could not be read.
+type ScannedFile<E> = (u64, Result<ChunkScan<E>, UnreadableReason>);
+
 /// Why a listed chunk has no scan.
 enum ListedFault {
     /// The file could not be read.
@@ -214,6 +217,20 @@ impl<S: Stream> StoreReader<S> {
     /// Reads and classifies every chunk of the stream with `keys` and merges the records.
     /// Fails only if the directory cannot be listed; every per-chunk problem is a verdict.
     pub fn read(&self, keys: &S::Keys) -> Result<StoreReport<EventOf<S>>, ReadStoreError> {
+        self.read_except(keys, &|_, _| false)
+            .map(|(report, _)| report)
+    }
+
+    /// [`Self::read`], leaving out every regular chunk file for which `skip(chunk_id,
+    /// len_bytes)` holds: neither read nor scanned nor in the report (a writer opening a store
+    /// whose sealed chunks it need not read). Returns the ids left out. The reader's rules are
+    /// applied to the rest only, so the caller must know the chunks it skips are complete.
+    pub fn read_except(
+        &self,
+        keys: &S::Keys,
+        skip: &dyn Fn(ChunkId, u64) -> bool,
+    ) -> Result<(StoreReport<EventOf<S>>, Vec<ChunkId>), ReadStoreError> {
+        let mut skipped = Vec::new();
         let entries = self
             .storage
             .list(S::AREA)
@@ -245,7 +262,13 @@ impl<S: Stream> StoreReader<S> {
             let (len_bytes, scan) = match entry.kind {
                 EntryKind::Symlink => (0, Err(UnreadableReason::Symlink)),
                 EntryKind::Dir | EntryKind::Other => (0, Err(UnreadableReason::NotRegularFile)),
-                EntryKind::File => self.scan_file(keys, chunk_id),
+                EntryKind::File => match self.scan_file(keys, chunk_id, skip) {
+                    Some(scanned) => scanned,
+                    None => {
+                        skipped.push(chunk_id);
+                        continue;
+                    }
+                },
             };
             listed.push(Listed {
                 file_name,
@@ -254,27 +277,32 @@ impl<S: Stream> StoreReader<S> {
                 scan: scan.map_err(ListedFault::Unreadable),
             });
         }
-        Ok(classify::<S::Schema>(listed, foreign_entries))
+        Ok((classify::<S::Schema>(listed, foreign_entries), skipped))
     }
 
+    /// Reads and scans one chunk file; `None` when `skip` leaves it out (by id and length).
     fn scan_file(
         &self,
         keys: &S::Keys,
         chunk_id: ChunkId,
-    ) -> (u64, Result<ChunkScan<EventOf<S>>, UnreadableReason>) {
+        skip: &dyn Fn(ChunkId, u64) -> bool,
+    ) -> Option<ScannedFile<EventOf<S>>> {
         let file = match self.storage.open_read(S::AREA, &chunk_file_name(chunk_id)) {
             Ok(file) => file,
-            Err(e) => return (0, Err(unreadable(&e))),
+            Err(e) => return Some((0, Err(unreadable(&e)))),
         };
         let len_bytes = file.len();
-        match read_bounded(file.as_ref(), MAX_CHUNK_FILE_BYTES) {
+        if skip(chunk_id, len_bytes) {
+            return None;
+        }
+        Some(match read_bounded(file.as_ref(), MAX_CHUNK_FILE_BYTES) {
             Ok(Ok(bytes)) => (
                 len_bytes,
                 Ok(scan_chunk::<S::Schema>(&bytes, keys, Some(chunk_id))),
             ),
             Ok(Err(len)) => (len, Err(UnreadableReason::TooLarge { len_bytes: len })),
             Err(e) => (len_bytes, Err(unreadable(&e))),
-        }
+        })
     }
 
     /// Opens one chunk for reads by offset: reads and checks its header and derives its key

@@ -253,6 +253,22 @@ pub struct TornTailFound {
     pub bytes_left_out: u64,
 }
 
+/// What a verified seal says of its chunk: enough for a writer to open the store without
+/// reading that chunk ([`StoreWriter::open_skipping_sealed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedChunk {
+    /// The chunk.
+    pub chunk_id: ChunkId,
+    /// Its length when sealed: a file of another length is read.
+    pub len_bytes: u64,
+    /// Its stream id, as its header spells it.
+    pub stream_id: String,
+    /// Its first record's sequence.
+    pub first_sequence: u64,
+    /// Its last record's sequence (the writer's floor).
+    pub last_sequence: u64,
+}
+
 /// A chunk the writer closed: complete and synced; the seal of a later issue is written from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClosedChunk {
@@ -272,6 +288,9 @@ pub struct ClosedChunk {
     pub first_time: Duration,
     /// Event time of its last record (since the epoch).
     pub last_time: Duration,
+    /// The latest event time among its records (since the epoch): after `last_time` when
+    /// captures raced or the clock was set back. Retention prunes a chunk only below it.
+    pub latest_time: Duration,
     /// The chain digest over the exact bytes written (header, then every record item): what
     /// its seal attests, computed while writing so that sealing never reads the chunk back.
     pub chain: [u8; DIGEST_LEN_BYTES],
@@ -322,6 +341,8 @@ struct OpenChunk {
     first: Option<(u64, Duration)>,
     /// Sequence and time of its last record.
     last: Option<(u64, Duration)>,
+    /// The latest event time among its records.
+    latest_time: Duration,
     /// First sequence written to it since its last successful sync.
     unsynced_first: Option<u64>,
     /// The chain digest over its header and every record written to it, for its seal.
@@ -436,6 +457,60 @@ impl<S: Stream> StoreWriter<S> {
         Self::open_from_report(storage, keys, config, clock, entropy, &report)
     }
 
+    /// [`Self::open`] without reading the chunks `sealed` vouches for: a chunk whose verified
+    /// seal matches its current length is complete, and all the writer needs of it (its last
+    /// sequence) is in the seal; only the other chunks are read (after a clean stop, none). The
+    /// reader's "only the newest chunk of its stream may be torn" rule needs every chunk of a
+    /// stream, so when a skipped chunk is newer than a read chunk of its own stream the whole
+    /// stream is read as [`Self::open`] does.
+    pub fn open_skipping_sealed(
+        storage: Arc<dyn Storage>,
+        keys: S::Keys,
+        mut config: WriterConfig,
+        clock: Arc<dyn Clock>,
+        sealed: &[SealedChunk],
+    ) -> Result<Self, OpenWriterError> {
+        check_open(storage.as_ref(), &config)?;
+        let reader = StoreReader::<S>::new(Arc::clone(&storage));
+        let vouched = |id: ChunkId, len: u64| {
+            sealed
+                .iter()
+                .any(|s| s.chunk_id == id && s.len_bytes == len)
+        };
+        let (report, skipped) = reader.read_except(&keys, &vouched)?;
+        let skipped: Vec<&SealedChunk> = sealed
+            .iter()
+            .filter(|s| skipped.contains(&s.chunk_id))
+            .collect();
+        let exact = skipped.iter().all(|s| {
+            !report.chunks.iter().any(|c| {
+                c.header
+                    .as_ref()
+                    .is_some_and(|h| h.header.stream_id() == s.stream_id)
+                    && c.last_authenticated_sequence
+                        .is_some_and(|last| last < s.first_sequence)
+            })
+        });
+        if !exact {
+            let report = reader.read(&keys)?;
+            return Self::open_from_report(
+                storage,
+                keys,
+                config,
+                clock,
+                Box::new(OsEntropy),
+                &report,
+            );
+        }
+        let sealed_floor = skipped
+            .iter()
+            .map(|s| s.last_sequence)
+            .max()
+            .and_then(Sequence::new);
+        config.sequence_floor = config.sequence_floor.max(sealed_floor);
+        Self::open_from_report(storage, keys, config, clock, Box::new(OsEntropy), &report)
+    }
+
     /// [`Self::open`] for a caller that has just read the stream itself with `keys` (the
     /// journal replays every record at open): the writer learns what it needs from that
     /// `report` instead of reading every chunk a second time. The report must come from this
@@ -517,6 +592,18 @@ impl<S: Stream> StoreWriter<S> {
         &self.generation.stream_id
     }
 
+    /// The chunk being appended to, if any: the one chunk pruning must never touch.
+    pub fn current_chunk(&self) -> Option<ChunkId> {
+        self.current.as_ref().map(|c| c.chunk_id)
+    }
+
+    /// Rotates before a chunk would exceed `bytes` from the next record on (at most
+    /// [`CHUNK_SIZE_LIMIT_BYTES`]; a larger value is taken as that). The quota sets it
+    /// (`store::prune::chunk_size_limit_for_quota`) so eviction always has whole chunks to take.
+    pub fn set_chunk_size_limit(&mut self, bytes: u64) {
+        self.config.chunk_size_limit_bytes = bytes.min(CHUNK_SIZE_LIMIT_BYTES);
+    }
+
     /// Appends a batch. Checks every draft against the write rules first (nothing is written or
     /// burned if one fails); then assigns the next sequences (burned from here on, whatever
     /// happens), serializes each event once, seals it into one buffer per chunk and writes
@@ -594,6 +681,20 @@ impl<S: Stream> StoreWriter<S> {
             .as_ref()
             .is_some_and(|c| c.first.is_some() && self.is_aged(c));
         if !due {
+            return Ok(None);
+        }
+        self.close_current().map_err(|e| {
+            let unsynced = self.abandon();
+            e.with_lost(unsynced.map(|u| u..=self.high_water.map_or(u, Sequence::get)))
+        })
+    }
+
+    /// Closes the current chunk now, whatever its age or size (a clean stop: the writer seals
+    /// it, so the next open finds every chunk of this generation sealed and reads none of them).
+    /// The next append, if any, starts a new chunk. Returns the closed chunk (`None` when no
+    /// chunk holds records).
+    pub fn close(&mut self) -> Result<Option<ClosedChunk>, AppendError> {
+        if self.current.as_ref().is_none_or(|c| c.first.is_none()) {
             return Ok(None);
         }
         self.close_current().map_err(|e| {
@@ -689,6 +790,7 @@ impl<S: Stream> StoreWriter<S> {
             let time = <S::Schema as RecordSchema>::time_since_epoch(&event);
             current.first.get_or_insert((sequence, time));
             current.last = Some((sequence, time));
+            current.latest_time = current.latest_time.max(time);
             current.unsynced_first.get_or_insert(sequence);
             pending.push(RecordLocation {
                 chunk_id: current.chunk_id,
@@ -776,6 +878,7 @@ impl<S: Stream> StoreWriter<S> {
                     last_sequence,
                     first_time,
                     last_time,
+                    latest_time: chunk.latest_time,
                     chain: chunk.chain.value(),
                 })
             }
@@ -842,6 +945,7 @@ impl<S: Stream> StoreWriter<S> {
             created_monotonic: self.clock.monotonic(),
             first: None,
             last: None,
+            latest_time: Duration::ZERO,
             unsynced_first: None,
             chain,
         });

@@ -20,6 +20,7 @@ fn chunk(n: u8, last_sequence: u64, last_secs: u64, len_bytes: u64) -> PruneCand
         chunk_id: id(n),
         last_sequence,
         last_time: Duration::from_secs(last_secs),
+        latest_time: Some(Duration::from_secs(last_secs)),
         records: 4,
         len_bytes,
     }
@@ -59,6 +60,7 @@ fn retention_takes_a_chunk_only_when_its_last_event_is_strictly_older_than_the_c
     let cutoff_secs = NOW.as_secs() - 7 * DAY_SECS;
     let just_before = PruneCandidate {
         last_time: Duration::from_secs(cutoff_secs) - Duration::from_nanos(1),
+        latest_time: Some(Duration::from_secs(cutoff_secs) - Duration::from_nanos(1)),
         ..chunk(1, 10, 0, 100)
     };
     let at_cutoff = chunk(2, 20, cutoff_secs, 100);
@@ -199,6 +201,7 @@ fn a_closed_chunk_makes_a_pass_due_but_is_no_candidate_before_its_seal_is_found(
         last_sequence: 4,
         first_time: Duration::ZERO,
         last_time: Duration::from_secs(1),
+        latest_time: Duration::from_secs(1),
         chain: [0; 32],
     };
     let mut pruner = Pruner::default();
@@ -250,6 +253,7 @@ fn waiting_for_seals_being_written_is_worth_it_only_when_they_would_change_the_p
         last_sequence: u64::from(n) * 4,
         first_time: Duration::from_secs(last_secs),
         last_time: Duration::from_secs(last_secs),
+        latest_time: Duration::from_secs(last_secs),
         chain: [0; 32],
     };
     let recent = NOW.as_secs();
@@ -332,5 +336,53 @@ fn a_chunk_is_at_most_a_sixteenth_of_the_quota() {
     assert_eq!(
         chunk_size_limit_for_quota(QUOTA_MAX_BYTES),
         CHUNK_SIZE_LIMIT_BYTES
+    );
+}
+
+#[test]
+fn a_chunk_whose_latest_record_is_still_visible_is_kept_whatever_its_last_record_says() {
+    // Records race to the queue and clocks are set back: the last record by sequence is not
+    // always the latest in time. Retention decides on the latest.
+    let cutoff_secs = NOW.as_secs() - 7 * DAY_SECS;
+    let raced = PruneCandidate {
+        latest_time: Some(Duration::from_secs(cutoff_secs + 60)),
+        ..chunk(1, 10, 0, 100)
+    };
+    let expired = chunk(2, 20, 0, 100);
+    assert_eq!(
+        chosen(&plan_prune(&[raced, expired], None, week(), None)),
+        [(id(2), PruneReason::Retention)]
+    );
+    // Sealed before this writer opened: the seal nominates it, the confirmation decides.
+    let seals = [
+        seal_of(&chunk(3, 30, 0, 100)),
+        seal_of(&chunk(4, 40, 0, 100)),
+    ];
+    let mut pruner = Pruner::new(&seals, &[id(3), id(4)].into(), &BTreeSet::new());
+    let plan = pruner.plan(None, week(), None);
+    assert_eq!(chosen(&plan).len(), 2, "both nominated by their seals");
+    let read = std::cell::Cell::new(0);
+    let confirmed = pruner.confirm_latest_times(plan, week(), |c| {
+        read.set(read.get() + 1);
+        match c.chunk_id {
+            n if n == id(3) => Some(Duration::from_secs(cutoff_secs)),
+            _ => Some(Duration::ZERO),
+        }
+    });
+    assert_eq!(chosen(&confirmed), [(id(4), PruneReason::Retention)]);
+    assert_eq!(read.get(), 2);
+    // Learned once: the next pass plans with it and reads nothing.
+    let plan = pruner.plan(None, week(), None);
+    assert_eq!(chosen(&plan), [(id(4), PruneReason::Retention)]);
+    let again = pruner.confirm_latest_times(plan, week(), |_| panic!("read again"));
+    assert_eq!(chosen(&again), [(id(4), PruneReason::Retention)]);
+    // A latest time that cannot be read is no licence to prune.
+    let seals = [seal_of(&chunk(5, 50, 0, 100))];
+    let mut unknown = Pruner::new(&seals, &[id(5)].into(), &BTreeSet::new());
+    let plan = unknown.plan(None, week(), None);
+    assert!(
+        unknown
+            .confirm_latest_times(plan, week(), |_| None)
+            .is_empty()
     );
 }
