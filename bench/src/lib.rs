@@ -9,7 +9,13 @@
 //!   accepted (tight and paced) and on a full queue, with 1 and 8 producer threads.
 //! - `benches/append.rs`: durable append through the real `annal_actors::Engine` (events per
 //!   second, commit latency under load) and the CPU of an enabled idle engine.
+//! - `benches/query.rs`: `history_query` pages (hot and cold) on stores of 10,000 and 100,000
+//!   events and a full 100 MiB store, alone, beside a committing writer and through the gate,
+//!   and a fresh process's open to its first answer.
 //! - `examples/engine_stream.rs`: one engine stream with a per-commit trace, for profiling.
+//! - `examples/query_counts.rs`: cold newest-50 pages N times, for callgrind counts.
+//! - `src/query.rs`: stores filled through the engine (20 sessions), the reader opened on them,
+//!   the bench queries and their timing.
 //! - `src/engine.rs`: an enabled engine on a fresh store, the producer (and flusher) of a
 //!   stream, and the read-back check.
 //! - `examples/profile_counts.rs`: drives the profile codec, the writer or the reader N times
@@ -17,12 +23,10 @@
 //! - `src/lib.rs`: shared helpers: the bench event and chunk header, a fresh store with a
 //!   history writer on it, and printing `FIGURE <name> <value> <unit>` lines after criterion's
 //!   own output.
-//!
-//! Later benches cover queries and store open
-//! (ARCHITECTURE.md section 11).
 #![forbid(unsafe_code)]
 
 pub mod engine;
+pub mod query;
 
 use std::num::NonZeroU64;
 use std::path::Path;
