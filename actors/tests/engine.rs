@@ -1190,3 +1190,56 @@ fn with_evict_oldest_a_full_store_evicts_its_oldest_sealed_chunks_and_capture_ke
     let high_water = annal_engine::journal::State::replay(&journal_events(&s)).history_high_water;
     assert!(high_water.is_some_and(|h| h >= *new.last().unwrap()));
 }
+
+#[test]
+fn queries_running_continuously_never_cause_a_drop() {
+    use annal_schema::AccessOperation;
+    let s = setup();
+    let engine = Arc::new(s.start(s.config()));
+    engine.enable().unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let querier = {
+        let engine = Arc::clone(&engine);
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut answered = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // Newest-50, and a walk back to the first record (through the planner, the hot
+                // cache and reads by location), each with its durable audit record.
+                for value in [
+                    serde_json::json!({"limit": 50}),
+                    serde_json::json!({"since_sequence": 1, "until_sequence": 200, "limit": 200}),
+                ] {
+                    engine
+                        .query(request(value), AccessOperation::AgentQuery)
+                        .unwrap();
+                    answered += 1;
+                }
+            }
+            answered
+        })
+    };
+    // Bursts well below the queue's capacity, at thousands of actions a second, while the
+    // queries run back to back.
+    let capture = engine.capture();
+    for burst in 0..40 {
+        for _ in 0..100 {
+            let _ = capture.action_started(click(), None, None);
+        }
+        if burst % 10 == 9 {
+            engine.flush().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = engine.flush().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(querier.join().unwrap() > 10, "the queries ran throughout");
+    assert_eq!(status.dropped_events, 0);
+    let Ok(engine) = Arc::try_unwrap(engine) else {
+        panic!("the engine is still shared")
+    };
+    engine.shutdown();
+    let events = s.events();
+    assert_eq!(action_events(&events), 4000);
+    assert!(drop_markers(&events).is_empty());
+}
