@@ -157,8 +157,9 @@ impl QueryState {
     }
 }
 
-/// Writes the index files of chunks the writer closed, on a blocking thread: derived files,
-/// so a failed write is left for the next load to redo.
+/// Writes the index files of chunks the writer closed, on a blocking thread and unsynced
+/// (`index::write_index_file_unsynced`): derived files, so a failed or lost write is left for
+/// the next load to redo, and the writer's group commits never wait behind them.
 fn write_index_files(reader: &QueryService, closed: Vec<annal_engine::index::ChunkIndex>) {
     if closed.is_empty() {
         return;
@@ -166,7 +167,7 @@ fn write_index_files(reader: &QueryService, closed: Vec<annal_engine::index::Chu
     let (storage, key) = reader.index_writer();
     tokio::task::spawn_blocking(move || {
         for index in &closed {
-            let _ = annal_engine::index::write_index_file(storage.as_ref(), &key, index);
+            let _ = annal_engine::index::write_index_file_unsynced(storage.as_ref(), &key, index);
         }
     });
 }
@@ -245,7 +246,7 @@ impl Actor for QueryActor {
         {
             let (storage, key) = reader.index_writer();
             let _ = tokio::task::spawn_blocking(move || {
-                annal_engine::index::write_index_file(storage.as_ref(), &key, &index)
+                annal_engine::index::write_index_file_unsynced(storage.as_ref(), &key, &index)
             })
             .await;
         }

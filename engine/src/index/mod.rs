@@ -487,6 +487,27 @@ pub fn write_index_file(
     key: &IndexKey,
     index: &ChunkIndex,
 ) -> Result<(), IndexWriteError> {
+    write_index_file_with(storage, key, index, true)
+}
+
+/// [`write_index_file`] without its two syncs: for the files the Query actor writes as chunks
+/// close, beside a writer whose group commits would otherwise queue behind them on the disk.
+/// Safe because the file is derived and never authoritative: a crash can only leave it missing,
+/// short or invalid, which the next load detects (length, tag) and answers with a scan.
+pub fn write_index_file_unsynced(
+    storage: &dyn Storage,
+    key: &IndexKey,
+    index: &ChunkIndex,
+) -> Result<(), IndexWriteError> {
+    write_index_file_with(storage, key, index, false)
+}
+
+fn write_index_file_with(
+    storage: &dyn Storage,
+    key: &IndexKey,
+    index: &ChunkIndex,
+    synced: bool,
+) -> Result<(), IndexWriteError> {
     let mut nonce = [0u8; INDEX_NONCE_LEN_BYTES];
     OsEntropy
         .fill(&mut nonce)
@@ -500,7 +521,9 @@ pub fn write_index_file(
     }
     let mut file = storage.create_new(Area::Tmp, &tmp).map_err(io("create"))?;
     file.append(&bytes).map_err(io("write"))?;
-    file.sync().map_err(io("sync"))?;
+    if synced {
+        file.sync().map_err(io("sync"))?;
+    }
     drop(file);
     storage
         .rename(
@@ -511,6 +534,9 @@ pub fn write_index_file(
             Replace::Allowed,
         )
         .map_err(io("rename"))?;
+    if !synced {
+        return Ok(());
+    }
     storage.sync_dir(Area::Index).map_err(io("sync directory"))
 }
 

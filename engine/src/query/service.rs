@@ -167,11 +167,14 @@ impl QueryService {
     /// is the first of a new chunk, the previous one was closed: its index file is returned,
     /// for the caller to write ([`write_index_file`], off its hot path).
     pub fn appended(&mut self, location: RecordLocation, event: Event) -> Option<ChunkIndex> {
-        let closed = match self.appending {
-            Some((chunk, _)) if chunk != location.chunk_id => self.closed_chunk_index(),
-            _ => None,
+        let closed = match &self.appending {
+            Some((chunk, _)) if *chunk == location.chunk_id => None,
+            Some(_) => self.closed_chunk_index(),
+            None => None,
         };
-        self.appending = Some((location.chunk_id, event.source.stream_id().to_owned()));
+        if self.appending.is_none() {
+            self.appending = Some((location.chunk_id, event.source.stream_id().to_owned()));
+        }
         let _ = self.index.index.push(IndexEntry::of(&event, location));
         self.cache(location, event);
         closed
