@@ -225,6 +225,23 @@ fn provoked_drops_are_marked_exactly_and_the_total_survives_a_restart() {
     engine.shutdown();
 }
 
+/// Captures 4,000 actions in bursts well below the queue's capacity, at thousands of actions a
+/// second (far above a real agent's rate), flushing now and then; returns the status after the
+/// last flush.
+fn capture_bursts(engine: &Engine) -> annal_schema::tools::StatusResponse {
+    let capture = engine.capture();
+    for burst in 0..40 {
+        for _ in 0..100 {
+            let _ = capture.action_started(click(), None, None);
+        }
+        if burst % 10 == 9 {
+            engine.flush().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    engine.flush().unwrap()
+}
+
 #[test]
 fn a_long_running_reader_never_causes_a_drop() {
     let s = setup();
@@ -246,19 +263,8 @@ fn a_long_running_reader_never_causes_a_drop() {
             reads
         })
     };
-    // Bursts well below the queue's capacity, at thousands of actions a second (far above a
-    // real agent's rate), while the reader reads the whole store over and over.
-    let capture = engine.capture();
-    for burst in 0..40 {
-        for _ in 0..100 {
-            let _ = capture.action_started(click(), None, None);
-        }
-        if burst % 10 == 9 {
-            engine.flush().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let status = engine.flush().unwrap();
+    // While the reader reads the whole store over and over.
+    let status = capture_bursts(&engine);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     assert!(reader.join().unwrap() > 0);
     assert_eq!(status.dropped_events, 0);
@@ -1219,19 +1225,8 @@ fn queries_running_continuously_never_cause_a_drop() {
             answered
         })
     };
-    // Bursts well below the queue's capacity, at thousands of actions a second, while the
-    // queries run back to back.
-    let capture = engine.capture();
-    for burst in 0..40 {
-        for _ in 0..100 {
-            let _ = capture.action_started(click(), None, None);
-        }
-        if burst % 10 == 9 {
-            engine.flush().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let status = engine.flush().unwrap();
+    // While the queries run back to back.
+    let status = capture_bursts(&engine);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     assert!(querier.join().unwrap() > 10, "the queries ran throughout");
     assert_eq!(status.dropped_events, 0);
