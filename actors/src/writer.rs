@@ -716,6 +716,18 @@ impl WriterState {
             let _ = self.journal.cast(JournalMsg::Record(tears));
         }
         let reserved_through = history.high_water().map_or(0, |s| s.get());
+        // A crash's last chunks, complete but never closed: sealed now, so they become
+        // prunable and no later open reads them. Only those no seal file names (a mismatched
+        // seal is verify's to report) and whose records follow the chain's tip (so the chain
+        // stays in sequence order); the rest stay unsealed, as before.
+        let tip_last = last_seal.as_ref().map_or(0, |s| s.last_sequence);
+        let leftovers: Vec<annal_engine::store::ClosedChunk> = history
+            .unsealed_at_open()
+            .iter()
+            .filter(|c| !seals.iter().any(|s| s.chunk_id == Some(c.chunk_id)))
+            .filter(|c| c.first_sequence > tip_last)
+            .cloned()
+            .collect();
         // What may be pruned; a chunk recorded pruned in an earlier life and still present (a
         // crash between its record and its removal) is removed by the pass below. A pruner that
         // cannot be built prunes nothing in this life.
@@ -737,6 +749,10 @@ impl WriterState {
             dirty: false,
             pruner,
         });
+        if !leftovers.is_empty() {
+            self.note_closed(&leftovers);
+            self.seal(&leftovers).await;
+        }
         self.prune().await;
         self.check_quota();
         Ok(())

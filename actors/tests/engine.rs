@@ -1238,3 +1238,62 @@ fn queries_running_continuously_never_cause_a_drop() {
     assert_eq!(action_events(&events), 4000);
     assert!(drop_markers(&events).is_empty());
 }
+
+/// The ids in a directory's `<32 hex>.<extension>` file names.
+fn ids_in(dir: &std::path::Path, extension: &str) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+                .filter_map(|n| n.strip_suffix(extension).map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_crashed_generations_complete_last_chunk_is_sealed_at_the_next_open() {
+    let s = setup();
+    let storage = faulty_setup(&s);
+    let engine = start_faulty(&s, &storage);
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    for _ in 0..20 {
+        let _ = capture.action_started(click(), None, None);
+    }
+    engine.flush().unwrap();
+    // The process dies after a sync: its chunk is complete, never closed, never sealed.
+    storage.crash(&mut |_| 0).unwrap();
+    drop(engine);
+    drop(storage);
+    std::thread::sleep(Duration::from_millis(200));
+    let chunks_dir = s.layout.history_root().join("chunks");
+    let seals_dir = s.layout.sidecar().unwrap().join("seals");
+    let crashed = ids_in(&chunks_dir, ".cborseq");
+    assert_eq!(crashed.len(), 1);
+    assert!(ids_in(&seals_dir, ".seal").is_empty());
+
+    // The next writer seals it at open (and writes nothing else before its clean stop).
+    let engine = s.start(s.config());
+    assert!(engine.status().unwrap().enabled);
+    engine.shutdown();
+    assert_eq!(ids_in(&chunks_dir, ".cborseq"), crashed);
+    assert_eq!(
+        ids_in(&seals_dir, ".seal"),
+        crashed,
+        "the crashed generation's chunk is sealed"
+    );
+    // And the store verifies clean, the new seal chained in order.
+    let storage: Arc<dyn Storage> = Arc::new(open_store(&s.layout, Access::Read).unwrap());
+    let root = RootKey::from_bytes(ROOT);
+    let report = annal_engine::seal::verify(
+        &storage,
+        &HistoryKeys::from_root(RootKey::from_bytes(ROOT)),
+        &annal_engine::seal::SealKey::from_purpose_key(&root.seal_key()),
+        annal_engine::seal::CheckpointReading::NotConsulted,
+    )
+    .unwrap();
+    assert!(report.is_clean(), "{report:#?}");
+    assert_eq!(action_events(&s.events()), 20);
+}

@@ -31,7 +31,10 @@ use annal_schema::{HealthCategory, OpaqueId, Sequence, WriteRuleViolation};
 
 use super::read::{ReadStoreError, StoreReader, StoreReport};
 use super::stream::{EventOf, RecordIdentity, Stream};
-use super::{CHUNK_FILE_EXTENSION, CHUNK_SIZE_LIMIT_BYTES, TEMP_FILE_EXTENSION, chunk_file_name};
+use super::{
+    CHUNK_FILE_EXTENSION, CHUNK_SIZE_LIMIT_BYTES, MAX_CHUNK_FILE_BYTES, TEMP_FILE_EXTENSION,
+    chunk_file_name,
+};
 use crate::clock::Clock;
 use crate::entropy::{Entropy, EntropyError, OsEntropy};
 use crate::keys::KeyReference;
@@ -253,6 +256,61 @@ pub struct TornTailFound {
     pub bytes_left_out: u64,
 }
 
+/// The complete, non-empty chunks of `report` as closed chunks (see
+/// [`StoreWriter::unsealed_at_open`]), with the chain digest of their exact bytes (read again:
+/// the report keeps no bytes). A chunk whose file changed length since the report is left out.
+fn unsealed_complete_chunks<S: Stream>(
+    storage: &dyn Storage,
+    report: &StoreReport<EventOf<S>>,
+) -> Vec<ClosedChunk> {
+    let mut closed: Vec<ClosedChunk> = report
+        .chunks
+        .iter()
+        .filter_map(|chunk| {
+            let ChunkVerdict::Complete { records } = &chunk.verdict else {
+                return None;
+            };
+            let (first, last) = (records.first()?, records.last()?);
+            let (chunk_id, header) = (chunk.chunk_id?, chunk.header.as_ref()?);
+            let file = storage
+                .open_read(S::AREA, &chunk_file_name(chunk_id))
+                .ok()?;
+            let bytes = crate::storage::read_bounded(file.as_ref(), MAX_CHUNK_FILE_BYTES)
+                .ok()?
+                .ok()?;
+            if bytes.len() as u64 != chunk.len_bytes {
+                return None;
+            }
+            let mut chain = ChainDigest::new(bytes.get(..header.bytes.len())?);
+            for record in records {
+                let start = usize::try_from(record.offset).ok()?;
+                let end = start.checked_add(usize::try_from(record.len).ok()?)?;
+                chain.push(bytes.get(start..end)?);
+            }
+            let time = |r: &crate::profile::Record<EventOf<S>>| {
+                <S::Schema as RecordSchema>::time_since_epoch(&r.event)
+            };
+            let sequence = |r: &crate::profile::Record<EventOf<S>>| {
+                <S::Schema as RecordSchema>::sequence(&r.event)
+            };
+            Some(ClosedChunk {
+                chunk_id,
+                stream_id: OpaqueId::new(header.header.stream_id()).ok()?,
+                records: records.len() as u64,
+                len_bytes: chunk.len_bytes,
+                first_sequence: sequence(first),
+                last_sequence: sequence(last),
+                first_time: time(first),
+                last_time: time(last),
+                latest_time: records.iter().map(time).max()?,
+                chain: chain.value(),
+            })
+        })
+        .collect();
+    closed.sort_by_key(|c| c.first_sequence);
+    closed
+}
+
 /// What a verified seal says of its chunk: enough for a writer to open the store without
 /// reading that chunk ([`StoreWriter::open_skipping_sealed`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -387,6 +445,9 @@ pub struct StoreWriter<S: Stream> {
     batch: Vec<u8>,
     /// The torn tails found at open, for the shell to record.
     torn_tails_at_open: Vec<TornTailFound>,
+    /// Complete chunks of earlier generations that no seal covers, found by
+    /// [`StoreWriter::open_skipping_sealed`]: a crash's last chunks, to be sealed now.
+    unsealed_at_open: Vec<ClosedChunk>,
 }
 
 impl<S: Stream> std::fmt::Debug for StoreWriter<S> {
@@ -508,7 +569,20 @@ impl<S: Stream> StoreWriter<S> {
             .max()
             .and_then(Sequence::new);
         config.sequence_floor = config.sequence_floor.max(sealed_floor);
-        Self::open_from_report(storage, keys, config, clock, Box::new(OsEntropy), &report)
+        let unsealed = unsealed_complete_chunks::<S>(storage.as_ref(), &report);
+        let mut writer =
+            Self::open_from_report(storage, keys, config, clock, Box::new(OsEntropy), &report)?;
+        writer.unsealed_at_open = unsealed;
+        Ok(writer)
+    }
+
+    /// The complete chunks of earlier generations that [`Self::open_skipping_sealed`] read
+    /// (no seal vouched for them), in sequence order, as closed chunks ready to seal: the last
+    /// chunk of a crashed generation, which its writer never closed. A torn chunk is not among
+    /// them (its file holds bytes past its last record). The caller seals those its seal chain
+    /// may take, and must skip any that already has a seal file.
+    pub fn unsealed_at_open(&self) -> &[ClosedChunk] {
+        &self.unsealed_at_open
     }
 
     /// [`Self::open`] for a caller that has just read the stream itself with `keys` (the
@@ -568,6 +642,7 @@ impl<S: Stream> StoreWriter<S> {
             plaintext: Vec::with_capacity(1024),
             batch: Vec::new(),
             torn_tails_at_open,
+            unsealed_at_open: Vec::new(),
         })
     }
 
