@@ -10,9 +10,7 @@ use annal_engine::entropy::SeededEntropy;
 use annal_engine::keys::{HistoryKeys, InMemoryProvider, KeyProvider, Namespace, RootKey};
 use annal_engine::storage::{Access, FaultKind, FaultOp, FaultyStorage, Storage, StoreLayout};
 use annal_engine::store::{History, StoreReader, open_store};
-use annal_schema::{
-    ActionOutcome, Capability, Effect, Event, EvidenceKinds, HealthCategory, Payload, Route,
-};
+use annal_schema::{ActionOutcome, Capability, Effect, Event, HealthCategory, Payload, Route};
 
 /// The fixed test root key.
 const ROOT: [u8; 32] = [0x5c; 32];
@@ -65,14 +63,7 @@ fn click() -> Capability {
 }
 
 fn outcome() -> ActionOutcome {
-    ActionOutcome {
-        effect: Effect::Confirmed,
-        route: Route::Accessibility,
-        delivery: None,
-        delivered_count: None,
-        evidence_kinds: EvidenceKinds::default(),
-        escalation_kind: None,
-    }
+    ActionOutcome::new(Effect::Confirmed, Route::Accessibility)
 }
 
 fn action_events(events: &[Event]) -> usize {
@@ -398,6 +389,15 @@ fn through_faulty_storage_every_acknowledged_event_reads_back_and_health_recover
     }
 }
 
+/// A crash: each file keeps `keep(unsynced bytes)` of what was never synced, and the engine is
+/// gone without a stop (its tree winds down; its lock goes with its storage).
+fn crash(engine: Engine, storage: FaultyStorage, keep: &mut dyn FnMut(u64) -> u64) {
+    storage.crash(keep).unwrap();
+    drop(engine);
+    drop(storage);
+    std::thread::sleep(Duration::from_millis(200));
+}
+
 #[test]
 fn a_crash_keeping_an_unsynced_prefix_loses_nothing_acknowledged() {
     let s = setup();
@@ -413,10 +413,7 @@ fn a_crash_keeping_an_unsynced_prefix_loses_nothing_acknowledged() {
         let _ = capture.action_started(click(), None, None);
     }
     // Power loss: half of what was never synced survives; the process is gone.
-    storage.crash(&mut |unsynced| unsynced / 2).unwrap();
-    drop(engine);
-    drop(storage);
-    std::thread::sleep(Duration::from_millis(200));
+    crash(engine, storage, &mut |unsynced| unsynced / 2);
     let engine = s.start(s.config());
     let status = engine.status().unwrap();
     assert!(status.enabled);
@@ -1264,10 +1261,7 @@ fn a_crashed_generations_complete_last_chunk_is_sealed_at_the_next_open() {
     }
     engine.flush().unwrap();
     // The process dies after a sync: its chunk is complete, never closed, never sealed.
-    storage.crash(&mut |_| 0).unwrap();
-    drop(engine);
-    drop(storage);
-    std::thread::sleep(Duration::from_millis(200));
+    crash(engine, storage, &mut |_| 0);
     let chunks_dir = s.layout.history_root().join("chunks");
     let seals_dir = s.layout.sidecar().unwrap().join("seals");
     let crashed = ids_in(&chunks_dir, ".cborseq");

@@ -59,7 +59,7 @@ use annal_schema::tools::{
 };
 use annal_schema::{
     AccessOperation, ActionOutcome, Application, BundleId, Capability, Effect, ErrorCode, Event,
-    EvidenceKinds, Payload, Route,
+    Payload, Route,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -335,14 +335,7 @@ impl Store {
 }
 
 fn outcome() -> ActionOutcome {
-    ActionOutcome {
-        effect: Effect::Confirmed,
-        route: Route::Accessibility,
-        delivery: None,
-        delivered_count: None,
-        evidence_kinds: EvidenceKinds::default(),
-        escalation_kind: None,
-    }
+    ActionOutcome::new(Effect::Confirmed, Route::Accessibility)
 }
 
 /// Writes the plan's generations; returns the last generation's engine, still running, with

@@ -35,7 +35,7 @@ use annal_engine::storage::StoreLayout;
 use annal_engine::supervision::MAX_RESTARTS;
 use annal_schema::tools::QueryRequest;
 use annal_schema::{
-    AccessOperation, ActionOutcome, Application, BundleId, Capability, Effect, EvidenceKinds, Route,
+    AccessOperation, ActionOutcome, Application, BundleId, Capability, Effect, Route,
 };
 use serde_json::{Value, json};
 
@@ -222,14 +222,7 @@ impl Sim {
 }
 
 fn outcome() -> ActionOutcome {
-    ActionOutcome {
-        effect: Effect::Confirmed,
-        route: Route::Accessibility,
-        delivery: None,
-        delivered_count: None,
-        evidence_kinds: EvidenceKinds::default(),
-        escalation_kind: None,
-    }
+    ActionOutcome::new(Effect::Confirmed, Route::Accessibility)
 }
 
 fn now_ms(clock: &ManualClock) -> u64 {

@@ -16,9 +16,7 @@ use annal_engine::query::{QueryService, ReaderKeys, RetentionCutoff};
 use annal_engine::storage::{Access, Storage, StoreLayout};
 use annal_engine::store::open_store;
 use annal_schema::tools::QueryRequest;
-use annal_schema::{
-    ActionOutcome, Application, BundleId, Capability, DisplayName, Effect, EvidenceKinds, Route,
-};
+use annal_schema::{ActionOutcome, Application, BundleId, Capability, DisplayName, Effect, Route};
 
 use crate::BENCH_ROOT_KEY;
 use crate::engine::RigError;
@@ -121,14 +119,7 @@ impl Producer {
         }
         self.capture.action_completed(
             token,
-            ActionOutcome {
-                effect: Effect::Confirmed,
-                route: Route::Accessibility,
-                delivery: None,
-                delivered_count: None,
-                evidence_kinds: EvidenceKinds::default(),
-                escalation_kind: None,
-            },
+            ActionOutcome::new(Effect::Confirmed, Route::Accessibility),
         );
         true
     }

@@ -567,6 +567,21 @@ pub struct ActionOutcome {
     pub escalation_kind: Option<EscalationKind>,
 }
 
+impl ActionOutcome {
+    /// The plainest outcome: `effect` reached through `route`, with nothing else known (no
+    /// delivery mode, count, evidence or escalation). What most hooks report.
+    pub fn new(effect: Effect, route: Route) -> Self {
+        Self {
+            effect,
+            route,
+            delivery: None,
+            delivered_count: None,
+            evidence_kinds: EvidenceKinds::default(),
+            escalation_kind: None,
+        }
+    }
+}
+
 /// At most [`EVIDENCE_KINDS_MAX_ITEMS`] evidence kinds.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct EvidenceKinds(Vec<EvidenceKind>);

@@ -30,9 +30,7 @@ use annal_engine::seal::{
 };
 use annal_engine::storage::{Access, Storage, StoreLayout};
 use annal_engine::store::{StoreReader, delete_store_files, open_store, plan_store_delete};
-use annal_schema::{
-    ActionOutcome, Application, BundleId, Capability, DisplayName, Effect, EvidenceKinds, Route,
-};
+use annal_schema::{ActionOutcome, Application, BundleId, Capability, DisplayName, Effect, Route};
 use serde_json::json;
 
 /// Most captured events allowed to wait in the queue before a demo runtime thread yields (the
@@ -86,14 +84,7 @@ struct Figures {
 type BTreeCount = std::collections::BTreeMap<String, u64>;
 
 fn outcome() -> ActionOutcome {
-    ActionOutcome {
-        effect: Effect::Confirmed,
-        route: Route::Accessibility,
-        delivery: None,
-        delivered_count: None,
-        evidence_kinds: EvidenceKinds::default(),
-        escalation_kind: None,
-    }
+    ActionOutcome::new(Effect::Confirmed, Route::Accessibility)
 }
 
 /// The demo's fixed application identities and capabilities (closed, checked values).
