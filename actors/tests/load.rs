@@ -28,6 +28,19 @@ const PRODUCER_PROCESSES: usize = 3;
 /// Producer threads in this process.
 const PRODUCER_THREADS: usize = 2;
 
+/// Actions a producer captures between two flushes. Each op waits for its reply and an action
+/// is two events (start, completion), so at most this many events per producer wait in the
+/// capture queue: all producers together stay below its capacity, whatever the drain's pace.
+const ACTIONS_PER_FLUSH: usize = 32;
+
+/// Events per action: its start and its completion.
+const EVENTS_PER_ACTION: usize = 2;
+
+const _: () = assert!(
+    (PRODUCER_PROCESSES + PRODUCER_THREADS) * ACTIONS_PER_FLUSH * EVENTS_PER_ACTION
+        < annal_engine::capture::CAPTURE_QUEUE_CAPACITY_EVENTS
+);
+
 /// The daemon's resident memory must stay under this, in bytes.
 const MAX_RSS_BYTES: u64 = 256 * 1024 * 1024;
 
@@ -68,7 +81,7 @@ fn produce(socket: &Path, tag: &str, until: Instant) -> u64 {
         }));
         n += 1;
         pending += 1;
-        if pending == 64 {
+        if pending == ACTIONS_PER_FLUSH as u64 {
             let flushed = raw.ask(json!({"op": "flush"}));
             assert!(flushed["ok"]["status"].is_object(), "{flushed}");
             acknowledged += pending;
