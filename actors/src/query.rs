@@ -160,16 +160,19 @@ impl QueryState {
 /// Writes the index files of chunks the writer closed, on a blocking thread and unsynced
 /// (`index::write_index_file_unsynced`): derived files, so a failed or lost write is left for
 /// the next load to redo, and the writer's group commits never wait behind them.
-fn write_index_files(reader: &QueryService, closed: Vec<annal_engine::index::ChunkIndex>) {
+fn write_index_files(
+    reader: &QueryService,
+    closed: Vec<annal_engine::index::ChunkIndex>,
+) -> Option<tokio::task::JoinHandle<()>> {
     if closed.is_empty() {
-        return;
+        return None;
     }
     let (storage, key) = reader.index_writer();
-    tokio::task::spawn_blocking(move || {
+    Some(tokio::task::spawn_blocking(move || {
         for index in &closed {
             let _ = annal_engine::index::write_index_file_unsynced(storage.as_ref(), &key, index);
         }
-    });
+    }))
 }
 
 /// The contract's code for a key failure.
@@ -220,7 +223,8 @@ impl Actor for QueryActor {
                         .into_iter()
                         .filter_map(|(location, event)| reader.appended(location, event))
                         .collect();
-                    write_index_files(reader, closed);
+                    // Detached: the write finishes on its own (a clean stop waits for the last).
+                    let _ = write_index_files(reader, closed);
                 }
             }
             QueryMsg::Pruned { chunks, reply } => {
@@ -241,14 +245,11 @@ impl Actor for QueryActor {
     ) -> Result<(), ActorProcessingErr> {
         // A clean stop closes the writer's chunk: its index file is due, so the next open
         // reads that file instead of scanning the chunk. Written before the stop completes.
-        if let Some(reader) = state.reader.as_mut()
-            && let Some(index) = reader.closed_chunk_index()
-        {
-            let (storage, key) = reader.index_writer();
-            let _ = tokio::task::spawn_blocking(move || {
-                annal_engine::index::write_index_file_unsynced(storage.as_ref(), &key, &index)
-            })
-            .await;
+        if let Some(reader) = state.reader.as_mut() {
+            let closed: Vec<_> = reader.closed_chunk_index().into_iter().collect();
+            if let Some(write) = write_index_files(reader, closed) {
+                let _ = write.await;
+            }
         }
         Ok(())
     }

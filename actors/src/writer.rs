@@ -684,11 +684,7 @@ impl WriterState {
         // vouches for nothing and is never linked to (verify reports it).
         let seals =
             annal_engine::seal::read_seals(storage.as_ref(), &keys.seal).unwrap_or_default();
-        let sealed: Vec<_> = seals
-            .iter()
-            .filter_map(|s| s.seal.as_ref().ok())
-            .map(annal_engine::seal::Seal::sealed_chunk)
-            .collect();
+        let sealed = annal_engine::seal::vouched_chunks(&seals);
         let last_seal = annal_engine::seal::chain_tip(&seals).cloned();
         let history = match StoreWriter::<History>::open_skipping_sealed(
             Arc::clone(&storage),

@@ -32,20 +32,14 @@ fn main() {
     if !annal_engine::test_support::suite_selected("crash_loop") {
         return;
     }
-    let seed = std::env::var("ANNAL_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-                | 1
-        });
-    let kills = std::env::var("ANNAL_CRASH_KILLS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(CRASH_KILLS);
+    let seed = annal_engine::test_support::env_parsed("ANNAL_CRASH_SEED").unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+            | 1
+    });
+    let kills = annal_engine::test_support::env_parsed("ANNAL_CRASH_KILLS").unwrap_or(CRASH_KILLS);
     println!("crash loop: seed {seed} (ANNAL_CRASH_SEED={seed} replays it), {kills} kills");
     let started = Instant::now();
     let outcome = std::panic::catch_unwind(|| run(seed, kills));

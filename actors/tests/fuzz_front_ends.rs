@@ -52,10 +52,8 @@ fn main() {
     if !annal_engine::test_support::suite_selected("fuzz_front_ends") {
         return;
     }
-    let cases = std::env::var("ANNAL_FUZZ_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(FUZZ_CASES_PER_TARGET);
+    let cases =
+        annal_engine::test_support::env_parsed("ANNAL_FUZZ_CASES").unwrap_or(FUZZ_CASES_PER_TARGET);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();

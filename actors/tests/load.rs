@@ -96,10 +96,8 @@ fn produce(socket: &Path, tag: &str, until: Instant) -> u64 {
 fn main() {
     if let Some(socket) = std::env::var_os("ANNAL_LOAD_PRODUCER") {
         let tag = std::env::var("ANNAL_LOAD_TAG").unwrap_or_default();
-        let secs: u64 = std::env::var("ANNAL_LOAD_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(LOAD_SECS);
+        let secs: u64 =
+            annal_engine::test_support::env_parsed("ANNAL_LOAD_SECS").unwrap_or(LOAD_SECS);
         let done = produce(
             Path::new(&socket),
             &tag,
@@ -111,10 +109,7 @@ fn main() {
     if !annal_engine::test_support::suite_selected("load") {
         return;
     }
-    let secs: u64 = std::env::var("ANNAL_LOAD_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(LOAD_SECS);
+    let secs: u64 = annal_engine::test_support::env_parsed("ANNAL_LOAD_SECS").unwrap_or(LOAD_SECS);
     if std::panic::catch_unwind(|| run(secs)).is_err() {
         eprintln!("load suite FAILED");
         std::process::exit(1);

@@ -546,10 +546,7 @@ fn main() {
             default_hook(info);
         }
     }));
-    let seeds: Vec<u64> = match std::env::var("ANNAL_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    let seeds: Vec<u64> = match annal_engine::test_support::env_parsed("ANNAL_SIM_SEED") {
         Some(seed) => vec![seed],
         None => (1..=parse("ANNAL_SIM_SEEDS", SIM_SEEDS)).collect(),
     };

@@ -12,3 +12,11 @@ pub fn suite_selected(name: &str) -> bool {
         .collect();
     filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
 }
+
+/// The environment variable `name` parsed as a `T` (a suite's seed, case count or run time):
+/// `None` when it is unset or does not parse, so the suite's default applies.
+pub fn env_parsed<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+}

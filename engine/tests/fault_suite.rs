@@ -514,14 +514,9 @@ fn main() {
     if !annal_engine::test_support::suite_selected("fault_suite") {
         return;
     }
-    let limit = std::env::var("ANNAL_FAULT_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(FAULT_CASES);
-    let seed = std::env::var("ANNAL_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_fa17_u64);
+    let limit = annal_engine::test_support::env_parsed("ANNAL_FAULT_CASES").unwrap_or(FAULT_CASES);
+    let seed =
+        annal_engine::test_support::env_parsed("ANNAL_FAULT_SEED").unwrap_or(0x5eed_fa17_u64);
     println!("fault suite: seed {seed} (ANNAL_FAULT_SEED={seed} replays it)");
 
     // Count the workload's operations without a fault.
@@ -592,9 +587,7 @@ fn main() {
     let stride = faults.len().div_ceil(limit.max(1)).max(1);
     let mut injected = 0u64;
     let mut cases = 0usize;
-    let only: Option<usize> = std::env::var("ANNAL_FAULT_ONLY")
-        .ok()
-        .and_then(|c| c.parse().ok());
+    let only: Option<usize> = annal_engine::test_support::env_parsed("ANNAL_FAULT_ONLY");
     for (index, fault) in faults
         .iter()
         .enumerate()

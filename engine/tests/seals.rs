@@ -897,12 +897,8 @@ fn a_writer_opening_past_sealed_chunks_continues_above_their_seals() {
     let newest = s.locations.last().unwrap().chunk_id;
     std::fs::remove_file(chunk_path(&layout, newest)).unwrap();
     let storage = open_write(&layout);
-    let sealed: Vec<_> = read_seals(storage.as_ref(), &seal_key())
-        .unwrap()
-        .iter()
-        .filter_map(|r| r.seal.as_ref().ok())
-        .map(Seal::sealed_chunk)
-        .collect();
+    let sealed =
+        annal_engine::seal::vouched_chunks(&read_seals(storage.as_ref(), &seal_key()).unwrap());
     assert_eq!(sealed.len(), 3);
     let mut writer =
         annal_engine::store::StoreWriter::<annal_engine::store::History>::open_skipping_sealed(

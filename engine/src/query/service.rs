@@ -25,11 +25,10 @@ use annal_schema::{ErrorCode, Event};
 use super::{IndexEntry, Page, RetentionCutoff, plan_page};
 use crate::index::{
     ChunkEnding, ChunkIndex, IndexKey, LazyIndex, LoadIndexError, load_index_lazily,
-    read_index_file,
 };
 use crate::keys::{HistoryKeys, KeyCustody, SessionIdKey};
 use crate::profile::ChunkId;
-use crate::seal::{SealKey, read_seals};
+use crate::seal::{SealKey, read_seals, vouched_chunks};
 use crate::storage::{Area, Storage};
 use crate::store::{ChunkHandle, History, RecordLocation, StoreReader, chunk_file_name};
 
@@ -112,12 +111,7 @@ impl QueryService {
         keys: ReaderKeys,
         growing: Option<ChunkId>,
     ) -> Result<Self, LoadIndexError> {
-        let sealed: Vec<_> = read_seals(storage.as_ref(), &keys.seal)
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|s| s.seal.as_ref().ok())
-            .map(crate::seal::Seal::sealed_chunk)
-            .collect();
+        let sealed = vouched_chunks(&read_seals(storage.as_ref(), &keys.seal).unwrap_or_default());
         let index = load_index_lazily(&storage, &keys.history, &keys.index, &sealed, growing)?;
         Ok(Self {
             storage,
@@ -181,8 +175,9 @@ impl QueryService {
     }
 
     /// The index file of the chunk the writer last appended to, when the index holds every one
-    /// of its records (positions from 0, no gap, ending at the file's current length) and it is
-    /// not already on disk: what a clean stop, or the next chunk's first record, calls for.
+    /// of its records (positions from 0, no gap, ending at the file's current length): what a
+    /// clean stop, or the next chunk's first record, calls for. Asked once per chunk (it
+    /// forgets the chunk), so no file is written twice.
     pub fn closed_chunk_index(&mut self) -> Option<ChunkIndex> {
         let (chunk_id, stream_id) = self.appending.take()?;
         // Its records are the newest indexed ones (the writer appends to one chunk at a time).
@@ -202,15 +197,13 @@ impl QueryService {
             .open_read(Area::Chunks, &chunk_file_name(chunk_id))
             .ok()
             .map(|f| f.len());
-        let indexed = read_index_file(self.storage.as_ref(), &self.keys.index, chunk_id, chunk_len);
-        (whole && on_disk == Some(chunk_len) && indexed.is_err() && self.storage.writable())
-            .then_some(ChunkIndex {
-                chunk_id,
-                chunk_len,
-                stream_id,
-                ending: ChunkEnding::Complete,
-                entries: mine,
-            })
+        (whole && on_disk == Some(chunk_len) && self.storage.writable()).then_some(ChunkIndex {
+            chunk_id,
+            chunk_len,
+            stream_id,
+            ending: ChunkEnding::Complete,
+            entries: mine,
+        })
     }
 
     /// The storage and index key an index file is written with.

@@ -630,6 +630,16 @@ pub fn read_one(
     Ok(seal)
 }
 
+/// What the verified seals among `seals` vouch for: the chunks a writer or a reader opening the
+/// store need not read. A seal that does not verify vouches for nothing.
+pub fn vouched_chunks(seals: &[SealRead]) -> Vec<crate::store::SealedChunk> {
+    seals
+        .iter()
+        .filter_map(|s| s.seal.as_ref().ok())
+        .map(Seal::sealed_chunk)
+        .collect()
+}
+
 /// The newest verified seal (the highest ordinal): what the next [`seal_chunk`] chains to, and
 /// what the checkpoint records.
 pub fn chain_tip(seals: &[SealRead]) -> Option<&Seal> {

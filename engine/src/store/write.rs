@@ -256,16 +256,19 @@ pub struct TornTailFound {
     pub bytes_left_out: u64,
 }
 
-/// The complete, non-empty chunks of `report` as closed chunks (see
-/// [`StoreWriter::unsealed_at_open`]), with the chain digest of their exact bytes (read again:
-/// the report keeps no bytes). A chunk whose file changed length since the report is left out.
+/// The complete, non-empty chunks of `report` that no seal in `sealed` names, as closed chunks
+/// (see [`StoreWriter::unsealed_at_open`]), with the chain digest of their exact bytes (read
+/// again: the report keeps no bytes; a sealed chunk, which a whole-stream read also reports, is
+/// never read twice). A chunk whose file changed length since the report is left out.
 fn unsealed_complete_chunks<S: Stream>(
     storage: &dyn Storage,
     report: &StoreReport<EventOf<S>>,
+    sealed: &[SealedChunk],
 ) -> Vec<ClosedChunk> {
     let mut closed: Vec<ClosedChunk> = report
         .chunks
         .iter()
+        .filter(|chunk| !sealed.iter().any(|s| Some(s.chunk_id) == chunk.chunk_id))
         .filter_map(|chunk| {
             let ChunkVerdict::Complete { records } = &chunk.verdict else {
                 return None;
@@ -552,24 +555,18 @@ impl<S: Stream> StoreWriter<S> {
                         .is_some_and(|last| last < s.first_sequence)
             })
         });
-        if !exact {
-            let report = reader.read(&keys)?;
-            return Self::open_from_report(
-                storage,
-                keys,
-                config,
-                clock,
-                Box::new(OsEntropy),
-                &report,
-            );
-        }
-        let sealed_floor = skipped
-            .iter()
-            .map(|s| s.last_sequence)
-            .max()
-            .and_then(Sequence::new);
-        config.sequence_floor = config.sequence_floor.max(sealed_floor);
-        let unsealed = unsealed_complete_chunks::<S>(storage.as_ref(), &report);
+        let report = if exact {
+            let sealed_floor = skipped
+                .iter()
+                .map(|s| s.last_sequence)
+                .max()
+                .and_then(Sequence::new);
+            config.sequence_floor = config.sequence_floor.max(sealed_floor);
+            report
+        } else {
+            reader.read(&keys)?
+        };
+        let unsealed = unsealed_complete_chunks::<S>(storage.as_ref(), &report, sealed);
         let mut writer =
             Self::open_from_report(storage, keys, config, clock, Box::new(OsEntropy), &report)?;
         writer.unsealed_at_open = unsealed;
