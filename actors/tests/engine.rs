@@ -216,13 +216,26 @@ fn provoked_drops_are_marked_exactly_and_the_total_survives_a_restart() {
     engine.shutdown();
 }
 
-/// Captures 4,000 actions in bursts well below the queue's capacity, at thousands of actions a
-/// second (far above a real agent's rate), flushing now and then; returns the status after the
-/// last flush.
+/// Captures 4,000 actions in bursts of 100, at thousands of actions a second (far above a real
+/// agent's rate), flushing now and then; returns the status after the last flush. Before each
+/// burst it waits until the queue has room for it, for at most `BURST_ROOM_DEADLINE`: so a
+/// machine too loaded to drain for a moment causes no drop, and a drain that a reader blocks
+/// fails the test at the deadline.
 fn capture_bursts(engine: &Engine) -> annal_schema::tools::StatusResponse {
+    const BURST_ACTIONS: usize = 100;
+    const BURST_ROOM_DEADLINE: Duration = Duration::from_secs(10);
     let capture = engine.capture();
+    let room = annal_engine::capture::CAPTURE_QUEUE_CAPACITY_EVENTS - BURST_ACTIONS;
     for burst in 0..40 {
-        for _ in 0..100 {
+        let waiting = std::time::Instant::now();
+        while engine.queued_events() > room {
+            assert!(
+                waiting.elapsed() < BURST_ROOM_DEADLINE,
+                "the capture queue did not drain for {BURST_ROOM_DEADLINE:?}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for _ in 0..BURST_ACTIONS {
             let _ = capture.action_started(click(), None, None);
         }
         if burst % 10 == 9 {
@@ -389,6 +402,23 @@ fn through_faulty_storage_every_acknowledged_event_reads_back_and_health_recover
     }
 }
 
+/// An enabled engine on a fault-injecting store that captured `actions` action starts and
+/// flushed them (all durable).
+fn faulty_engine_with_flushed_actions(
+    s: &Setup,
+    actions: usize,
+) -> (Engine, FaultyStorage, annal_engine::capture::CaptureHandle) {
+    let storage = faulty_setup(s);
+    let engine = start_faulty(s, &storage);
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    for _ in 0..actions {
+        let _ = capture.action_started(click(), None, None);
+    }
+    engine.flush().unwrap();
+    (engine, storage, capture)
+}
+
 /// A crash: each file keeps `keep(unsynced bytes)` of what was never synced, and the engine is
 /// gone without a stop (its tree winds down; its lock goes with its storage).
 fn crash(engine: Engine, storage: FaultyStorage, keep: &mut dyn FnMut(u64) -> u64) {
@@ -401,14 +431,7 @@ fn crash(engine: Engine, storage: FaultyStorage, keep: &mut dyn FnMut(u64) -> u6
 #[test]
 fn a_crash_keeping_an_unsynced_prefix_loses_nothing_acknowledged() {
     let s = setup();
-    let storage = faulty_setup(&s);
-    let engine = start_faulty(&s, &storage);
-    engine.enable().unwrap();
-    let capture = engine.capture();
-    for _ in 0..20 {
-        let _ = capture.action_started(click(), None, None);
-    }
-    engine.flush().unwrap();
+    let (engine, storage, capture) = faulty_engine_with_flushed_actions(&s, 20);
     for _ in 0..20 {
         let _ = capture.action_started(click(), None, None);
     }
@@ -1252,14 +1275,7 @@ fn ids_in(dir: &std::path::Path, extension: &str) -> std::collections::BTreeSet<
 #[test]
 fn a_crashed_generations_complete_last_chunk_is_sealed_at_the_next_open() {
     let s = setup();
-    let storage = faulty_setup(&s);
-    let engine = start_faulty(&s, &storage);
-    engine.enable().unwrap();
-    let capture = engine.capture();
-    for _ in 0..20 {
-        let _ = capture.action_started(click(), None, None);
-    }
-    engine.flush().unwrap();
+    let (engine, storage, _capture) = faulty_engine_with_flushed_actions(&s, 20);
     // The process dies after a sync: its chunk is complete, never closed, never sealed.
     crash(engine, storage, &mut |_| 0);
     let chunks_dir = s.layout.history_root().join("chunks");
