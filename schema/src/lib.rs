@@ -14,6 +14,8 @@
 //! - [`event`]: the CloudEvents envelope, closed `data`, the payload enum and every enumerated
 //!   field, with the reference's field order on output; [`EventDraft`], an event before the
 //!   writer assigns its identity.
+//! - `compact` (private): [`Event::write_compact_json`], the writer's fast path to the same
+//!   bytes as serde_json.
 //! - [`ids`]: bounded identifier and name newtypes (`OpaqueId`, `Sequence`, `Capability`,
 //!   `BundleId`, `DisplayName`, `Subject`, `SourceUrn`).
 //! - [`time`]: RFC 3339 event time, kept verbatim (UTC with `Z` when annal writes it).
@@ -24,6 +26,7 @@
 //! - [`privacy`]: the field names that must never be persisted or returned.
 #![forbid(unsafe_code)]
 
+mod compact;
 pub mod error_code;
 pub mod event;
 pub mod health;

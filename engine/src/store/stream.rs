@@ -11,12 +11,16 @@ use crate::profile::{HistorySchema, RecordSchema};
 use crate::storage::Area;
 
 /// The identity the writer gives a record when it dequeues it: capture knows none of these.
+/// The stream's id and `source` are borrowed from the writer's generation: they are the same
+/// for every record of it, so they are made once, not per record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordIdentity {
+pub struct RecordIdentity<'g> {
     /// The event id (unique within its stream).
     pub id: OpaqueId,
     /// The stream of the chunk it goes into (one per writer generation).
-    pub stream_id: OpaqueId,
+    pub stream_id: &'g OpaqueId,
+    /// The same stream as a v0 `source`.
+    pub source: &'g SourceUrn,
     /// Its sequence: strictly increasing and never reused.
     pub sequence: Sequence,
 }
@@ -66,17 +70,13 @@ impl Stream for History {
     fn finish(draft: EventDraft, identity: &RecordIdentity) -> annal_schema::Event {
         draft.into_event(
             identity.id.clone(),
-            SourceUrn::for_stream(&identity.stream_id),
+            identity.source.clone(),
             identity.sequence,
         )
     }
 
     fn encode(event: &annal_schema::Event, out: &mut Vec<u8>) {
-        // Serializing these closed types into memory cannot fail (string keys only, no fallible
-        // Serialize impl); if it ever did, the record would be empty and refused on read.
-        if serde_json::to_writer(&mut *out, event).is_err() {
-            debug_assert!(false, "serializing a v0 event failed");
-        }
+        event.write_compact_json(out);
         // One check in debug builds and tests that what is written reads back as itself.
         debug_assert_eq!(
             HistorySchema::parse(out).as_ref(),
