@@ -175,12 +175,13 @@ impl OpaqueId {
 /// inverse of [`decode_hex_into`] with [`HexCase::Lower`].
 pub fn encode_lower_hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
+    let mut digits = Vec::with_capacity(bytes.len() * 2);
     for b in bytes {
-        s.push(char::from(HEX[usize::from(b >> 4)]));
-        s.push(char::from(HEX[usize::from(b & 0x0f)]));
+        digits.push(HEX[usize::from(b >> 4)]);
+        digits.push(HEX[usize::from(b & 0x0f)]);
     }
-    s
+    // Hex digits are ASCII, so this never fails (and is cheaper than a `char` push per digit).
+    String::from_utf8(digits).unwrap_or_default()
 }
 
 /// Which letter case a hex decoder accepts.
@@ -276,7 +277,13 @@ pub struct BundleId(String);
 
 fn check_bundle_id(s: &str) -> Result<(), InvalidId> {
     check_len(s, BUNDLE_ID_MAX_LEN_CHARS)?;
-    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    let spaced = if s.is_ascii() {
+        // In ASCII, whitespace and control characters are exactly these bytes.
+        s.bytes().any(|b| b <= b' ' || b == 0x7f)
+    } else {
+        s.chars().any(|c| c.is_whitespace() || c.is_control())
+    };
+    if spaced {
         return Err(InvalidId::Charset);
     }
     Ok(())
@@ -297,7 +304,7 @@ pub struct DisplayName(String);
 
 fn check_display_name(s: &str) -> Result<(), InvalidId> {
     check_display_name_read(s)?;
-    if s.chars().any(char::is_control) {
+    if has_control(s) {
         return Err(InvalidId::Charset);
     }
     Ok(())
@@ -318,7 +325,7 @@ pub struct Subject(String);
 
 fn check_subject(s: &str) -> Result<(), InvalidId> {
     check_len(s, SUBJECT_MAX_LEN_CHARS)?;
-    if s.chars().any(char::is_control) {
+    if has_control(s) {
         return Err(InvalidId::Charset);
     }
     Ok(())
@@ -332,8 +339,30 @@ bounded_string!(Subject, write: check_subject, read: check_subject_read);
 impl Subject {
     /// The subject the reference writes for an action's events: `action/<action id>`.
     pub fn for_action(action_id: &OpaqueId) -> Self {
-        Self(format!("action/{}", action_id.as_str()))
+        Self(concat_two(ACTION_SUBJECT_PREFIX, action_id.as_str()))
     }
+}
+
+/// Whether `s` holds a control character (`char::is_control`: C0, DEL and C1). The writer
+/// checks several names per event: ASCII text, nearly all of it, is checked bytewise.
+fn has_control(s: &str) -> bool {
+    if s.is_ascii() {
+        s.bytes().any(|b| b < b' ' || b == 0x7f)
+    } else {
+        s.chars().any(char::is_control)
+    }
+}
+
+/// The prefix of an action's subject.
+const ACTION_SUBJECT_PREFIX: &str = "action/";
+
+/// `prefix` then `rest`, in one allocation of the exact size (the writer makes one subject per
+/// action event; `format!` costs several times as much).
+fn concat_two(prefix: &str, rest: &str) -> String {
+    let mut s = String::with_capacity(prefix.len() + rest.len());
+    s.push_str(prefix);
+    s.push_str(rest);
+    s
 }
 
 /// The CloudEvents `source` of a history stream: `urn:cua-driver:history:` + 32 lower hex.
@@ -351,7 +380,7 @@ bounded_string!(SourceUrn, check_source);
 impl SourceUrn {
     /// The source of the stream with this id.
     pub fn for_stream(stream_id: &OpaqueId) -> Self {
-        Self(format!("{SOURCE_URN_PREFIX}{}", stream_id.as_str()))
+        Self(concat_two(SOURCE_URN_PREFIX, stream_id.as_str()))
     }
 
     /// The stream id part.
@@ -451,6 +480,31 @@ impl serde::de::Visitor<'_> for JsonInteger {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_ascii_fast_paths_agree_with_the_char_predicates() {
+        let mut samples: Vec<String> = (0u8..=0x7f)
+            .map(|b| format!("a{}b", char::from(b)))
+            .collect();
+        samples.extend(
+            [
+                "é", "\u{85}", "\u{9f}", "\u{a0}", "\u{2028}", "\u{3000}", "😀", "a\u{80}",
+            ]
+            .map(String::from),
+        );
+        for s in &samples {
+            assert_eq!(
+                super::has_control(s),
+                s.chars().any(char::is_control),
+                "has_control({s:?})"
+            );
+            assert_eq!(
+                super::check_bundle_id(s).is_err(),
+                s.chars().any(|c| c.is_whitespace() || c.is_control()),
+                "check_bundle_id({s:?})"
+            );
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -39,6 +39,9 @@ pub struct EventTime {
     text: String,
     /// The same instant as time since the Unix epoch, for retention and ordering.
     since_epoch: Duration,
+    /// Whether `text` is in the form annal writes, decided once when the text was checked (the
+    /// writer asks for every event it appends).
+    write_form: bool,
 }
 
 /// A timestamp that breaks the rules it was checked against. Carries no part of the refused
@@ -61,6 +64,7 @@ impl EventTime {
             Some(parsed) if parsed.write_form => Ok(Self {
                 text: text.to_owned(),
                 since_epoch: parsed.since_epoch,
+                write_form: true,
             }),
             _ => Err(InvalidTime),
         }
@@ -73,6 +77,7 @@ impl EventTime {
         Ok(Self {
             text: text.to_owned(),
             since_epoch: parsed.since_epoch,
+            write_form: parsed.write_form,
         })
     }
 
@@ -110,7 +115,15 @@ impl EventTime {
         }
         text.push('Z');
         debug_assert!(text.len() <= WRITTEN_TIME_MAX_LEN_BYTES);
-        Ok(Self { text, since_epoch })
+        debug_assert!(
+            parse_rfc3339(&text).is_some_and(|p| p.write_form && p.since_epoch == since_epoch),
+            "from_unix must write the write form of the same instant"
+        );
+        Ok(Self {
+            text,
+            since_epoch,
+            write_form: true,
+        })
     }
 
     /// The exact text.
@@ -126,7 +139,7 @@ impl EventTime {
 
     /// Whether the text is in the form annal writes (a time read leniently may not be).
     pub(crate) fn meets_write_rules(&self) -> bool {
-        parse_rfc3339(&self.text).is_some_and(|parsed| parsed.write_form)
+        self.write_form
     }
 }
 

@@ -806,9 +806,11 @@ fn another_dataschema_is_unsupported_rather_than_invalid() {
 
 #[test]
 fn the_stream_binding_finishes_and_checks_entries() {
+    let stream_id = OpaqueId::new("6dd3aa1eef99854a9a3d39ba1e2315f1").unwrap();
     let identity = RecordIdentity {
         id: OpaqueId::new("00000000000000000000000000000001").unwrap(),
-        stream_id: OpaqueId::new("6dd3aa1eef99854a9a3d39ba1e2315f1").unwrap(),
+        stream_id: &stream_id,
+        source: &annal_schema::SourceUrn::for_stream(&stream_id),
         sequence: Sequence::new(7).unwrap(),
     };
     let entry = JournalEntry {

@@ -27,7 +27,7 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::Duration;
 
-use annal_schema::{HealthCategory, OpaqueId, Sequence, WriteRuleViolation};
+use annal_schema::{HealthCategory, OpaqueId, Sequence, SourceUrn, WriteRuleViolation};
 
 use super::read::{ReadStoreError, StoreReader, StoreReport};
 use super::stream::{EventOf, RecordIdentity, Stream};
@@ -412,8 +412,10 @@ struct OpenChunk {
 
 /// One writer generation's identity: its stream and the key its event ids are derived with.
 struct Generation {
-    /// The stream id of this generation's chunks (and the `source` of its records).
+    /// The stream id of this generation's chunks.
     stream_id: OpaqueId,
+    /// The same as its records' `source`, made once per generation.
+    source: SourceUrn,
     /// Event ids are `BLAKE3-keyed(this key, u64_be(sequence))[..16]`: unique within the
     /// stream (sequences never repeat) and unguessable, with no system call per event.
     id_key: [u8; EVENT_ID_KEY_LEN_BYTES],
@@ -827,7 +829,8 @@ impl<S: Stream> StoreWriter<S> {
             let sequence = first + index as u64;
             let identity = RecordIdentity {
                 id: self.event_id(sequence),
-                stream_id: self.generation.stream_id.clone(),
+                stream_id: &self.generation.stream_id,
+                source: &self.generation.source,
                 sequence: Sequence::new(sequence).ok_or(AppendError::SequencesExhausted)?,
             };
             let event: EventOf<S> = S::finish(draft, &identity);
@@ -1030,8 +1033,10 @@ fn new_generation(entropy: &mut dyn Entropy) -> Result<Generation, EntropyError>
     entropy.fill(&mut stream)?;
     let mut id_key = [0u8; EVENT_ID_KEY_LEN_BYTES];
     entropy.fill(&mut id_key)?;
+    let stream_id = OpaqueId::from_bytes(stream);
     Ok(Generation {
-        stream_id: OpaqueId::from_bytes(stream),
+        source: SourceUrn::for_stream(&stream_id),
+        stream_id,
         id_key,
     })
 }
