@@ -51,14 +51,6 @@ fn integer(out: &mut Vec<u8>, value: u64) {
     out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
 }
 
-/// Appends a unit enum the way its derived `Serialize` spells it (these three have no
-/// `as_str`: their wire strings live only in their serde attributes).
-fn unit_enum<T: serde::Serialize>(out: &mut Vec<u8>, value: &T) {
-    if serde_json::to_writer(&mut *out, value).is_err() {
-        debug_assert!(false, "serializing a unit enum into memory failed");
-    }
-}
-
 /// The length a typical action event's JSON needs (~660 bytes): reserved once, so the
 /// appends below rarely grow the buffer.
 const EVENT_JSON_RESERVE_BYTES: usize = 768;
@@ -108,15 +100,15 @@ fn data(out: &mut Vec<u8>, data: &EventData) {
     out.extend_from_slice(b"\"sequence\":");
     integer(out, data.sequence.get());
     out.extend_from_slice(b",\"platform\":");
-    unit_enum(out, &data.platform);
+    trusted(out, data.platform.as_str());
     out.extend_from_slice(b",\"process_model\":");
-    unit_enum(out, &data.process_model);
+    trusted(out, data.process_model.as_str());
     if let Some(capability) = &data.capability {
         out.extend_from_slice(b",\"capability\":");
         string(out, capability.as_str());
     }
     out.extend_from_slice(b",\"caller_category\":");
-    unit_enum(out, &data.caller_category);
+    trusted(out, data.caller_category.as_str());
     if let Some(application) = &data.application {
         out.extend_from_slice(b",\"application\":");
         self::application(out, application);

@@ -414,33 +414,53 @@ fn present_integer<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Er
     deserialize_json_integer(d).map(Some)
 }
 
-/// The desktop platform.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Platform {
-    /// macOS.
-    Macos,
-    /// Windows.
-    Windows,
-    /// Linux.
-    Linux,
+macro_rules! wire_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $wire:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name {
+            $($(#[$vmeta])* #[serde(rename = $wire)] $variant,)+
+        }
+
+        impl $name {
+            /// Every value.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The exact wire string.
+            pub const fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $wire,)+ }
+            }
+        }
+    };
 }
 
-/// The driver's process model; v0 has one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProcessModel {
-    /// The driver runs inside the desktop daemon.
-    InDaemon,
-}
+wire_enum!(
+    /// The desktop platform.
+    Platform {
+        /// macOS.
+        Macos => "macos",
+        /// Windows.
+        Windows => "windows",
+        /// Linux.
+        Linux => "linux",
+    }
+);
 
-/// The caller category; v0 has one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CallerCategory {
-    /// A Cua agent runtime.
-    CuaRuntime,
-}
+wire_enum!(
+    /// The driver's process model; v0 has one.
+    ProcessModel {
+        /// The driver runs inside the desktop daemon.
+        InDaemon => "in_daemon",
+    }
+);
+
+wire_enum!(
+    /// The caller category; v0 has one.
+    CallerCategory {
+        /// A Cua agent runtime.
+        CuaRuntime => "cua_runtime",
+    }
+);
 
 /// Application identity: at least one of the two fixed fields.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -619,26 +639,6 @@ impl ReturnedEvents {
     pub fn get(self) -> u8 {
         self.0
     }
-}
-
-macro_rules! wire_enum {
-    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $wire:literal,)+ }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-        pub enum $name {
-            $($(#[$vmeta])* #[serde(rename = $wire)] $variant,)+
-        }
-
-        impl $name {
-            /// Every value.
-            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
-
-            /// The exact wire string.
-            pub const fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $wire,)+ }
-            }
-        }
-    };
 }
 
 wire_enum!(

@@ -104,7 +104,7 @@ fn event() -> impl Strategy<Value = Event> {
             proptest::option::of(opaque_id()),
         ),
         1..=u64::MAX,
-        one_of(&[Platform::Macos, Platform::Windows, Platform::Linux]),
+        one_of(Platform::ALL),
         proptest::option::of(
             awkward_text(40)
                 .prop_filter_map("capability read rule", |t| Capability::new_lenient(t).ok()),
