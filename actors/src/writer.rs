@@ -1096,6 +1096,33 @@ impl WriterState {
 
     /// Group commit: syncs what was appended. A failed sync is a signal (never retried), and
     /// what it covered is reported as dropped.
+    /// After a sync: closes the chunk if it is nearly full, now that closing it costs no sync
+    /// (`StoreWriter::rotate_if_nearly_full`), so the next append's rotation does not sit on a
+    /// commit's path.
+    async fn rotate_early(&mut self) {
+        let rotated = self
+            .open
+            .as_mut()
+            .map(|open| open.history.rotate_if_nearly_full());
+        self.rotated(rotated).await;
+    }
+
+    /// Seals a chunk a rotation outside an append closed, or records why the rotation failed.
+    async fn rotated(
+        &mut self,
+        rotated: Option<Result<Option<annal_engine::store::ClosedChunk>, AppendError>>,
+    ) {
+        match rotated {
+            Some(Ok(Some(closed))) => {
+                let closed = [closed];
+                self.seal(&closed).await;
+                self.note_closed(&closed);
+            }
+            Some(Err(error)) => self.append_failed(&error),
+            _ => {}
+        }
+    }
+
     fn sync(&mut self) -> Result<(), ControlError> {
         let Some(open) = self.open.as_mut() else {
             return Ok(());
@@ -1304,7 +1331,11 @@ impl Actor for WriterActor {
                     Err(error) => Err(error),
                 };
                 state.update_capture();
+                let synced = result.is_ok();
                 let _ = reply.send(result);
+                if synced {
+                    state.rotate_early().await;
+                }
             }
             WriterMsg::Status { reply } => {
                 let status = state.status().await;
@@ -1326,21 +1357,15 @@ impl Actor for WriterActor {
             }
             WriterMsg::Tick => {
                 state.tick_armed = false;
-                let _ = state.sync();
+                if state.sync().is_ok() {
+                    state.rotate_early().await;
+                }
                 state.reap_seal_writes(false).await;
                 state.update_capture();
             }
             WriterMsg::RotationCheck => {
                 let rotated = state.open.as_mut().map(|open| open.history.rotate_if_due());
-                match rotated {
-                    Some(Ok(Some(closed))) => {
-                        let closed = [closed];
-                        state.seal(&closed).await;
-                        state.note_closed(&closed);
-                    }
-                    Some(Err(error)) => state.append_failed(&error),
-                    _ => {}
-                }
+                state.rotated(rotated).await;
                 // Retention by the clock: an idle store prunes too.
                 state.prune().await;
                 state.check_quota();

@@ -274,3 +274,46 @@ fn after_a_crash_every_acknowledged_record_reads_back() {
         assert!(!read_report(&layout).has_corruption());
     }
 }
+
+#[test]
+fn a_nearly_full_chunk_closes_after_a_sync_without_syncing_again() {
+    let (_dir, layout) = new_store();
+    let storage = faulty(&layout);
+    let drafts = fixture_drafts();
+    let mut config = writer_config();
+    // The fixture's 16 drafts fill most of this limit (its last eighth is early-rotation room).
+    config.chunk_size_limit_bytes = 12_000;
+    let mut w =
+        StoreWriter::<History>::open(Arc::new(storage.clone()), fixture_keys(), config, clock())
+            .unwrap();
+    let receipt = w.append(drafts[..2].to_vec()).unwrap();
+    assert!(receipt.closed.is_empty());
+    w.sync().unwrap();
+    // Far from full: no early rotation.
+    assert_eq!(w.rotate_if_nearly_full().unwrap(), None);
+
+    let receipt = w.append(drafts[2..].to_vec()).unwrap();
+    assert!(receipt.closed.is_empty(), "{receipt:?}");
+    // Nearly full but not synced: closing now would need a sync, so it waits.
+    assert_eq!(w.rotate_if_nearly_full().unwrap(), None);
+    assert_eq!(w.sync().unwrap().map(|s| s.get()), Some(16));
+
+    // Synced and nearly full: the close needs no sync (the next one would fail).
+    storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
+    let closed = w.rotate_if_nearly_full().unwrap().expect("closed early");
+    assert_eq!((closed.first_sequence, closed.last_sequence), (1, 16));
+    assert_eq!(storage.injected(), 0, "the early close synced");
+    storage.clear_faults();
+
+    // The next append starts the next chunk of the same stream.
+    let stream = w.stream_id().clone();
+    let receipt = w.append(drafts[..1].to_vec()).unwrap();
+    assert_eq!(receipt.created.len(), 1);
+    assert_eq!(w.stream_id(), &stream);
+    w.sync().unwrap();
+    drop(w);
+    assert_eq!(
+        sequences(&read_events(&layout)),
+        (1..=17).collect::<Vec<_>>()
+    );
+}
