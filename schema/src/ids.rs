@@ -348,7 +348,8 @@ impl Subject {
 fn has_control(s: &str) -> bool {
     if s.is_ascii() {
         // A fold without an early exit vectorizes; these names are short.
-        s.bytes().fold(false, |any, b| any | (b < b' ' || b == 0x7f))
+        s.bytes()
+            .fold(false, |any, b| any | (b < b' ' || b == 0x7f))
     } else {
         s.chars().any(char::is_control)
     }

@@ -86,7 +86,7 @@ fn event() -> impl Strategy<Value = Event> {
             proptest::option::of(opaque_id()),
             proptest::option::of(opaque_id()),
             1u64..=u64::MAX,
-            pick(&[Platform::Macos, Platform::Windows, Platform::Linux]),
+            pick(Platform::ALL),
             proptest::option::of("[a-z][a-z0-9._-]{0,127}"),
             application(),
             payload(),
@@ -117,7 +117,7 @@ fn event() -> impl Strategy<Value = Event> {
 }
 
 /// Names and capabilities as the reference may write them: anything the read rules allow, from
-/// an alphabet that reaches every write rule's edge.
+/// an alphabet that reaches every write rule's edge and every character JSON must escape.
 fn lenient_text(max_chars: usize) -> impl Strategy<Value = String> {
     proptest::collection::vec(
         prop_oneof![
@@ -128,7 +128,12 @@ fn lenient_text(max_chars: usize) -> impl Strategy<Value = String> {
             1 => Just('-'),
             1 => Just('\t'),
             1 => Just('\u{1b}'),
+            1 => Just('\u{7f}'),
+            1 => Just('"'),
+            1 => Just('\\'),
             1 => Just('é'),
+            1 => Just('\u{2028}'),
+            1 => Just('😀'),
         ],
         1..=max_chars,
     )
@@ -233,6 +238,12 @@ proptest! {
     #[test]
     fn leniently_read_events_validate_round_trip_and_get_their_write_verdict(event in lenient_event()) {
         let bytes = event.to_json_vec();
+        // The writer's compact JSON is exactly what serde_json writes for the event.
+        let through_serde = serde_json::to_vec(&event).unwrap();
+        prop_assert_eq!(
+            String::from_utf8_lossy(&bytes),
+            String::from_utf8_lossy(&through_serde)
+        );
         let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         prop_assert!(schema().is_valid(&value), "schema refused {}", String::from_utf8_lossy(&bytes));
         let back = Event::from_json_slice(&bytes).unwrap();
@@ -251,6 +262,7 @@ proptest! {
     #[test]
     fn generated_events_validate_against_the_schema_and_round_trip(event in event()) {
         let bytes = event.to_json_vec();
+        prop_assert_eq!(&bytes, &serde_json::to_vec(&event).unwrap());
         let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         prop_assert!(schema().is_valid(&value), "schema refused {}", String::from_utf8_lossy(&bytes));
         let back = Event::from_json_slice(&bytes).unwrap();
