@@ -1094,8 +1094,6 @@ impl WriterState {
         let _ = self.storage_fault(category);
     }
 
-    /// Group commit: syncs what was appended. A failed sync is a signal (never retried), and
-    /// what it covered is reported as dropped.
     /// After a sync: closes the chunk if it is nearly full, now that closing it costs no sync
     /// (`StoreWriter::rotate_if_nearly_full`), so the next append's rotation does not sit on a
     /// commit's path.
@@ -1123,6 +1121,8 @@ impl WriterState {
         }
     }
 
+    /// Group commit: syncs what was appended. A failed sync is a signal (never retried), and
+    /// what it covered is reported as dropped.
     fn sync(&mut self) -> Result<(), ControlError> {
         let Some(open) = self.open.as_mut() else {
             return Ok(());

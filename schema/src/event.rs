@@ -38,9 +38,6 @@ pub const SPEC_VERSION: &str = "1.0";
 /// The `datacontenttype` of every v0 event.
 pub const DATA_CONTENT_TYPE: &str = "application/json";
 
-/// A typical compact event's length (an action start with an application is ~660 bytes): the
-/// first allocation of [`Event::to_json_vec`].
-const COMPACT_JSON_TYPICAL_LEN_BYTES: usize = 768;
 /// Most entries in `evidence_kinds`.
 pub const EVIDENCE_KINDS_MAX_ITEMS: usize = 16;
 /// Largest `returned_events` in an access payload: one read returns at most one query limit.
@@ -80,7 +77,8 @@ impl Event {
 
     /// Compact JSON in the reference's field order.
     pub fn to_json_vec(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(COMPACT_JSON_TYPICAL_LEN_BYTES);
+        let mut out = Vec::new();
+        // It reserves a typical event's length itself.
         self.write_compact_json(&mut out);
         out
     }
