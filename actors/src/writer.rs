@@ -38,8 +38,10 @@ use crate::key_custody::{KeyCustodyMsg, StreamKeys};
 /// How many sequences the writer reserves in the journal at a time. The reservation is made
 /// durable before any history record uses one of its sequences, so after a crash the next
 /// generation starts above it: sequences are never reused, at the cost of a gap of at most
-/// this many numbers per restart (gaps are valid evidence in the contract).
-pub const SEQUENCE_RESERVE_BLOCK: u64 = 4096;
+/// this many numbers per restart (gaps are valid evidence in the contract). Each reservation is
+/// a durable journal append on the writer's path (~0.4 ms here): at 4,096 a 100,000-event
+/// stream made 24 of them, one in every ~5 commits; at 65,536 it makes two.
+pub const SEQUENCE_RESERVE_BLOCK: u64 = 65_536;
 
 /// Most raw-label -> keyed-id entries the writer caches (deriving one is an HMAC, ~1 us).
 pub const SESSION_ID_CACHE_ENTRIES: usize = 1024;
