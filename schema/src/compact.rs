@@ -1,8 +1,9 @@
 //! The compact JSON of an [`Event`], written straight into a buffer: the writer's hot path.
 //!
 //! [`Event::write_compact_json`] writes byte for byte what `serde_json` writes for the event's
-//! `Serialize` impl (the reference's field order); `tests/compact_json.rs` proves it over
-//! arbitrary events, including values that need escaping, and over the reference fixture. It
+//! `Serialize` impl (the reference's field order): `tests/valid_corpus.rs` checks it over
+//! arbitrary events (both its strategies, with values that need escaping) and
+//! `tests/compact_json.rs` over every reference-written record. It
 //! exists because serde_json runs its escape scan over every byte of every key and constant of
 //! an event (about 25 strings and 660 bytes, ~7,700 instructions, the largest single cost of an
 //! append; docs/benchmarks.md): here keys and constants are byte literals and only the values
@@ -34,8 +35,8 @@ fn string(out: &mut Vec<u8>, value: &str) {
 }
 
 /// Appends a value that cannot need escaping: hex ids, the `urn:` source and the wire enums'
-/// constant strings (their types admit no other characters; the debug assertion below runs
-/// over every constant in `tests/compact_json.rs`).
+/// constant strings (their types admit no other characters; the debug assertion below meets
+/// every constant in `tests/valid_corpus.rs`).
 fn trusted(out: &mut Vec<u8>, value: &str) {
     debug_assert!(
         !value.bytes().any(needs_escape),
