@@ -1012,15 +1012,8 @@ fn retention_prunes_sealed_chunks_by_their_seals_time_records_them_and_verify_st
     };
     let engine = start(&clock);
     engine.enable().unwrap();
-    let capture = engine.capture();
     let burst = |n: usize| {
-        for _ in 0..n {
-            let token = capture.action_started(click(), None, None);
-            assert_eq!(
-                token.admission(),
-                annal_engine::capture::Admission::Accepted
-            );
-        }
+        capture_accepted(&engine, n);
         engine.flush().unwrap();
     };
     // Day 0, then 31 minutes on (past the chunk age limit, so the first chunk closes and is
@@ -1081,7 +1074,8 @@ fn retention_prunes_sealed_chunks_by_their_seals_time_records_them_and_verify_st
 
     // A restart prunes nothing more, and no sequence is handed out twice.
     let engine = start(&clock);
-    burst_after_restart(&engine, 5);
+    capture_accepted(&engine, 5);
+    engine.flush().unwrap();
     engine.shutdown();
     assert_eq!(pruned_in_journal(&s).len(), 2, "each chunk recorded once");
     let events = s.events();
@@ -1095,16 +1089,22 @@ fn retention_prunes_sealed_chunks_by_their_seals_time_records_them_and_verify_st
     );
 }
 
-fn burst_after_restart(engine: &Engine, n: usize) {
+/// Captures `n` action starts, each of which must be admitted, waiting for room in the queue
+/// so none is dropped.
+fn capture_accepted(engine: &Engine, n: usize) {
     let capture = engine.capture();
     for _ in 0..n {
+        while engine.queued_events() > 256 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
         let token = capture.action_started(click(), None, None);
         assert_eq!(
             token.admission(),
-            annal_engine::capture::Admission::Accepted
+            annal_engine::capture::Admission::Accepted,
+            "capture stopped: {:?}",
+            engine.status()
         );
     }
-    engine.flush().unwrap();
 }
 
 #[test]
@@ -1117,24 +1117,9 @@ fn with_evict_oldest_a_full_store_evicts_its_oldest_sealed_chunks_and_capture_ke
     engine
         .set_quota(QUOTA_MIN_BYTES, OnQuota::EvictOldest)
         .unwrap();
-    let paced = |engine: &Engine, n: usize| {
-        let capture = engine.capture();
-        for _ in 0..n {
-            while engine.queued_events() > 256 {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-            let token = capture.action_started(click(), None, None);
-            assert_eq!(
-                token.admission(),
-                annal_engine::capture::Admission::Accepted,
-                "capture stopped: {:?}",
-                engine.status()
-            );
-        }
-    };
     // A first life leaves sealed chunks on disk; the second one's reader opens over them (the
     // seals defer them), so the eviction below takes chunks the reader has not loaded.
-    paced(&engine, 600);
+    capture_accepted(&engine, 600);
     assert!(engine.shutdown().drained);
     let engine = s.start(s.config());
     let first = engine
@@ -1146,7 +1131,7 @@ fn with_evict_oldest_a_full_store_evicts_its_oldest_sealed_chunks_and_capture_ke
     assert_eq!(first.events.len(), 1);
     // About three times the quota: every capture is admitted.
     const ACTIONS: usize = 5_000;
-    paced(&engine, ACTIONS);
+    capture_accepted(&engine, ACTIONS);
     let status = engine.flush().unwrap();
     assert_eq!(status.health, HealthCategory::Ready, "{status:?}");
     assert!(status.bytes_used < QUOTA_MIN_BYTES, "{status:?}");
@@ -1203,7 +1188,8 @@ fn with_evict_oldest_a_full_store_evicts_its_oldest_sealed_chunks_and_capture_ke
     // mark), never reusing an evicted one.
     let max_before = s.events().last().unwrap().data.sequence.get();
     let engine = s.start(s.config());
-    burst_after_restart(&engine, 10);
+    capture_accepted(&engine, 10);
+    engine.flush().unwrap();
     engine.shutdown();
     let after = s.events();
     assert_strictly_increasing(&after);

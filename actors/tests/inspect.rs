@@ -1,10 +1,14 @@
 //! `annal inspect`, run as the built binary against copies of the reference fixture.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use support::copy_tree;
 
 const FIXTURE_KEY_HEX: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
 const CHUNK_FILE: &str = "a9c33b304182577383e69c9e2b8e6862.cborseq";
@@ -32,21 +36,6 @@ fn fixture_plaintexts() -> Vec<String> {
         .iter()
         .map(|r| r["plaintext"].as_str().unwrap().to_owned())
         .collect()
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700)).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
-        }
-    }
 }
 
 /// Every path under `root` with its bytes (None for directories) and mode.

@@ -22,7 +22,7 @@ use annal_engine::keys::{
 use annal_engine::seal::{CheckpointStore, CredentialCheckpoints};
 use annal_engine::storage::StoreLayout;
 use annal_schema::Capability;
-use support::Sandbox;
+use support::{Sandbox, copy_tree};
 
 /// Set to `1` by `.ci/test`: a real credential store that is not usable fails the test instead
 /// of skipping it.
@@ -211,21 +211,6 @@ fn checkpoint_ordinal(sandbox: &Sandbox, provider: &Arc<dyn KeyProvider>) -> Opt
         .load()
         .unwrap()
         .map(|c| c.ordinal)
-}
-
-/// Copies the directory tree `from` to `to` (files and modes).
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    std::fs::set_permissions(to, std::fs::metadata(from).unwrap().permissions()).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 #[test]

@@ -20,3 +20,22 @@ pub fn env_parsed<T: std::str::FromStr>(name: &str) -> Option<T> {
         .ok()
         .and_then(|value| value.parse().ok())
 }
+
+/// Copies the directory tree `from` to `to` as a store's owner holds it (directories 0700,
+/// files 0600), so a test may damage, or put back, the copy of a store.
+pub fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(to)?;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700))?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}

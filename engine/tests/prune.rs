@@ -16,21 +16,18 @@ use annal_engine::journal::{Journal, JournalEntry, PruneReason};
 use annal_engine::keys::{JournalKeys, KeyReference};
 use annal_engine::profile::ChunkId;
 use annal_engine::query::RetentionCutoff;
-use annal_engine::seal::{
-    ChunkFinding, Seal, SealKey, read_seals, seal_chunk, seal_file_name, verify,
-};
+use annal_engine::seal::{ChunkFinding, Seal, read_seals, seal_chunk, seal_file_name};
 use annal_engine::storage::{Storage, StoreLayout};
 use annal_engine::store::{
     History, PrunePlan, Pruner, StoreWriter, WriterConfig, chunk_file_name, pruned_chunks,
 };
-use common::{fixture_drafts, fixture_key, fixture_keys, new_store, open_read, open_write};
+use common::{
+    fixture_drafts, fixture_key, fixture_keys, new_store, open_read, open_write, seal_key,
+    verify_offline,
+};
 
 /// Records per chunk: the 16 fixture drafts fill four chunks, in time order.
 const RECORDS_PER_CHUNK: u64 = 4;
-
-fn seal_key() -> SealKey {
-    SealKey::from_purpose_key(&fixture_key().seal_key())
-}
 
 fn journal_keys() -> JournalKeys {
     JournalKeys::from_namespace_root(&fixture_key())
@@ -219,14 +216,7 @@ fn the_record_comes_first_and_verify_reports_a_pruned_chunk_as_pruned() {
     let recorded = pruned_chunks(&storage, &journal_keys()).unwrap();
     assert_eq!(recorded, BTreeSet::from([seals[0].chunk_id]));
     let read = open_read(&layout);
-    let report = verify(
-        &read,
-        &fixture_keys(),
-        &seal_key(),
-        annal_engine::seal::CheckpointReading::NotConsulted,
-    )
-    .unwrap()
-    .with_pruned(&recorded);
+    let report = verify_offline(&read).with_pruned(&recorded);
     assert!(report.is_clean(), "{report:#?}");
     let mut reopened = pruner(&storage, &recorded);
     assert_eq!(reopened.pending(), [seals[0].chunk_id]);
@@ -248,13 +238,7 @@ fn the_record_comes_first_and_verify_reports_a_pruned_chunk_as_pruned() {
     assert!(reopened.pending().is_empty());
     assert!(!chunk_path(&layout, seals[0].chunk_id).exists());
     assert!(!index.exists());
-    let report = verify(
-        &read,
-        &fixture_keys(),
-        &seal_key(),
-        annal_engine::seal::CheckpointReading::NotConsulted,
-    )
-    .unwrap();
+    let report = verify_offline(&read);
     // Without the journal's word the chunk is missing; with it, pruned, and the store clean.
     let missing: Vec<&ChunkFinding> = report.findings().map(|(_, f)| f).collect();
     assert_eq!(missing, [&ChunkFinding::Missing { ordinal: 1 }]);
@@ -265,14 +249,7 @@ fn the_record_comes_first_and_verify_reports_a_pruned_chunk_as_pruned() {
     assert!(told.is_clean(), "{told:#?}");
     // A chunk deleted without a record stays missing, pruned set or not.
     std::fs::remove_file(chunk_path(&layout, seals[1].chunk_id)).unwrap();
-    let report = verify(
-        &read,
-        &fixture_keys(),
-        &seal_key(),
-        annal_engine::seal::CheckpointReading::NotConsulted,
-    )
-    .unwrap()
-    .with_pruned(&recorded);
+    let report = verify_offline(&read).with_pruned(&recorded);
     assert!(!report.is_clean());
     assert!(
         report

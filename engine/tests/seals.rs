@@ -21,14 +21,13 @@ use annal_engine::storage::{Storage, StoreLayout};
 use annal_engine::store::{
     ClosedChunk, QuarantineError, RecordLocation, StoreReader, chunk_file_name, quarantine_chunk,
 };
-use common::{fixture_drafts, fixture_key, fixture_keys, new_store, open_read, open_write};
+use common::{
+    fixture_drafts, fixture_key, fixture_keys, new_store, open_read, open_write, seal_key,
+    verify_offline,
+};
 
 /// Records per chunk: the 16 fixture drafts fill four chunks.
 const RECORDS_PER_CHUNK: u64 = 4;
-
-fn seal_key() -> SealKey {
-    SealKey::from_purpose_key(&fixture_key().seal_key())
-}
 
 /// What one writer session produced.
 struct Session {
@@ -605,16 +604,7 @@ fn the_store_replaced_with_an_older_copy_is_rolled_back() {
     assert_eq!(non_ok(&report), [], "every chunk is fine on its own");
     // Without the checkpoint nothing in the directory tells.
     let storage: Arc<dyn Storage> = open_read(&layout);
-    assert!(
-        verify(
-            &storage,
-            &fixture_keys(),
-            &seal_key(),
-            CheckpointReading::NotConsulted
-        )
-        .unwrap()
-        .is_clean()
-    );
+    assert!(verify_offline(&storage).is_clean());
     // A checkpoint behind the chain (a crash between a seal and its checkpoint) is fine.
     assert!(
         verify(

@@ -350,3 +350,8 @@ pub fn wait_for(path: &Path) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// [`annal_engine::test_support::copy_tree`], for tests.
+pub fn copy_tree(from: &Path, to: &Path) {
+    annal_engine::test_support::copy_tree(from, to).unwrap();
+}

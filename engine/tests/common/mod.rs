@@ -119,19 +119,7 @@ impl Fixture {
 /// Copies a directory tree (files and directories only) into `to`, making everything writable
 /// by the owner so a test may modify the copy.
 pub fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(to).unwrap();
-    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700)).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
-        }
-    }
+    annal_engine::test_support::copy_tree(from, to).unwrap();
 }
 
 /// The fixture's events as drafts (what capture would hand the writer: no id, source or
@@ -226,4 +214,22 @@ pub fn read_events(layout: &annal_engine::storage::StoreLayout) -> Vec<annal_sch
 /// The fixture draft's content as it must read back: the draft of the stored event.
 pub fn content(events: &[annal_schema::Event]) -> Vec<annal_schema::EventDraft> {
     events.iter().map(|e| e.to_draft()).collect()
+}
+
+/// The fixture root's seal key.
+pub fn seal_key() -> annal_engine::seal::SealKey {
+    annal_engine::seal::SealKey::from_purpose_key(&fixture_key().seal_key())
+}
+
+/// `verify` of the store behind `storage` with the fixture keys, the checkpoint not consulted.
+pub fn verify_offline(
+    storage: &std::sync::Arc<dyn annal_engine::storage::Storage>,
+) -> annal_engine::seal::VerifyReport {
+    annal_engine::seal::verify(
+        storage,
+        &fixture_keys(),
+        &seal_key(),
+        annal_engine::seal::CheckpointReading::NotConsulted,
+    )
+    .unwrap()
 }
