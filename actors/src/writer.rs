@@ -208,7 +208,7 @@ pub struct WriterState {
     /// Seal jobs (a seal file written on a blocking thread, two syncs and a rename, then its
     /// checkpoint stored through key custody: all off the capture path), each waiting for the
     /// one before; each answers what it did. Awaited at stop.
-    seal_writes: Vec<tokio::task::JoinHandle<SealOutcome>>,
+    seal_writes: Vec<SealWrite>,
     /// Where the newest seal job will hand the checkpoint's standing to the next one; `None`
     /// until this writer's first job (which compares the checkpoint with the chain on disk).
     checkpoint_tail: Option<tokio::sync::oneshot::Receiver<CheckpointSync>>,
@@ -225,6 +225,16 @@ enum CheckpointSync {
     /// copy): this writer never moves the checkpoint, so `verify` keeps finding the rollback
     /// however far the writer seals on.
     Frozen,
+}
+
+/// A seal job in flight, with the seal it writes: when it ends, the pruner learns from it
+/// whether the chunk is sealed (no need to read the file back).
+struct SealWrite {
+    /// The chunk and the seal the job writes; `None` for a job that only compares the
+    /// checkpoint.
+    sealing: Option<(annal_engine::profile::ChunkId, annal_engine::seal::Seal)>,
+    /// The job.
+    task: tokio::task::JoinHandle<SealOutcome>,
 }
 
 /// What one seal job did.
@@ -485,22 +495,6 @@ impl WriterState {
         }
     }
 
-    /// Reads the seal of every closed chunk the pruner awaits. One not there yet stays awaited
-    /// while seal jobs run; once none runs, its write failed and the chunk stays unsealed.
-    fn find_seals(&mut self, storage: &Arc<dyn Storage>) {
-        let jobs_done = self.seal_writes.is_empty();
-        let Some(open) = self.open.as_mut() else {
-            return;
-        };
-        for chunk in open.pruner.awaiting_seal() {
-            match annal_engine::seal::read_one(storage.as_ref(), chunk, &open.keys.seal) {
-                Ok(seal) => open.pruner.seal_found(chunk, Some(&seal)),
-                Err(_) if jobs_done => open.pruner.seal_found(chunk, None),
-                Err(_) => {}
-            }
-        }
-    }
-
     /// One pruning pass (`store::prune`): what retention and, with `evict_oldest` at the quota,
     /// eviction take is recorded in the journal, durably, and only then removed. A pass with
     /// nothing due touches no file. The caller checks the quota after it.
@@ -514,7 +508,6 @@ impl WriterState {
         };
         let current = open.history.current_chunk();
         if open.pruner.due(current, cutoff, eviction) {
-            self.find_seals(&storage);
             let mut plan = self
                 .open
                 .as_ref()
@@ -527,7 +520,6 @@ impl WriterState {
                 // The seals being written would change the plan: let them finish (two syncs
                 // and a checkpoint each), then plan again.
                 self.reap_seal_writes(true).await;
-                self.find_seals(&storage);
                 plan = self
                     .open
                     .as_ref()
@@ -748,7 +740,6 @@ impl WriterState {
             pruner,
         });
         if !leftovers.is_empty() {
-            self.note_closed(&leftovers);
             self.seal(&leftovers).await;
         }
         self.prune().await;
@@ -959,7 +950,6 @@ impl WriterState {
                 }
                 self.bytes_used += written;
                 self.seal(&closed).await;
-                self.note_closed(&closed);
                 self.prune().await;
                 self.check_quota();
                 if marked_drops > 0 {
@@ -986,6 +976,8 @@ impl WriterState {
     /// ordinal order. A seal that cannot be written is a storage signal; the chunk stays
     /// readable and `verify` reports it as unsealed.
     async fn seal(&mut self, closed: &[annal_engine::store::ClosedChunk]) {
+        // Awaited by the pruner until its seal job answers.
+        self.note_closed(closed);
         let Some(storage) = self.storage.get().cloned() else {
             return;
         };
@@ -998,7 +990,11 @@ impl WriterState {
                         open.last_seal = Some(seal.clone());
                         jobs.push((Arc::clone(&open.keys.seal), Some((chunk.clone(), seal))));
                     }
-                    Err(_) => failed = true,
+                    Err(_) => {
+                        // Never sealed, so never pruned.
+                        open.pruner.seal_found(chunk.chunk_id, None);
+                        failed = true;
+                    }
                 }
             }
         }
@@ -1027,10 +1023,16 @@ impl WriterState {
                 .saturating_add(1_000),
             seal,
         };
+        let sealing = job
+            .seal
+            .as_ref()
+            .map(|(chunk, seal)| (chunk.chunk_id, seal.clone()));
         let (done, tail) = tokio::sync::oneshot::channel();
         let prior = self.checkpoint_tail.replace(tail);
-        self.seal_writes
-            .push(tokio::spawn(async move { job.run(prior, done).await }));
+        self.seal_writes.push(SealWrite {
+            sealing,
+            task: tokio::spawn(async move { job.run(prior, done).await }),
+        });
     }
 
     /// Collects the seal jobs that finished (all of them, waiting, when `all`) and signals what
@@ -1052,13 +1054,19 @@ impl WriterState {
         let mut outcomes = Vec::new();
         let mut still_running = Vec::new();
         for write in std::mem::take(&mut self.seal_writes) {
-            if all || write.is_finished() {
-                match write.await {
-                    Ok(outcome) => outcomes.push(outcome),
-                    Err(_) => seal_failed = true,
-                }
-            } else {
+            if !(all || write.task.is_finished()) {
                 still_running.push(write);
+                continue;
+            }
+            let outcome = write.task.await.ok();
+            // The pruner learns what the job did: its seal written (and synced), or not.
+            if let (Some((chunk, seal)), Some(open)) = (&write.sealing, self.open.as_mut()) {
+                let written = outcome.as_ref().is_some_and(|o| !o.seal_failed);
+                open.pruner.seal_found(*chunk, written.then_some(seal));
+            }
+            match outcome {
+                Some(outcome) => outcomes.push(outcome),
+                None => seal_failed = true,
             }
         }
         self.seal_writes = still_running;
@@ -1116,7 +1124,6 @@ impl WriterState {
             Some(Ok(Some(closed))) => {
                 let closed = [closed];
                 self.seal(&closed).await;
-                self.note_closed(&closed);
             }
             Some(Err(error)) => self.append_failed(&error),
             _ => {}

@@ -607,8 +607,7 @@ pub fn read_seals(storage: &dyn Storage, key: &SealKey) -> Result<Vec<SealRead>,
 }
 
 /// Reads and verifies the seal of `chunk_id` alone, as [`read_seals`] does each entry (a valid
-/// seal under another chunk's name is `NameMismatch`): what the writer checks of a seal it just
-/// wrote, without reading every other one.
+/// seal under another chunk's name is `NameMismatch`), without reading every other one.
 pub fn read_one(
     storage: &dyn Storage,
     chunk_id: ChunkId,
