@@ -111,9 +111,7 @@ criterion_group!(benches, bench_append);
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
-    // `cargo bench` passes `--bench`; `cargo test --all-targets` does not, and there (a debug
-    // build, each bench run once as a smoke test) timed figures would be slow and meaningless.
-    if !std::env::args().any(|arg| arg == "--bench") {
+    if !annal_bench::under_cargo_bench() {
         return;
     }
     let streams: Vec<Stream> = (0..STREAM_ROUNDS)

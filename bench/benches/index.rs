@@ -115,7 +115,7 @@ fn median_ms(runs: usize, mut f: impl FnMut() -> Duration) -> f64 {
 }
 
 fn bench_index(c: &mut Criterion) {
-    let events = if std::env::args().any(|arg| arg == "--bench") {
+    let events = if annal_bench::under_cargo_bench() {
         STORE_EVENTS
     } else {
         SMOKE_STORE_EVENTS
@@ -137,9 +137,7 @@ criterion_group!(benches, bench_index);
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
-    // `cargo bench` passes `--bench`; `cargo test --all-targets` does not, and there (a debug
-    // build, each bench run once as a smoke test) timed figures would be slow and meaningless.
-    if !std::env::args().any(|arg| arg == "--bench") {
+    if !annal_bench::under_cargo_bench() {
         return;
     }
     let (_dir, layout) = filled_store(STORE_EVENTS);

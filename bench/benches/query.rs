@@ -109,8 +109,7 @@ fn main() {
     }
     benches();
     Criterion::default().configure_from_args().final_summary();
-    // `cargo bench` passes `--bench`; `cargo test --all-targets` (a debug smoke run) does not.
-    if !std::env::args().any(|arg| arg == "--bench") {
+    if !annal_bench::under_cargo_bench() {
         return;
     }
     for (name, target_bytes, max_events) in [

@@ -123,6 +123,13 @@ pub fn print_figure(name: &str, value: impl std::fmt::Display, unit: &str) {
     println!("{}", figure_line(name, value, unit));
 }
 
+/// Whether this bench runs under `cargo bench` (which passes `--bench`), where it prints its
+/// FIGURE lines. `cargo test --all-targets` runs each bench once in a debug build as a smoke
+/// test: there timed figures would be slow and meaningless, so they are skipped.
+pub fn under_cargo_bench() -> bool {
+    std::env::args().any(|arg| arg == "--bench")
+}
+
 /// The one quantile definition, shared with `annal demo`.
 pub use annal_actors::figures::quantile;
 
