@@ -165,6 +165,16 @@ struct Open {
     pruner: annal_engine::store::Pruner,
 }
 
+/// The keyed session ids derived so far (deriving one is a keyed hash; labels repeat).
+#[derive(Default)]
+struct SessionIds {
+    /// Raw label -> keyed session id, at most `SESSION_ID_CACHE_ENTRIES`.
+    by_label: HashMap<SessionLabel, OpaqueId>,
+    /// The last label looked up and its id: compared (by pointer first) before hashing the
+    /// label for the map.
+    last: Option<(SessionLabel, OpaqueId)>,
+}
+
 /// The writer's state.
 pub struct WriterState {
     /// The engine's configuration.
@@ -195,7 +205,7 @@ pub struct WriterState {
     /// Events lost by this writer (a failed batch or sync) not yet reported by a drop marker.
     lost_unreported: u64,
     /// Raw label -> keyed session id.
-    session_ids: HashMap<SessionLabel, OpaqueId>,
+    session_ids: SessionIds,
     /// Encrypted bytes in the store, as far as this writer knows.
     bytes_used: u64,
     /// This actor, for arming the group-commit timer.
@@ -601,7 +611,19 @@ impl WriterState {
         status_from(&self.config, reading, self.bytes_used, pending_drops)
     }
 
-    fn session_id(
+    fn session_id(session: &SessionLabel, key: &SessionIdKey, cache: &mut SessionIds) -> OpaqueId {
+        // Most events of a batch belong to the session of the one before.
+        if let Some((label, id)) = &cache.last
+            && label == session
+        {
+            return id.clone();
+        }
+        let id = Self::cached_session_id(session, key, &mut cache.by_label);
+        cache.last = Some((session.clone(), id.clone()));
+        id
+    }
+
+    fn cached_session_id(
         session: &SessionLabel,
         key: &SessionIdKey,
         cache: &mut HashMap<SessionLabel, OpaqueId>,
@@ -778,23 +800,30 @@ impl WriterState {
     }
 
     /// The draft of an action's start or completion: the same identity fields, another payload.
+    /// The context's strings move into the draft when this is its last holder (a completion,
+    /// or a start whose token is gone), else they are copied.
     fn action_draft(
         &mut self,
         time: EventTime,
         action: u64,
-        context: &annal_engine::capture::ActionContext,
+        context: Arc<annal_engine::capture::ActionContext>,
         key: Option<&SessionIdKey>,
         payload: Payload,
     ) -> Option<EventDraft> {
         let id = action_id(&self.action_seed, action);
+        let annal_engine::capture::ActionContext {
+            capability,
+            application,
+            session,
+        } = Arc::unwrap_or_clone(context);
         Some(EventDraft {
             subject: Subject::for_action(&id),
             time,
-            session_id: self.keyed_session(context.session.as_ref(), key),
+            session_id: self.keyed_session(session.as_ref(), key),
             action_id: Some(id),
             platform: self.config.platform,
-            capability: Some(context.capability.clone()),
-            application: context.application.clone(),
+            capability: Some(capability),
+            application,
             payload,
         })
     }
@@ -854,7 +883,7 @@ impl WriterState {
             let key = session_key.as_deref();
             let draft = match captured.item {
                 CapturedItem::ActionStarted { action, context } => {
-                    self.action_draft(time, action, &context, key, Payload::ActionStarted)
+                    self.action_draft(time, action, context, key, Payload::ActionStarted)
                 }
                 CapturedItem::ActionCompleted {
                     action,
@@ -863,7 +892,7 @@ impl WriterState {
                 } => self.action_draft(
                     time,
                     action,
-                    &context,
+                    context,
                     key,
                     Payload::ActionCompleted(outcome),
                 ),
@@ -1273,7 +1302,7 @@ impl Actor for WriterActor {
             storage_failing: false,
             key_failing: false,
             lost_unreported: 0,
-            session_ids: HashMap::new(),
+            session_ids: SessionIds::default(),
             bytes_used: 0,
             myself: myself.clone(),
             tick_armed: false,
