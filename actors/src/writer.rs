@@ -158,8 +158,10 @@ struct Open {
     reserved_through: u64,
     /// The newest seal (the chain's tip): the next closed chunk's seal links to it.
     last_seal: Option<annal_engine::seal::Seal>,
-    /// History records appended since the last sync.
-    dirty: bool,
+    /// When the oldest history record not yet synced was appended (`None`: all synced). The
+    /// group-commit tick syncs once that is `sync_interval` old, so a flush's sync in between
+    /// moves the deadline instead of leaving a second, early sync behind it.
+    unsynced_since: Option<tokio::time::Instant>,
     /// Which sealed chunks retention and eviction may prune, and which are recorded pruned but
     /// not yet removed (`store::prune`).
     pruner: annal_engine::store::Pruner,
@@ -758,7 +760,7 @@ impl WriterState {
             history,
             reserved_through,
             last_seal,
-            dirty: false,
+            unsynced_since: None,
             pruner,
         });
         if !leftovers.is_empty() {
@@ -966,16 +968,15 @@ impl WriterState {
                 closed,
                 ..
             }) => {
-                open.dirty = true;
+                open.unsynced_since
+                    .get_or_insert_with(tokio::time::Instant::now);
                 let written: u64 = records.iter().map(|r| r.len).sum();
                 if let Some(query) = &self.query {
                     let appended = records.into_iter().zip(events).collect();
                     let _ = query.cast(crate::query::QueryMsg::Appended(appended));
                 }
                 if !self.tick_armed {
-                    self.tick_armed = true;
-                    self.myself
-                        .send_after(self.config.sync_interval, || WriterMsg::Tick);
+                    self.arm_tick(self.config.sync_interval);
                 }
                 self.bytes_used += written;
                 self.seal(&closed).await;
@@ -1165,10 +1166,9 @@ impl WriterState {
         let Some(open) = self.open.as_mut() else {
             return Ok(());
         };
-        if !open.dirty {
+        if open.unsynced_since.take().is_none() {
             return Ok(());
         }
-        open.dirty = false;
         match open.history.sync() {
             Ok(_) => Ok(()),
             Err(error) => {
@@ -1179,6 +1179,30 @@ impl WriterState {
                 self.append_failed(&error);
                 Err(ControlError::Storage)
             }
+        }
+    }
+
+    /// Arms the group-commit tick to fire `after` from now.
+    fn arm_tick(&mut self, after: std::time::Duration) {
+        self.tick_armed = true;
+        self.myself.send_after(after, || WriterMsg::Tick);
+    }
+
+    /// The group-commit tick: syncs once the oldest unsynced record is `sync_interval` old;
+    /// if a flush synced since the tick was armed, re-arms it for the younger records' own
+    /// deadline. Whether everything appended is synced now.
+    fn commit_tick(&mut self) -> bool {
+        self.tick_armed = false;
+        let Some(since) = self.open.as_ref().and_then(|open| open.unsynced_since) else {
+            return true;
+        };
+        let age = since.elapsed();
+        match self.config.sync_interval.checked_sub(age) {
+            Some(left) if !left.is_zero() => {
+                self.arm_tick(left);
+                false
+            }
+            _ => self.sync().is_ok(),
         }
     }
 
@@ -1394,8 +1418,7 @@ impl Actor for WriterActor {
                 }
             }
             WriterMsg::Tick => {
-                state.tick_armed = false;
-                if state.sync().is_ok() {
+                if state.commit_tick() {
                     state.rotate_early().await;
                 }
                 state.reap_seal_writes(false).await;

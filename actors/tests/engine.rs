@@ -402,6 +402,53 @@ fn through_faulty_storage_every_acknowledged_event_reads_back_and_health_recover
     }
 }
 
+/// The group-commit deadline runs from the oldest record not yet synced: a flush in between
+/// moves it, so the tick armed before the flush does not sync the younger records early (one
+/// sync fewer), and they are still synced within the interval.
+#[test]
+fn a_flush_moves_the_group_commit_deadline_to_the_records_after_it() {
+    const INTERVAL: Duration = Duration::from_millis(1_000);
+    let s = setup();
+    let storage = faulty_setup(&s);
+    let mut config = s.config();
+    config.sync_interval = INTERVAL;
+    let engine = Engine::start_with(
+        config,
+        Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
+        Arc::new(annal_engine::clock::SystemClock),
+        Some(Arc::new(storage.clone())),
+    )
+    .unwrap();
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    engine.flush().unwrap();
+    // The first record arms the tick; half an interval later a flush syncs it.
+    let armed = Instant::now();
+    let _ = capture.action_started(click(), None, None);
+    std::thread::sleep(INTERVAL / 2);
+    engine.flush().unwrap();
+    // A record after the flush: appended (not synced) within a few drain ticks.
+    let _ = capture.action_started(click(), None, None);
+    std::thread::sleep(Duration::from_millis(100));
+    let synced = storage.count(FaultOp::Sync);
+    // Past the first tick's deadline, short of the second record's.
+    std::thread::sleep((armed + INTERVAL * 5 / 4).saturating_duration_since(Instant::now()));
+    assert_eq!(
+        storage.count(FaultOp::Sync),
+        synced,
+        "the tick armed before the flush synced a record younger than the interval"
+    );
+    // Past the second record's deadline (with slack for a loaded machine).
+    std::thread::sleep((armed + INTERVAL * 5 / 2).saturating_duration_since(Instant::now()));
+    assert!(
+        storage.count(FaultOp::Sync) > synced,
+        "the record after the flush was not synced within the interval"
+    );
+    engine.shutdown();
+    drop(storage);
+    assert_eq!(action_events(&s.events()), 2);
+}
+
 /// An enabled engine on a fault-injecting store that captured `actions` action starts and
 /// flushed them (all durable).
 fn faulty_engine_with_flushed_actions(
