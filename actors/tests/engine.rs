@@ -1136,6 +1136,94 @@ fn retention_prunes_sealed_chunks_by_their_seals_time_records_them_and_verify_st
     );
 }
 
+/// The chunk files of the history store now.
+fn chunk_ids(s: &Setup) -> Vec<annal_engine::profile::ChunkId> {
+    let mut ids: Vec<_> = std::fs::read_dir(s.layout.history_root().join("chunks"))
+        .unwrap()
+        .filter_map(|entry| {
+            annal_engine::store::parse_chunk_file_name(entry.unwrap().file_name().to_str()?)
+        })
+        .collect();
+    ids.sort_unstable_by_key(|id| id.to_hex());
+    ids
+}
+
+/// A chunk whose seal was never written is never pruned: retention passes it by (its seal's
+/// time is what proves it old), while the chunks closed after it, sealed, are pruned.
+#[test]
+fn retention_never_prunes_a_chunk_whose_seal_write_failed() {
+    use annal_engine::clock::ManualClock;
+    use annal_engine::journal::PruneReason;
+    const DAY_SECS: u64 = 86_400;
+    let s = setup();
+    let storage = faulty_setup(&s);
+    let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
+    let engine = Engine::start_with(
+        s.config(),
+        Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
+        Arc::new(clock.clone()),
+        Some(Arc::new(storage.clone())),
+    )
+    .unwrap();
+    engine.enable().unwrap();
+    let burst = |n: usize| {
+        capture_accepted(&engine, n);
+        engine.flush().unwrap();
+    };
+    burst(10);
+    let first = chunk_ids(&s);
+    assert_eq!(first.len(), 1, "{first:?}");
+    // 31 minutes on, the next capture closes the first chunk (its age) and creates the next one
+    // (the first creation from here); then the first chunk's seal job and its index file's write
+    // run, and every creation from the second on fails: its seal is never written.
+    storage.fail_from_nth(FaultOp::Create, 2, FaultKind::Eio);
+    clock.advance(Duration::from_secs(31 * 60));
+    burst(10);
+    let started = Instant::now();
+    while storage.injected() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no seal job ran"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Let the seal job (and the index file's write) finish against the fault.
+    std::thread::sleep(Duration::from_millis(500));
+    eprintln!(
+        "DBG injected={} creates={}",
+        storage.injected(),
+        storage.count(FaultOp::Create)
+    );
+    storage.clear_faults();
+    // Eight days on, both older chunks hold only what no query may see; the second one
+    // closes now, sealed.
+    clock.advance(Duration::from_secs(8 * DAY_SECS));
+    burst(10);
+    engine.flush().unwrap();
+    assert!(engine.shutdown().drained);
+    drop(storage);
+
+    let seal_key =
+        annal_engine::seal::SealKey::from_purpose_key(&RootKey::from_bytes(ROOT).seal_key());
+    let read: Arc<dyn Storage> = Arc::new(open_store(&s.layout, Access::Read).unwrap());
+    assert!(
+        annal_engine::seal::read_one(read.as_ref(), first[0], &seal_key).is_err(),
+        "the fault did not reach the first chunk's seal"
+    );
+    let pruned = pruned_in_journal(&s);
+    assert!(
+        pruned.iter().all(|(chunk, _, _)| *chunk != first[0]),
+        "an unsealed chunk was pruned: {pruned:?}"
+    );
+    assert!(chunk_file(&s, first[0]).exists());
+    // Retention did run: the sealed chunks after it went, by retention.
+    assert!(!pruned.is_empty());
+    for (chunk, reason, _) in &pruned {
+        assert_eq!(*reason, PruneReason::Retention);
+        assert!(!chunk_file(&s, *chunk).exists());
+    }
+}
+
 /// Captures `n` action starts, each of which must be admitted, waiting for room in the queue
 /// so none is dropped.
 fn capture_accepted(engine: &Engine, n: usize) {
