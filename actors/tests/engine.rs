@@ -407,7 +407,9 @@ fn through_faulty_storage_every_acknowledged_event_reads_back_and_health_recover
 /// sync fewer), and they are still synced within the interval.
 #[test]
 fn a_flush_moves_the_group_commit_deadline_to_the_records_after_it() {
-    const INTERVAL: Duration = Duration::from_millis(1_000);
+    // Long enough that a test thread oversleeping by a quarter of it (a loaded CI machine)
+    // still checks inside each window.
+    const INTERVAL: Duration = Duration::from_millis(2_000);
     let s = setup();
     let storage = faulty_setup(&s);
     let mut config = s.config();
