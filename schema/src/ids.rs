@@ -144,8 +144,12 @@ macro_rules! bounded_string {
 
 /// A 128-bit opaque identifier: exactly 32 lower-case hex characters. Event, session, action,
 /// stream and chunk ids all have this form.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OpaqueId(String);
+///
+/// The digits are held inline (no heap allocation): the writer makes two or three ids per event
+/// and the Query actor frees them on another thread, where a `String` each cost a `malloc` on
+/// glibc's slow cross-thread path. The API is that of the string newtypes.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpaqueId([u8; OPAQUE_ID_LEN_CHARS]);
 
 fn check_opaque_id(s: &str) -> Result<(), InvalidId> {
     if s.len() != OPAQUE_ID_LEN_CHARS {
@@ -156,42 +160,113 @@ fn check_opaque_id(s: &str) -> Result<(), InvalidId> {
     }
     Ok(())
 }
-bounded_string!(OpaqueId, check_opaque_id);
 
 impl OpaqueId {
+    /// Validates `value`: exactly 32 lower-case hex digits.
+    pub fn new(value: impl AsRef<str>) -> Result<Self, InvalidId> {
+        let value = value.as_ref();
+        check_opaque_id(value)?;
+        let mut digits = [0u8; OPAQUE_ID_LEN_CHARS];
+        digits.copy_from_slice(value.as_bytes());
+        Ok(Self(digits))
+    }
+
+    /// The validated value.
+    pub fn as_str(&self) -> &str {
+        // Only validated hex digits (ASCII) are ever stored, so this never falls back.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+
     /// The id of 16 raw bytes, as lower-case hex.
     pub fn from_bytes(bytes: [u8; 16]) -> Self {
-        Self(encode_lower_hex(&bytes))
+        let mut digits = [0u8; OPAQUE_ID_LEN_CHARS];
+        write_lower_hex(&bytes, &mut digits);
+        Self(digits)
     }
 
     /// The 16 raw bytes of the id.
     pub fn to_bytes(&self) -> [u8; 16] {
         // The value was validated as 32 lower-case hex digits, so decoding cannot fail.
-        decode_lower_hex(&self.0).unwrap_or([0; 16])
+        decode_lower_hex(self.as_str()).unwrap_or([0; 16])
+    }
+}
+
+impl fmt::Debug for OpaqueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("OpaqueId").field(&self.as_str()).finish()
+    }
+}
+
+impl fmt::Display for OpaqueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl TryFrom<String> for OpaqueId {
+    type Error = InvalidId;
+    fn try_from(value: String) -> Result<Self, InvalidId> {
+        Self::new(value)
+    }
+}
+
+impl std::str::FromStr for OpaqueId {
+    type Err = InvalidId;
+    fn from_str(value: &str) -> Result<Self, InvalidId> {
+        Self::new(value)
+    }
+}
+
+impl Serialize for OpaqueId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for OpaqueId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        /// Takes the id borrowed when the input allows it (no `String` per id read).
+        struct IdVisitor;
+        impl serde::de::Visitor<'_> for IdVisitor {
+            type Value = OpaqueId;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("32 lower-case hex digits")
+            }
+            fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<OpaqueId, E> {
+                OpaqueId::new(value).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(IdVisitor)
     }
 }
 
 /// The lower-case hex spelling of `bytes` (two digits per byte): the one hex encoder, the
 /// inverse of [`decode_hex_into`] with [`HexCase::Lower`].
 pub fn encode_lower_hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     /// Input bytes spelled per round in a stack buffer, then appended with one copy: no
-    /// per-digit capacity check and no zeroed allocation (a push per digit cost ~15
-    /// instructions, twice per event on the writer's path).
+    /// per-digit capacity check and no zeroed allocation.
     const ROUND_BYTES: usize = 16;
     let mut out = String::with_capacity(bytes.len() * 2);
     for round in bytes.chunks(ROUND_BYTES) {
         let mut digits = [0u8; ROUND_BYTES * 2];
-        for (pair, b) in digits.chunks_exact_mut(2).zip(round) {
-            if let [high, low] = pair {
-                *high = HEX[usize::from(b >> 4)];
-                *low = HEX[usize::from(b & 0x0f)];
-            }
-        }
+        let digits = &mut digits[..round.len() * 2];
+        write_lower_hex(round, digits);
         // Hex digits are ASCII, so this never fails.
-        out.push_str(std::str::from_utf8(&digits[..round.len() * 2]).unwrap_or_default());
+        out.push_str(std::str::from_utf8(digits).unwrap_or_default());
     }
     out
+}
+
+/// Writes the lower-case hex digits of `bytes` into `digits` (two per byte; `digits` holds
+/// `2 * bytes.len()`, any surplus is left as it is).
+fn write_lower_hex(bytes: &[u8], digits: &mut [u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (pair, b) in digits.chunks_exact_mut(2).zip(bytes) {
+        if let [high, low] = pair {
+            *high = HEX[usize::from(b >> 4)];
+            *low = HEX[usize::from(b & 0x0f)];
+        }
+    }
 }
 
 /// Which letter case a hex decoder accepts.
