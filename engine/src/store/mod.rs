@@ -451,6 +451,47 @@ pub fn read_state_mirror(storage: &dyn Storage) -> Result<Option<StateMirror>, S
 mod tests {
     use super::*;
 
+    /// A batch's event ids are the ids of its sequences one by one (a batch starting anywhere
+    /// reads the same bytes), distinct across sequences and across generation keys.
+    #[test]
+    fn event_ids_are_per_sequence_distinct_and_keyed() {
+        use write::{EVENT_ID_LEN_BYTES, event_ids};
+        const SEQUENCES: usize = 10_000;
+        let key = [7u8; write::EVENT_ID_KEY_LEN_BYTES];
+        let mut batch = Vec::new();
+        event_ids(&key, 1, SEQUENCES, &mut batch);
+        assert_eq!(batch.len(), SEQUENCES * EVENT_ID_LEN_BYTES);
+        let mut one = Vec::new();
+        for sequence in [1u64, 2, 3, 4, 5, 63, 64, 65, 4_097, 9_999] {
+            event_ids(&key, sequence, 1, &mut one);
+            let at = (sequence as usize - 1) * EVENT_ID_LEN_BYTES;
+            assert_eq!(
+                one,
+                batch[at..at + EVENT_ID_LEN_BYTES],
+                "sequence {sequence}"
+            );
+        }
+        let distinct: std::collections::HashSet<&[u8]> =
+            batch.chunks_exact(EVENT_ID_LEN_BYTES).collect();
+        assert_eq!(distinct.len(), SEQUENCES);
+        let mut other = Vec::new();
+        event_ids(
+            &[8u8; write::EVENT_ID_KEY_LEN_BYTES],
+            1,
+            SEQUENCES,
+            &mut other,
+        );
+        assert!(
+            batch
+                .chunks_exact(EVENT_ID_LEN_BYTES)
+                .zip(other.chunks_exact(EVENT_ID_LEN_BYTES))
+                .all(|(a, b)| a != b)
+        );
+        // Nothing is left of what the buffer held before.
+        event_ids(&key, 1, 2, &mut batch);
+        assert_eq!(batch.len(), 2 * EVENT_ID_LEN_BYTES);
+    }
+
     #[test]
     fn chunk_file_names_round_trip() {
         let id = ChunkId([0xab; 16]);
