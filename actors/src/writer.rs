@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use annal_engine::capture::{
-    CaptureControl, Captured, CapturedItem, Drained, SessionLabel, action_id,
+    ActionIds, CaptureControl, Captured, CapturedItem, Drained, SessionLabel,
 };
 use annal_engine::clock::Clock;
 use annal_engine::health::{KeyFault, Signal, SignalKind, StorageFault};
@@ -189,8 +189,8 @@ pub struct WriterState {
     journal: ActorRef<JournalMsg>,
     /// The capture admission switch.
     capture: CaptureControl,
-    /// The action-id seed.
-    action_seed: [u8; 32],
+    /// The channel's action ids (from its seed, a window at a time).
+    action_ids: ActionIds,
     /// The store's storage slot.
     storage: StorageSlot,
     /// The query actor, told of every appended event.
@@ -812,7 +812,7 @@ impl WriterState {
         key: Option<&SessionIdKey>,
         payload: Payload,
     ) -> Option<EventDraft> {
-        let id = action_id(&self.action_seed, action);
+        let id = self.action_ids.id(action);
         let annal_engine::capture::ActionContext {
             capability,
             application,
@@ -1318,7 +1318,7 @@ impl Actor for WriterActor {
             keys: args.keys,
             journal: args.journal,
             capture: args.capture,
-            action_seed: args.action_seed,
+            action_ids: ActionIds::new(args.action_seed),
             storage: args.storage,
             query: args.query,
             open: None,

@@ -96,18 +96,84 @@ pub fn capture_channel(
     ))
 }
 
-/// The opaque `action_id` of the action numbered `counter`, derived at dequeue: the first 16
-/// bytes of BLAKE3 keyed by `seed` over the counter (little-endian).
+/// Length of a raw action id, in bytes (an `OpaqueId`: 128 bits).
+const ACTION_ID_LEN_BYTES: usize = 16;
+
+/// Action ids [`ActionIds`] reads from the seed's output stream at once, in actions: 16 BLAKE3
+/// compressions per window, where a keyed hash per id cost one compression each.
+pub const ACTION_ID_WINDOW_ACTIONS: usize = 64;
+
+/// The opaque `action_id` of the action numbered `counter`, derived at dequeue: the 16 bytes at
+/// offset `16 * counter` of the BLAKE3 output stream keyed by `seed`. Distinct counters read
+/// disjoint bytes, so ids never repeat within a channel. [`ActionIds`] gives the same ids,
+/// reading them a window at a time.
 ///
 /// `seed` must be drawn fresh (random) for each capture channel and used for nothing else: the
 /// counter restarts at 0 with every channel, so a reused seed would repeat action ids.
 pub fn action_id(seed: &[u8; 32], counter: u64) -> OpaqueId {
-    let hash = blake3::keyed_hash(seed, &counter.to_le_bytes());
-    let mut id = [0u8; 16];
-    for (slot, byte) in id.iter_mut().zip(hash.as_bytes()) {
-        *slot = *byte;
-    }
+    let mut id = [0u8; ACTION_ID_LEN_BYTES];
+    action_id_stream(seed, counter).fill(&mut id);
     OpaqueId::from_bytes(id)
+}
+
+/// The seed's output stream, positioned at the id of `counter`.
+fn action_id_stream(seed: &[u8; 32], counter: u64) -> blake3::OutputReader {
+    let mut stream = blake3::Hasher::new_keyed(seed).finalize_xof();
+    // Counters stay far below 2^60, so the offset never saturates.
+    stream.set_position(counter.saturating_mul(ACTION_ID_LEN_BYTES as u64));
+    stream
+}
+
+/// [`action_id`] for a writer: reads [`ACTION_ID_WINDOW_ACTIONS`] ids at once from the first
+/// counter past its window, so a run of starts costs a quarter compression each. A counter
+/// below the window (a completion of an older action) is read alone, leaving the window where
+/// it is.
+pub struct ActionIds {
+    /// The channel's seed.
+    seed: [u8; 32],
+    /// The counter of the window's first id; `None` before the first read.
+    base: Option<u64>,
+    /// The window's raw ids, 16 bytes each.
+    window: Box<[u8; ACTION_ID_WINDOW_ACTIONS * ACTION_ID_LEN_BYTES]>,
+}
+
+impl fmt::Debug for ActionIds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the seed.
+        f.debug_struct("ActionIds")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ActionIds {
+    /// The ids of the channel seeded with `seed`.
+    pub fn new(seed: [u8; 32]) -> Self {
+        Self {
+            seed,
+            base: None,
+            window: Box::new([0; ACTION_ID_WINDOW_ACTIONS * ACTION_ID_LEN_BYTES]),
+        }
+    }
+
+    /// The id of the action numbered `counter`: always [`action_id`]`(seed, counter)`.
+    pub fn id(&mut self, counter: u64) -> OpaqueId {
+        let offset = match self.base {
+            Some(base) if counter < base => return action_id(&self.seed, counter),
+            Some(base) if counter - base < ACTION_ID_WINDOW_ACTIONS as u64 => counter - base,
+            _ => {
+                action_id_stream(&self.seed, counter).fill(&mut self.window[..]);
+                self.base = Some(counter);
+                0
+            }
+        };
+        let mut id = [0u8; ACTION_ID_LEN_BYTES];
+        let at = offset as usize * ACTION_ID_LEN_BYTES;
+        if let Some(bytes) = self.window.get(at..at + ACTION_ID_LEN_BYTES) {
+            id.copy_from_slice(bytes);
+        }
+        OpaqueId::from_bytes(id)
+    }
 }
 
 /// What producers and the drain share.

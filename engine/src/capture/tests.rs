@@ -427,20 +427,48 @@ fn the_default_capacity_holds_exactly_that_many_events() {
 }
 
 #[test]
-fn action_ids_are_keyed_16_byte_prefixes_of_blake3() {
+fn action_ids_are_16_byte_slices_of_the_seeds_blake3_stream() {
     let seed = [7u8; 32];
     let id = action_id(&seed, 42);
-    // Independently: BLAKE3's extendable output starts with the same bytes as its 32-byte hash.
-    let mut expected = [0u8; 16];
-    let mut hasher = blake3::Hasher::new_keyed(&seed);
-    hasher.update(&42u64.to_le_bytes());
-    hasher.finalize_xof().fill(&mut expected);
-    assert_eq!(id.to_bytes(), expected);
+    // Independently: bytes 16 * 42 .. 16 * 43 of the keyed BLAKE3 output stream.
+    let mut stream = [0u8; 16 * 43];
+    blake3::Hasher::new_keyed(&seed)
+        .finalize_xof()
+        .fill(&mut stream);
+    assert_eq!(id.to_bytes()[..], stream[16 * 42..]);
     assert_eq!(action_id(&seed, 42), id, "deterministic");
     assert_ne!(action_id(&seed, 43), id);
     assert_ne!(action_id(&[8u8; 32], 42), id, "keyed by the seed");
     let many: std::collections::HashSet<_> = (0..10_000).map(|n| action_id(&seed, n)).collect();
     assert_eq!(many.len(), 10_000);
+}
+
+/// The windowed reader gives exactly `action_id` whatever order the counters come in: runs of
+/// starts, completions of older actions (below the window), jumps past it, the window's edges.
+#[test]
+fn windowed_action_ids_equal_the_reference_in_any_order() {
+    let seed = [9u8; 32];
+    let mut ids = ActionIds::new(seed);
+    let window = ACTION_ID_WINDOW_ACTIONS as u64;
+    let mut counters: Vec<u64> = (0..3 * window).collect();
+    counters.extend([
+        5,
+        window - 1,
+        window,
+        0,
+        10 * window + 3,
+        10 * window + 2,
+        2 * window,
+    ]);
+    counters.extend((0..500u64).map(|n| (n * 7_919) % 1_000));
+    counters.push(u64::MAX / 32);
+    for counter in counters {
+        assert_eq!(
+            ids.id(counter),
+            action_id(&seed, counter),
+            "counter {counter}"
+        );
+    }
 }
 
 #[test]
