@@ -44,6 +44,7 @@ use std::time::Duration;
 use annal_schema::{ActionOutcome, Application, Capability, OpaqueId};
 
 use crate::clock::Clock;
+use crate::keys::material::{RAW_ID_LEN_BYTES, keyed_ids};
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};
 
@@ -96,32 +97,21 @@ pub fn capture_channel(
     ))
 }
 
-/// Length of a raw action id, in bytes (an `OpaqueId`: 128 bits).
-const ACTION_ID_LEN_BYTES: usize = 16;
-
 /// Action ids [`ActionIds`] reads from the seed's output stream at once, in actions: 16 BLAKE3
 /// compressions per window, where a keyed hash per id cost one compression each.
 pub const ACTION_ID_WINDOW_ACTIONS: usize = 64;
 
-/// The opaque `action_id` of the action numbered `counter`, derived at dequeue: the 16 bytes at
-/// offset `16 * counter` of the BLAKE3 output stream keyed by `seed`. Distinct counters read
-/// disjoint bytes, so ids never repeat within a channel. [`ActionIds`] gives the same ids,
-/// reading them a window at a time.
+/// The opaque `action_id` of the action numbered `counter`, derived at dequeue: the raw id
+/// numbered `counter` under `seed` ([`keyed_ids`]: the 16 bytes at offset `16 * counter` of the
+/// BLAKE3 output stream keyed by `seed`), so ids never repeat within a channel. [`ActionIds`]
+/// gives the same ids, reading them a window at a time.
 ///
 /// `seed` must be drawn fresh (random) for each capture channel and used for nothing else: the
 /// counter restarts at 0 with every channel, so a reused seed would repeat action ids.
 pub fn action_id(seed: &[u8; 32], counter: u64) -> OpaqueId {
-    let mut id = [0u8; ACTION_ID_LEN_BYTES];
-    action_id_stream(seed, counter).fill(&mut id);
+    let mut id = [0u8; RAW_ID_LEN_BYTES];
+    keyed_ids(seed, counter, &mut id);
     OpaqueId::from_bytes(id)
-}
-
-/// The seed's output stream, positioned at the id of `counter`.
-fn action_id_stream(seed: &[u8; 32], counter: u64) -> blake3::OutputReader {
-    let mut stream = blake3::Hasher::new_keyed(seed).finalize_xof();
-    // Counters stay far below 2^60, so the offset never saturates.
-    stream.set_position(counter.saturating_mul(ACTION_ID_LEN_BYTES as u64));
-    stream
 }
 
 /// [`action_id`] for a writer: reads [`ACTION_ID_WINDOW_ACTIONS`] ids at once from the first
@@ -134,7 +124,7 @@ pub struct ActionIds {
     /// The counter of the window's first id; `None` before the first read.
     base: Option<u64>,
     /// The window's raw ids, 16 bytes each.
-    window: Box<[u8; ACTION_ID_WINDOW_ACTIONS * ACTION_ID_LEN_BYTES]>,
+    window: Box<[u8; ACTION_ID_WINDOW_ACTIONS * RAW_ID_LEN_BYTES]>,
 }
 
 impl fmt::Debug for ActionIds {
@@ -152,7 +142,7 @@ impl ActionIds {
         Self {
             seed,
             base: None,
-            window: Box::new([0; ACTION_ID_WINDOW_ACTIONS * ACTION_ID_LEN_BYTES]),
+            window: Box::new([0; ACTION_ID_WINDOW_ACTIONS * RAW_ID_LEN_BYTES]),
         }
     }
 
@@ -162,14 +152,14 @@ impl ActionIds {
             Some(base) if counter < base => return action_id(&self.seed, counter),
             Some(base) if counter - base < ACTION_ID_WINDOW_ACTIONS as u64 => counter - base,
             _ => {
-                action_id_stream(&self.seed, counter).fill(&mut self.window[..]);
+                keyed_ids(&self.seed, counter, &mut self.window[..]);
                 self.base = Some(counter);
                 0
             }
         };
-        let mut id = [0u8; ACTION_ID_LEN_BYTES];
-        let at = offset as usize * ACTION_ID_LEN_BYTES;
-        if let Some(bytes) = self.window.get(at..at + ACTION_ID_LEN_BYTES) {
+        let mut id = [0u8; RAW_ID_LEN_BYTES];
+        let at = offset as usize * RAW_ID_LEN_BYTES;
+        if let Some(bytes) = self.window.get(at..at + RAW_ID_LEN_BYTES) {
             id.copy_from_slice(bytes);
         }
         OpaqueId::from_bytes(id)

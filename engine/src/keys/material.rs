@@ -20,6 +20,9 @@ pub const CHUNK_ID_LEN_BYTES: usize = 16;
 /// Length of a keyed session id in bytes (written as 32 lower-case hex characters).
 pub const SESSION_ID_LEN_BYTES: usize = 16;
 
+/// Length of a raw event or action id, in bytes (128 bits: an `OpaqueId`'s 32 hex digits).
+pub const RAW_ID_LEN_BYTES: usize = 16;
+
 /// HKDF info prefix for per-chunk keys (profile v1 contract).
 pub const CHUNK_KEY_INFO: &[u8] = b"cua-driver/history-profile/v1/chunk-key";
 
@@ -37,6 +40,19 @@ pub const CURSOR_KEY_INFO: &[u8] = b"annal/v1/cursor-key";
 
 /// HKDF info for the root of annal's engine journal stream (annal-only).
 pub const JOURNAL_KEY_INFO: &[u8] = b"annal/v1/journal-root-key";
+
+/// Fills `out` with the raw ids numbered `first`, `first + 1`, ... ([`RAW_ID_LEN_BYTES`] each):
+/// the bytes at offset `16 * number` of the BLAKE3 output stream keyed by `key`. Distinct
+/// numbers read disjoint bytes, so ids never repeat under one key, and without the key they
+/// cannot be guessed; a run of ids is one read (one compression per four ids, where a keyed
+/// hash per id cost one each). Event ids (a writer generation's key, by sequence) and action
+/// ids (a capture channel's seed, by action number) are made this way.
+pub fn keyed_ids(key: &[u8; KEY_LEN_BYTES], first: u64, out: &mut [u8]) {
+    let mut stream = blake3::Hasher::new_keyed(key).finalize_xof();
+    // Numbers stay far below 2^60 (one per nanosecond for 36 years): the offset never saturates.
+    stream.set_position(first.saturating_mul(RAW_ID_LEN_BYTES as u64));
+    stream.fill(out);
+}
 
 /// Derives per-chunk keys without exposing the root they come from.
 ///

@@ -455,7 +455,8 @@ mod tests {
     /// reads the same bytes), distinct across sequences and across generation keys.
     #[test]
     fn event_ids_are_per_sequence_distinct_and_keyed() {
-        use write::{EVENT_ID_LEN_BYTES, event_ids};
+        use crate::keys::material::RAW_ID_LEN_BYTES as EVENT_ID_LEN_BYTES;
+        use write::event_ids;
         const SEQUENCES: usize = 10_000;
         let key = [7u8; write::EVENT_ID_KEY_LEN_BYTES];
         let mut batch = Vec::new();

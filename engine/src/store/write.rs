@@ -38,7 +38,7 @@ use super::{
 use crate::clock::Clock;
 use crate::entropy::{Entropy, EntropyError, OsEntropy};
 use crate::keys::KeyReference;
-use crate::keys::material::CHUNK_ID_LEN_BYTES;
+use crate::keys::material::{CHUNK_ID_LEN_BYTES, RAW_ID_LEN_BYTES, keyed_ids};
 use crate::profile::{
     ChunkHeader, ChunkId, ChunkVerdict, MAX_PLAINTEXT_LEN_BYTES, MAX_RECORDS_PER_CHUNK,
     NONCE_PREFIX_LEN_BYTES, RECORD_OVERHEAD_MAX_BYTES, RecordSchema, RecordSealer, SealError,
@@ -54,13 +54,8 @@ pub const CHUNK_MAX_AGE_SECS: u64 = 30 * 60;
 /// Length of the key that derives event ids, in bytes.
 pub(crate) const EVENT_ID_KEY_LEN_BYTES: usize = 32;
 
-/// Length of a raw event id, in bytes (an `OpaqueId`: 128 bits).
-pub(crate) const EVENT_ID_LEN_BYTES: usize = 16;
-
 /// The raw event ids of the sequences `first..first + count` under `id_key`, 16 bytes each,
-/// into `out` (replacing what it held): the bytes at offset `16 * sequence` of the BLAKE3 output
-/// stream keyed by `id_key`. Distinct sequences read disjoint bytes, so ids never repeat within
-/// a generation; without the key they cannot be guessed.
+/// into `out` (replacing what it held): [`keyed_ids`] numbered by sequence.
 pub(crate) fn event_ids(
     id_key: &[u8; EVENT_ID_KEY_LEN_BYTES],
     first: u64,
@@ -68,12 +63,8 @@ pub(crate) fn event_ids(
     out: &mut Vec<u8>,
 ) {
     out.clear();
-    out.resize(count * EVENT_ID_LEN_BYTES, 0);
-    let mut stream = blake3::Hasher::new_keyed(id_key).finalize_xof();
-    // Sequences stay far below 2^60 (one event per nanosecond for 36 years), so the offset
-    // never saturates.
-    stream.set_position(first.saturating_mul(EVENT_ID_LEN_BYTES as u64));
-    stream.fill(out);
+    out.resize(count * RAW_ID_LEN_BYTES, 0);
+    keyed_ids(id_key, first, out);
 }
 
 /// What a writer generation writes into every chunk header, its rotation limits, and the floor
@@ -438,10 +429,9 @@ struct Generation {
     stream_id: OpaqueId,
     /// The same as its records' `source`, made once per generation.
     source: SourceUrn,
-    /// Event ids are the 16 bytes at offset `16 * sequence` of the BLAKE3 output stream keyed
-    /// by this key ([`event_ids`]): unique within the stream (sequences never repeat) and
-    /// unguessable, with no system call per event, and a batch's ids are one read of the stream
-    /// (one compression per four ids, where a keyed hash per id cost one each).
+    /// Event ids are [`keyed_ids`] under this key, numbered by sequence ([`event_ids`]): unique
+    /// within the stream (sequences never repeat) and unguessable, with no system call per
+    /// event, and a batch's ids are one read.
     id_key: [u8; EVENT_ID_KEY_LEN_BYTES],
 }
 
@@ -874,9 +864,9 @@ impl<S: Stream> StoreWriter<S> {
         event_ids(&self.generation.id_key, first, drafts.len(), &mut self.ids);
         for (index, draft) in drafts.into_iter().enumerate() {
             let sequence = first + index as u64;
-            let mut id = [0u8; EVENT_ID_LEN_BYTES];
-            if let Some(bytes) = self.ids.get(index * EVENT_ID_LEN_BYTES..)
-                && let Some(bytes) = bytes.get(..EVENT_ID_LEN_BYTES)
+            let mut id = [0u8; RAW_ID_LEN_BYTES];
+            if let Some(bytes) = self.ids.get(index * RAW_ID_LEN_BYTES..)
+                && let Some(bytes) = bytes.get(..RAW_ID_LEN_BYTES)
             {
                 id.copy_from_slice(bytes);
             }
