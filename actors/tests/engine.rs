@@ -1223,6 +1223,67 @@ fn retention_never_prunes_a_chunk_whose_seal_write_failed() {
     }
 }
 
+/// A chunk an append closed before it failed (the next chunk could not be created) is complete
+/// and synced: the next append that succeeds reports it, and the writer seals it in the same
+/// life (before, it stayed unsealed, so unprunable, until a restart found it).
+#[test]
+fn a_chunk_closed_by_a_failed_append_is_sealed_by_the_next_one() {
+    use annal_engine::clock::ManualClock;
+    let s = setup();
+    let storage = faulty_setup(&s);
+    let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
+    let engine = Engine::start_with(
+        s.config(),
+        Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
+        Arc::new(clock.clone()),
+        Some(Arc::new(storage.clone())),
+    )
+    .unwrap();
+    engine.enable().unwrap();
+    capture_accepted(&engine, 10);
+    engine.flush().unwrap();
+    let first = chunk_ids(&s);
+    assert_eq!(first.len(), 1, "{first:?}");
+    // 31 minutes on, the next capture closes the first chunk (its age); creating the next one
+    // fails, and so does the append.
+    storage.fail_from_nth(FaultOp::Create, 1, FaultKind::Eio);
+    clock.advance(Duration::from_secs(31 * 60));
+    capture_accepted(&engine, 10);
+    let _ = engine.flush();
+    assert_eq!(
+        engine.status().unwrap().health,
+        HealthCategory::StorageUnavailable,
+        "the append did not meet the fault"
+    );
+    storage.clear_faults();
+    capture_accepted(&engine, 10);
+    engine.flush().unwrap();
+    // Every seal job is awaited before the stop returns; the second chunk is still open until
+    // the stop closes it, so only a seal written for the first chunk during this life can be
+    // checked before it.
+    let seal_key =
+        annal_engine::seal::SealKey::from_purpose_key(&RootKey::from_bytes(ROOT).seal_key());
+    let started = Instant::now();
+    loop {
+        let read: Arc<dyn Storage> = Arc::new(open_store(&s.layout, Access::Read).unwrap());
+        if annal_engine::seal::read_one(read.as_ref(), first[0], &seal_key).is_ok() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the first chunk was never sealed in the writer's life"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(engine.shutdown().drained);
+    drop(storage);
+    let (plain, _) = verify_reports(&s);
+    assert!(
+        plain.findings().all(|(_, f)| f.as_str() != "unsealed"),
+        "{plain:#?}"
+    );
+}
+
 /// Captures `n` action starts, each of which must be admitted, waiting for room in the queue
 /// so none is dropped.
 fn capture_accepted(engine: &Engine, n: usize) {

@@ -275,6 +275,36 @@ fn after_a_crash_every_acknowledged_record_reads_back() {
     }
 }
 
+/// An append that closes a full chunk and then cannot create the next one fails, but the
+/// chunk it closed is complete and synced: the next successful append reports it (once), so
+/// the writer can seal it.
+#[test]
+fn a_chunk_closed_by_a_failed_append_is_reported_by_the_next_receipt() {
+    let (_dir, layout) = new_store();
+    let storage = faulty(&layout);
+    let drafts = fixture_drafts();
+    let mut config = writer_config();
+    config.chunk_size_limit_bytes = 12_000;
+    let mut w =
+        StoreWriter::<History>::open(Arc::new(storage.clone()), fixture_keys(), config, clock())
+            .unwrap();
+    w.append(drafts.to_vec()).unwrap();
+    w.sync().unwrap();
+    // The second batch overflows the chunk: it is closed, and the next one is not created.
+    storage.fail_nth(FaultOp::Create, 1, FaultKind::Eio);
+    let error = w.append(drafts.to_vec()).unwrap_err();
+    assert_eq!(storage.injected(), 1, "{error}");
+    storage.clear_faults();
+    let receipt = w.append(drafts[..1].to_vec()).unwrap();
+    assert_eq!(receipt.closed.len(), 1, "{receipt:?}");
+    assert_eq!(receipt.closed[0].first_sequence, 1);
+    assert!(receipt.closed[0].last_sequence >= 16);
+    assert_eq!(receipt.created.len(), 1);
+    // Reported once.
+    let receipt = w.append(drafts[..1].to_vec()).unwrap();
+    assert!(receipt.closed.is_empty(), "{receipt:?}");
+}
+
 #[test]
 fn a_nearly_full_chunk_closes_after_a_sync_without_syncing_again() {
     let (_dir, layout) = new_store();

@@ -380,7 +380,9 @@ pub struct AppendReceipt<E = annal_schema::Event> {
     /// the writer rather than dropped: the query path's hot cache keeps them, so the newest
     /// events are answered without decrypting anything.
     pub events: Vec<E>,
-    /// Chunks closed (rotated away from, synced) during this append.
+    /// Chunks closed (rotated away from, synced) during this append, after any that an earlier,
+    /// failed append closed before it failed (complete and synced all the same, so they are
+    /// reported here, to be sealed, rather than lost with that append's receipt).
     pub closed: Vec<ClosedChunk>,
     /// Chunks created during this append.
     pub created: Vec<ChunkId>,
@@ -469,6 +471,9 @@ pub struct StoreWriter<S: Stream> {
     ids: Vec<u8>,
     /// Scratch: the sealed records of the current chunk not yet written.
     batch: Vec<u8>,
+    /// Chunks closed by appends that then failed (say, the next chunk could not be created):
+    /// reported by the next successful append's receipt.
+    closed_unreported: Vec<ClosedChunk>,
     /// The torn tails found at open, for the shell to record.
     torn_tails_at_open: Vec<TornTailFound>,
     /// Complete chunks of earlier generations that no seal covers, found by
@@ -662,6 +667,7 @@ impl<S: Stream> StoreWriter<S> {
             plaintext: Vec::with_capacity(1024),
             ids: Vec::new(),
             batch: Vec::new(),
+            closed_unreported: Vec::new(),
             torn_tails_at_open,
             unsealed_at_open: Vec::new(),
         })
@@ -890,7 +896,9 @@ impl<S: Stream> StoreWriter<S> {
             if !self.fits(bound, aged) {
                 self.flush(&mut pending, &mut pending_events, &mut receipt)?;
                 if let Some(closed) = self.close_current()? {
-                    receipt.closed.push(closed);
+                    // Kept by the writer until the receipt is returned, so a failure below
+                    // (the next chunk not created) does not lose it.
+                    self.closed_unreported.push(closed);
                 }
                 receipt.created.push(self.create_chunk()?);
                 aged = false;
@@ -920,6 +928,7 @@ impl<S: Stream> StoreWriter<S> {
             pending_events.push(event);
         }
         self.flush(&mut pending, &mut pending_events, &mut receipt)?;
+        receipt.closed = std::mem::take(&mut self.closed_unreported);
         Ok(receipt)
     }
 
