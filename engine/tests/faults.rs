@@ -275,6 +275,15 @@ fn after_a_crash_every_acknowledged_record_reads_back() {
     }
 }
 
+/// A writer on `storage` whose chunks hold about the fixture's 16 drafts: they fill most of the
+/// 12,000-byte limit (its last eighth is early-rotation room), and a second batch overflows it.
+fn small_chunk_writer(storage: &FaultyStorage) -> StoreWriter<History> {
+    let mut config = writer_config();
+    config.chunk_size_limit_bytes = 12_000;
+    StoreWriter::<History>::open(Arc::new(storage.clone()), fixture_keys(), config, clock())
+        .unwrap()
+}
+
 /// An append that closes a full chunk and then cannot create the next one fails, but the
 /// chunk it closed is complete and synced: the next successful append reports it (once), so
 /// the writer can seal it.
@@ -283,11 +292,7 @@ fn a_chunk_closed_by_a_failed_append_is_reported_by_the_next_receipt() {
     let (_dir, layout) = new_store();
     let storage = faulty(&layout);
     let drafts = fixture_drafts();
-    let mut config = writer_config();
-    config.chunk_size_limit_bytes = 12_000;
-    let mut w =
-        StoreWriter::<History>::open(Arc::new(storage.clone()), fixture_keys(), config, clock())
-            .unwrap();
+    let mut w = small_chunk_writer(&storage);
     w.append(drafts.to_vec()).unwrap();
     w.sync().unwrap();
     // The second batch overflows the chunk: it is closed, and the next one is not created.
@@ -310,12 +315,7 @@ fn a_nearly_full_chunk_closes_after_a_sync_without_syncing_again() {
     let (_dir, layout) = new_store();
     let storage = faulty(&layout);
     let drafts = fixture_drafts();
-    let mut config = writer_config();
-    // The fixture's 16 drafts fill most of this limit (its last eighth is early-rotation room).
-    config.chunk_size_limit_bytes = 12_000;
-    let mut w =
-        StoreWriter::<History>::open(Arc::new(storage.clone()), fixture_keys(), config, clock())
-            .unwrap();
+    let mut w = small_chunk_writer(&storage);
     let receipt = w.append(drafts[..2].to_vec()).unwrap();
     assert!(receipt.closed.is_empty());
     w.sync().unwrap();
