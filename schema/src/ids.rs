@@ -62,7 +62,8 @@ fn check_len(s: &str, max_chars: usize) -> Result<(), InvalidId> {
 /// Implements the shared plumbing of a validated string newtype: `new`, `as_str`, `Display`,
 /// `TryFrom<String>`, `FromStr` and `Serialize`. With one check, deserialization applies it too;
 /// with `write:` and `read:` checks, deserialization and `new_lenient` apply the read check and
-/// `meets_write_rules` reports the write check.
+/// `meets_write_rules` reports the write check. `@text` alone gives `Display`, `TryFrom<String>`,
+/// `FromStr` and `Serialize` to a type with its own `new` and `as_str` ([`OpaqueId`]).
 macro_rules! bounded_string {
     ($name:ident, $check:path) => {
         bounded_string!(@common $name, $check);
@@ -114,9 +115,13 @@ macro_rules! bounded_string {
             }
         }
 
+        bounded_string!(@text $name);
+    };
+    // The impls that only need `new` and `as_str`, whatever holds the text.
+    (@text $name:ident) => {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
+                f.write_str(self.as_str())
             }
         }
 
@@ -136,7 +141,7 @@ macro_rules! bounded_string {
 
         impl Serialize for $name {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(&self.0)
+                s.serialize_str(self.as_str())
             }
         }
     };
@@ -197,31 +202,7 @@ impl fmt::Debug for OpaqueId {
     }
 }
 
-impl fmt::Display for OpaqueId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl TryFrom<String> for OpaqueId {
-    type Error = InvalidId;
-    fn try_from(value: String) -> Result<Self, InvalidId> {
-        Self::new(value)
-    }
-}
-
-impl std::str::FromStr for OpaqueId {
-    type Err = InvalidId;
-    fn from_str(value: &str) -> Result<Self, InvalidId> {
-        Self::new(value)
-    }
-}
-
-impl Serialize for OpaqueId {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
+bounded_string!(@text OpaqueId);
 
 impl<'de> Deserialize<'de> for OpaqueId {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
