@@ -44,7 +44,7 @@ use std::time::Duration;
 use annal_schema::{ActionOutcome, Application, Capability, OpaqueId};
 
 use crate::clock::Clock;
-use crate::keys::material::{RAW_ID_LEN_BYTES, keyed_ids};
+use crate::keys::material::{RAW_ID_LEN_BYTES, keyed_id_at, keyed_ids};
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};
 
@@ -157,12 +157,7 @@ impl ActionIds {
                 0
             }
         };
-        let mut id = [0u8; RAW_ID_LEN_BYTES];
-        let at = offset as usize * RAW_ID_LEN_BYTES;
-        if let Some(bytes) = self.window.get(at..at + RAW_ID_LEN_BYTES) {
-            id.copy_from_slice(bytes);
-        }
-        OpaqueId::from_bytes(id)
+        OpaqueId::from_bytes(keyed_id_at(&self.window[..], offset as usize))
     }
 }
 

@@ -54,6 +54,15 @@ pub fn keyed_ids(key: &[u8; KEY_LEN_BYTES], first: u64, out: &mut [u8]) {
     stream.fill(out);
 }
 
+/// The `index`-th raw id of a run [`keyed_ids`] filled (all zeros past its end, which callers
+/// never ask for: they size the run to what they read).
+pub fn keyed_id_at(ids: &[u8], index: usize) -> [u8; RAW_ID_LEN_BYTES] {
+    ids.chunks_exact(RAW_ID_LEN_BYTES)
+        .nth(index)
+        .and_then(|id| id.try_into().ok())
+        .unwrap_or_default()
+}
+
 /// Derives per-chunk keys without exposing the root they come from.
 ///
 /// The codec and the store take this rather than a [`RootKey`]. Its two implementations are

@@ -38,7 +38,7 @@ use super::{
 use crate::clock::Clock;
 use crate::entropy::{Entropy, EntropyError, OsEntropy};
 use crate::keys::KeyReference;
-use crate::keys::material::{CHUNK_ID_LEN_BYTES, RAW_ID_LEN_BYTES, keyed_ids};
+use crate::keys::material::{CHUNK_ID_LEN_BYTES, RAW_ID_LEN_BYTES, keyed_id_at, keyed_ids};
 use crate::profile::{
     ChunkHeader, ChunkId, ChunkVerdict, MAX_PLAINTEXT_LEN_BYTES, MAX_RECORDS_PER_CHUNK,
     NONCE_PREFIX_LEN_BYTES, RECORD_OVERHEAD_MAX_BYTES, RecordSchema, RecordSealer, SealError,
@@ -870,14 +870,8 @@ impl<S: Stream> StoreWriter<S> {
         event_ids(&self.generation.id_key, first, drafts.len(), &mut self.ids);
         for (index, draft) in drafts.into_iter().enumerate() {
             let sequence = first + index as u64;
-            let mut id = [0u8; RAW_ID_LEN_BYTES];
-            if let Some(bytes) = self.ids.get(index * RAW_ID_LEN_BYTES..)
-                && let Some(bytes) = bytes.get(..RAW_ID_LEN_BYTES)
-            {
-                id.copy_from_slice(bytes);
-            }
             let identity = RecordIdentity {
-                id: OpaqueId::from_bytes(id),
+                id: OpaqueId::from_bytes(keyed_id_at(&self.ids, index)),
                 stream_id: &self.generation.stream_id,
                 source: &self.generation.source,
                 sequence: Sequence::new(sequence).ok_or(AppendError::SequencesExhausted)?,
