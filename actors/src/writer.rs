@@ -177,6 +177,31 @@ struct SessionIds {
     last: Option<(SessionLabel, OpaqueId)>,
 }
 
+impl SessionIds {
+    /// The keyed session id of `label` under `key`, derived once per label while cached.
+    fn id(&mut self, label: &SessionLabel, key: &SessionIdKey) -> OpaqueId {
+        // Most events of a batch belong to the session of the one before.
+        if let Some((last, id)) = &self.last
+            && last == label
+        {
+            return id.clone();
+        }
+        let id = match self.by_label.get(label) {
+            Some(id) => id.clone(),
+            None => {
+                if self.by_label.len() >= SESSION_ID_CACHE_ENTRIES {
+                    self.by_label.clear();
+                }
+                let id = key.session_id(label.as_str());
+                self.by_label.insert(label.clone(), id.clone());
+                id
+            }
+        };
+        self.last = Some((label.clone(), id.clone()));
+        id
+    }
+}
+
 /// The writer's state.
 pub struct WriterState {
     /// The engine's configuration.
@@ -613,34 +638,6 @@ impl WriterState {
         status_from(&self.config, reading, self.bytes_used, pending_drops)
     }
 
-    fn session_id(session: &SessionLabel, key: &SessionIdKey, cache: &mut SessionIds) -> OpaqueId {
-        // Most events of a batch belong to the session of the one before.
-        if let Some((label, id)) = &cache.last
-            && label == session
-        {
-            return id.clone();
-        }
-        let id = Self::cached_session_id(session, key, &mut cache.by_label);
-        cache.last = Some((session.clone(), id.clone()));
-        id
-    }
-
-    fn cached_session_id(
-        session: &SessionLabel,
-        key: &SessionIdKey,
-        cache: &mut HashMap<SessionLabel, OpaqueId>,
-    ) -> OpaqueId {
-        if let Some(id) = cache.get(session) {
-            return id.clone();
-        }
-        if cache.len() >= SESSION_ID_CACHE_ENTRIES {
-            cache.clear();
-        }
-        let id = key.session_id(session.as_str());
-        cache.insert(session.clone(), id.clone());
-        id
-    }
-
     /// Opens the store (creating it when `create`), loads the key (creating it when `create`),
     /// opens the journal (which replays its projection) and the history writer above the
     /// journal's sequence floor. Key and storage failures become signals.
@@ -798,7 +795,7 @@ impl WriterState {
         label: Option<&SessionLabel>,
         key: Option<&SessionIdKey>,
     ) -> Option<OpaqueId> {
-        Some(Self::session_id(label?, key?, &mut self.session_ids))
+        Some(self.session_ids.id(label?, key?))
     }
 
     /// The draft of an action's start or completion: the same identity fields, another payload.
