@@ -345,10 +345,25 @@ fn faulty_setup(s: &Setup) -> FaultyStorage {
 }
 
 fn start_faulty(s: &Setup, storage: &FaultyStorage) -> Engine {
-    Engine::start_with(
+    start_faulty_with(
+        s,
         s.config(),
-        Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
         Arc::new(annal_engine::clock::SystemClock),
+        storage,
+    )
+}
+
+/// [`start_faulty`] with its own configuration and clock.
+fn start_faulty_with(
+    s: &Setup,
+    config: EngineConfig,
+    clock: Arc<dyn annal_engine::clock::Clock>,
+    storage: &FaultyStorage,
+) -> Engine {
+    Engine::start_with(
+        config,
+        Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
+        clock,
         Some(Arc::new(storage.clone())),
     )
     .unwrap()
@@ -414,13 +429,12 @@ fn a_flush_moves_the_group_commit_deadline_to_the_records_after_it() {
     let storage = faulty_setup(&s);
     let mut config = s.config();
     config.sync_interval = INTERVAL;
-    let engine = Engine::start_with(
+    let engine = start_faulty_with(
+        &s,
         config,
-        Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
         Arc::new(annal_engine::clock::SystemClock),
-        Some(Arc::new(storage.clone())),
-    )
-    .unwrap();
+        &storage,
+    );
     engine.enable().unwrap();
     let capture = engine.capture();
     engine.flush().unwrap();
@@ -1160,13 +1174,7 @@ fn retention_never_prunes_a_chunk_whose_seal_write_failed() {
     let s = setup();
     let storage = faulty_setup(&s);
     let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
-    let engine = Engine::start_with(
-        s.config(),
-        Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
-        Arc::new(clock.clone()),
-        Some(Arc::new(storage.clone())),
-    )
-    .unwrap();
+    let engine = start_faulty_with(&s, s.config(), Arc::new(clock.clone()), &storage);
     engine.enable().unwrap();
     let burst = |n: usize| {
         capture_accepted(&engine, n);
@@ -1232,13 +1240,7 @@ fn a_chunk_closed_by_a_failed_append_is_sealed_by_the_next_one() {
     let s = setup();
     let storage = faulty_setup(&s);
     let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
-    let engine = Engine::start_with(
-        s.config(),
-        Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
-        Arc::new(clock.clone()),
-        Some(Arc::new(storage.clone())),
-    )
-    .unwrap();
+    let engine = start_faulty_with(&s, s.config(), Arc::new(clock.clone()), &storage);
     engine.enable().unwrap();
     capture_accepted(&engine, 10);
     engine.flush().unwrap();
