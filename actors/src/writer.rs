@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use annal_engine::capture::{
-    ActionIds, CaptureControl, Captured, CapturedItem, Drained, SessionLabel,
+    ActionContext, ActionIds, ActionTarget, CaptureControl, Captured, CapturedItem, Drained,
+    SessionLabel,
 };
 use annal_engine::clock::Clock;
 use annal_engine::health::{KeyFault, Signal, SignalKind, StorageFault};
@@ -800,25 +801,26 @@ impl WriterState {
 
     /// The draft of an action's start or completion: the same identity fields, another payload.
     /// The context's strings move into the draft when this is its last holder (a completion,
-    /// or a start whose token is gone), else they are copied.
+    /// or a start whose token is gone; its slot then goes back to the capture pool), else they
+    /// are copied.
     fn action_draft(
         &mut self,
         time: EventTime,
         action: u64,
-        context: Arc<annal_engine::capture::ActionContext>,
+        context: ActionContext,
         key: Option<&SessionIdKey>,
         payload: Payload,
     ) -> Option<EventDraft> {
         let id = self.action_ids.id(action);
-        let annal_engine::capture::ActionContext {
+        let session_id = self.keyed_session(context.session(), key);
+        let ActionTarget {
             capability,
             application,
-            session,
-        } = Arc::unwrap_or_clone(context);
+        } = self.capture.take_target(context)?;
         Some(EventDraft {
             subject: Subject::for_action(&id),
             time,
-            session_id: self.keyed_session(session.as_ref(), key),
+            session_id,
             action_id: Some(id),
             platform: self.config.platform,
             capability: Some(capability),

@@ -22,6 +22,13 @@ pub trait Clock: Send + Sync {
     fn now_ms(&self) -> u64 {
         millis(self.now_since_epoch())
     }
+
+    /// Whether this clock reads the operating system's clocks, so that a CPU counter calibrated
+    /// against them may stand in for it where a clock read is too slow (the capture hook's
+    /// stamps). `false` unless a clock says otherwise: an injected clock is always read itself.
+    fn is_system_clock(&self) -> bool {
+        false
+    }
 }
 
 /// `duration` in whole milliseconds, saturating at `u64::MAX` (about 584 million years).
@@ -48,6 +55,10 @@ impl Clock for SystemClock {
 
     fn monotonic(&self) -> Duration {
         process_origin().elapsed()
+    }
+
+    fn is_system_clock(&self) -> bool {
+        true
     }
 }
 

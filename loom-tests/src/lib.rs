@@ -29,6 +29,13 @@
 //!   queued always have one pending (no lost wake-up); and a control that releases the flag
 //!   only after a drain that found items, which loom must catch.
 //!
+//! - [`slot_pool`]: `engine/src/capture/pool.rs`, the capture hook's reusable context slots,
+//!   included verbatim.
+//! - `tests/slot_pool.rs`: its model: a slot shared by a start and its token, released by both
+//!   on two threads in any order, is emptied exactly once (by its last holder), every holder
+//!   reads the action's own value, a reused slot is always empty when refilled, and every slot
+//!   goes back to the pool.
+//!
 //! Each model file is `#![cfg(loom)]`, so a plain `cargo test` compiles it away. Run them with
 //! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p annal-loom-tests --release`
 //! (`.ci/test` does).
@@ -45,3 +52,6 @@ pub mod capture_channel;
 
 #[path = "../../engine/src/capture/wakeup.rs"]
 pub mod drain_wakeup;
+
+#[path = "../../engine/src/capture/pool.rs"]
+pub mod slot_pool;

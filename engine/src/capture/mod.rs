@@ -5,14 +5,17 @@
 //! included. It stamps the wall-clock time from the injected [`Clock`] and pushes one item into
 //! a bounded lock-free queue (crossbeam's `ArrayQueue`). It takes no lock, does no I/O, makes no
 //! system call, formats no string, never wakes a parked thread (the drain side polls on its own
-//! tick), never blocks and never panics (ARCHITECTURE.md section 4). Its one allocation is the
-//! shared [`ActionContext`] of an admitted start; that goes through the global allocator, which
-//! (glibc's, when the drain thread frees a producer's blocks) may briefly lock an arena
-//! internally: a pool recycled by the drain would remove it (docs/benchmarks.md).
+//! tick), never blocks and never panics (ARCHITECTURE.md section 4). Nor does it allocate: an
+//! admitted start's shared [`ActionContext`] is a slot of the channel's pool
+//! ([`CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT`] per queue slot, allocated with the channel), which the
+//! consumer hands back through [`CaptureControl::take_target`] once it holds the last reference.
+//! Only a start that finds the pool empty (more actions open than the pool holds) allocates.
 //!
 //! What the hook leaves to the dequeue side, because it needs keys or costs microseconds:
-//! - Action ids: the hook takes the next value of a per-channel `u64` counter; the writer turns
-//!   it into the opaque `action_id` with [`action_id`] and a seed drawn once.
+//! - Action ids: the drain numbers each start it drains (a per-channel `u64` counter the single
+//!   consumer owns, so the hook touches no counter) and gives the completion its start's number;
+//!   the writer turns the number into the opaque `action_id` with [`action_id`] and a seed drawn
+//!   once.
 //! - Session ids: the hook keeps the raw label in memory only ([`SessionLabel`]); the writer
 //!   derives the keyed session id from it at dequeue. A raw label is never written, logged or
 //!   shown by `Debug`.
@@ -31,11 +34,13 @@
 //!   `settled`, nothing accepted is left in the queue and nothing can be accepted any more.
 //!   After close every capture call is refused and not counted.
 //!
-//! The concurrent core (queue, counters, gate, close) is `channel.rs`, and the drain side's
-//! one-pending-wake-up flag is `wakeup.rs` ([`DrainWakeup`]); both are model-checked by
-//! `loom-tests`.
+//! The concurrent core (queue, counters, gate, close) is `channel.rs`, the context slots' reuse
+//! is `pool.rs`, and the drain side's one-pending-wake-up flag is `wakeup.rs` ([`DrainWakeup`]);
+//! all three are model-checked by `loom-tests`.
 
 mod channel;
+mod pool;
+mod stamp;
 mod wakeup;
 
 use std::fmt;
@@ -49,7 +54,9 @@ use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};
 
 pub use channel::{Admission, Drained, FinalDrain};
-use channel::{Channel, OwnLine, Start};
+use channel::{Channel, Start};
+use pool::SlotPool;
+use stamp::{Stamp, Stamper};
 pub use wakeup::DrainWakeup;
 
 /// Default capacity of the capture queue, in events (ARCHITECTURE.md section 4). At crossbeam's
@@ -61,6 +68,12 @@ pub const CAPTURE_QUEUE_CAPACITY_EVENTS: usize = 512;
 /// up front (about 100 bytes each), and a longer queue only delays the drop markers that tell a
 /// stalled writer apart from a quiet agent.
 pub const CAPTURE_QUEUE_MAX_CAPACITY_EVENTS: usize = 65_536;
+
+/// Context slots a channel keeps per slot of its queue. A context is held from its start's
+/// capture until both the start and the completion are drafted, so the actions open at once are
+/// at most the queue's starts plus the tokens an agent holds; one pool slot per queue slot covers
+/// a full queue of starts, and the second the tokens of as many open actions again.
+pub const CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT: usize = 2;
 
 /// Why a capture channel was not built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -84,16 +97,25 @@ pub fn capture_channel(
     if !(1..=CAPTURE_QUEUE_MAX_CAPACITY_EVENTS).contains(&capacity_events) {
         return Err(CaptureCapacityError::OutOfRange);
     }
+    let stamper = Stamper::for_clock(&*clock);
     let shared = Arc::new(Shared {
         channel: Channel::new(capacity_events),
+        contexts: SlotPool::new(
+            capacity_events * CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT,
+            ContextSlot::default,
+        ),
         clock,
-        next_action: OwnLine(AtomicU64::new(0)),
+        stamper,
     });
     Ok((
         CaptureHandle {
             shared: Arc::clone(&shared),
         },
-        CaptureDrain { shared },
+        CaptureDrain {
+            shared,
+            next_action: 0,
+            queued: Vec::new(),
+        },
     ))
 }
 
@@ -164,12 +186,29 @@ impl ActionIds {
 /// What producers and the drain share.
 struct Shared {
     /// The queue, counters, gate and close flag.
-    channel: Channel<Captured>,
-    /// Where capture calls read the wall-clock time they stamp.
+    channel: Channel<Queued>,
+    /// Emptied action contexts, refilled by the next starts.
+    contexts: SlotPool<ContextSlot>,
+    /// The wall-clock time items are dated by.
     clock: Arc<dyn Clock>,
-    /// The next action number; the writer derives the opaque id from it ([`action_id`]). On
-    /// its own line: only producers touch it.
-    next_action: OwnLine<AtomicU64>,
+    /// How capture calls stamp their time and the drain dates them (`stamp.rs`).
+    stamper: Stamper,
+}
+
+impl Shared {
+    /// The stamp of a capture call now.
+    fn stamp(&self) -> Stamp {
+        self.stamper.stamp(&*self.clock)
+    }
+}
+
+/// A capture as queued: its stamp (dated by the drain) and what was captured.
+#[derive(Debug)]
+struct Queued {
+    /// When the capture call ran, as [`Stamper::stamp`] took it.
+    stamp: Stamp,
+    /// What was captured.
+    item: CapturedItem,
 }
 
 /// A session's raw label, held in memory only so the writer can derive the keyed session id at
@@ -217,16 +256,81 @@ impl fmt::Debug for CaptureSession {
     }
 }
 
-/// What an action's start and completion both carry, shared behind one `Arc` so the completion
-/// costs no copy of it.
+/// What an action targeted: its capability and, when known, its application.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ActionContext {
+pub struct ActionTarget {
     /// The Cua capability the action exercised.
     pub capability: Capability,
     /// The application the action targeted, when known.
     pub application: Option<Application>,
+}
+
+/// One slot of a channel's context pool.
+#[derive(Debug, Default)]
+struct ContextSlot {
+    /// The action's number, set by the drain when it drains the start and read back when it
+    /// drains the completion (always later: the queue is FIFO and the start is queued before its
+    /// token exists). Only the single consumer touches it; atomic because the slot is shared.
+    action: AtomicU64,
+    /// The action's target; `None` only while the slot is free in the pool.
+    target: Option<ActionTarget>,
+    /// The session of the slot's action. A freed slot keeps it, so that the next action of the
+    /// same session (the usual case) finds it there and does not touch the label's reference
+    /// count, a cache line the consumer last wrote. The label stays in memory only, as always.
+    session: Option<SessionLabel>,
+}
+
+impl ContextSlot {
+    /// Fills a free slot for a new action.
+    fn refill(&mut self, (target, session): (ActionTarget, Option<&SessionLabel>)) {
+        self.target = Some(target);
+        let same = match (&self.session, session) {
+            (Some(kept), Some(new)) => Arc::ptr_eq(&kept.0, &new.0),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            self.session = session.cloned();
+        }
+    }
+
+    /// A new slot for an action.
+    fn fresh((target, session): (ActionTarget, Option<&SessionLabel>)) -> Self {
+        Self {
+            action: AtomicU64::new(0),
+            target: Some(target),
+            session: session.cloned(),
+        }
+    }
+}
+
+/// The action number is bookkeeping of the drain, not part of what was captured.
+impl PartialEq for ContextSlot {
+    fn eq(&self, other: &Self) -> bool {
+        self.target == other.target && self.session == other.session
+    }
+}
+
+impl Eq for ContextSlot {}
+
+/// What an action's start and completion both carry (its target and session), in one slot of
+/// the channel's pool shared by the two, so neither the start nor the completion copies or
+/// allocates it. The consumer takes the target out with [`CaptureControl::take_target`], which
+/// also returns the slot to the pool once no one else holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionContext(Arc<ContextSlot>);
+
+impl ActionContext {
+    /// The action's target; `None` never happens for a context a capture call made (only a free
+    /// pool slot is empty, and no `ActionContext` refers to one).
+    pub fn target(&self) -> Option<&ActionTarget> {
+        self.0.target.as_ref()
+    }
+
     /// The session the action belongs to, when any (raw label; derive the id at dequeue).
-    pub session: Option<SessionLabel>,
+    pub fn session(&self) -> Option<&SessionLabel> {
+        self.0.session.as_ref()
+    }
 }
 
 /// The receipt of [`CaptureHandle::action_started`]; hand it to
@@ -235,8 +339,8 @@ pub struct ActionContext {
 /// number, no capability, application or label.
 #[must_use = "complete the action with CaptureHandle::action_completed"]
 pub struct ActionToken {
-    /// How the start went, with the action number and context when it was accepted.
-    start: Start<(u64, Arc<ActionContext>)>,
+    /// How the start went, with the context when it was accepted.
+    start: Start<ActionContext>,
 }
 
 impl ActionToken {
@@ -248,12 +352,9 @@ impl ActionToken {
 
 impl fmt::Debug for ActionToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut out = f.debug_struct("ActionToken");
-        out.field("admission", &self.start.admission());
-        if let Start::Accepted((action, _)) = &self.start {
-            out.field("action", action);
-        }
-        out.finish_non_exhaustive()
+        f.debug_struct("ActionToken")
+            .field("admission", &self.start.admission())
+            .finish_non_exhaustive()
     }
 }
 
@@ -271,17 +372,17 @@ pub struct Captured {
 pub enum CapturedItem {
     /// An action began.
     ActionStarted {
-        /// The action number (see [`action_id`]).
+        /// The action number (see [`action_id`]), given by the drain in drain order.
         action: u64,
-        /// Capability, application and session of the action.
-        context: Arc<ActionContext>,
+        /// Target and session of the action.
+        context: ActionContext,
     },
     /// An accepted action completed.
     ActionCompleted {
         /// The action number of its start.
         action: u64,
-        /// The start's capability, application and session (the same `Arc`).
-        context: Arc<ActionContext>,
+        /// The start's target and session (the same slot).
+        context: ActionContext,
         /// The validated outcome.
         outcome: ActionOutcome,
     },
@@ -300,7 +401,7 @@ pub enum CapturedItem {
 /// The capture hook agent runtimes call. Cheap to clone; every clone feeds the same queue.
 #[derive(Clone)]
 pub struct CaptureHandle {
-    /// The channel, clock and action counter.
+    /// The channel, clock and context pool.
     shared: Arc<Shared>,
 }
 
@@ -322,20 +423,24 @@ impl CaptureHandle {
     ) -> ActionToken {
         let shared = &*self.shared;
         let start = shared.channel.begin(|| {
-            let action = shared.next_action.0.fetch_add(1, Ordering::Relaxed);
-            let context = Arc::new(ActionContext {
+            let target = ActionTarget {
                 capability,
                 application,
-                session: session.map(|s| s.label.clone()),
-            });
-            let item = Captured {
-                at: shared.clock.now_since_epoch(),
+            };
+            let context = ActionContext(shared.contexts.acquire(
+                (target, session.map(|s| &s.label)),
+                ContextSlot::refill,
+                ContextSlot::fresh,
+            ));
+            let item = Queued {
+                stamp: shared.stamp(),
                 item: CapturedItem::ActionStarted {
-                    action,
-                    context: Arc::clone(&context),
+                    // Numbered by the drain.
+                    action: 0,
+                    context: context.clone(),
                 },
             };
-            (item, (action, context))
+            (item, context)
         });
         ActionToken { start }
     }
@@ -343,16 +448,15 @@ impl CaptureHandle {
     /// Records an action's outcome, paired with its start through `token` (module doc, "Rules").
     pub fn action_completed(&self, token: ActionToken, outcome: ActionOutcome) {
         let shared = &*self.shared;
-        let _ = shared
-            .channel
-            .complete(token.start, |(action, context)| Captured {
-                at: shared.clock.now_since_epoch(),
-                item: CapturedItem::ActionCompleted {
-                    action,
-                    context,
-                    outcome,
-                },
-            });
+        let _ = shared.channel.complete(token.start, |context| Queued {
+            stamp: shared.stamp(),
+            item: CapturedItem::ActionCompleted {
+                // The start's number, given by the drain.
+                action: 0,
+                context,
+                outcome,
+            },
+        });
     }
 
     /// Records that a driver session began, and returns the session. The label is copied into
@@ -360,8 +464,8 @@ impl CaptureHandle {
     pub fn session_started(&self, label: &str) -> CaptureSession {
         let label = SessionLabel(Arc::from(label));
         let shared = &*self.shared;
-        let started = shared.channel.offer(|| Captured {
-            at: shared.clock.now_since_epoch(),
+        let started = shared.channel.offer(|| Queued {
+            stamp: shared.stamp(),
             item: CapturedItem::SessionStarted {
                 session: label.clone(),
             },
@@ -373,8 +477,8 @@ impl CaptureHandle {
     /// whenever the gate is open, whatever happened to `session_started`).
     pub fn session_ended(&self, session: CaptureSession) {
         let shared = &*self.shared;
-        let _ = shared.channel.offer(|| Captured {
-            at: shared.clock.now_since_epoch(),
+        let _ = shared.channel.offer(|| Queued {
+            stamp: shared.stamp(),
             item: CapturedItem::SessionEnded {
                 session: session.label,
             },
@@ -426,13 +530,35 @@ impl CaptureControl {
     pub fn queued_events(&self) -> usize {
         self.shared.channel.queued()
     }
+
+    /// The target of a drained action's `context`, for its draft: moved out when this was the
+    /// context's last holder (a completion, or a start whose token is gone), and the slot goes
+    /// back to the pool; copied when another holder is left (a start whose completion is yet to
+    /// come). `None` only for a context no capture call made.
+    pub fn take_target(&self, context: ActionContext) -> Option<ActionTarget> {
+        self.shared.contexts.release(
+            context.0,
+            |slot| slot.target.take(),
+            |slot| slot.target.clone(),
+        )
+    }
+
+    /// How many context slots are free in the pool now (for tests and diagnostics).
+    pub fn free_context_slots(&self) -> usize {
+        self.shared.contexts.free_slots()
+    }
 }
 
 /// The one consumer of a capture channel (the Ingress actor). Not `Clone`: the drop-marker
 /// protocol needs a single consumer.
 pub struct CaptureDrain {
-    /// The channel, clock and action counter.
+    /// The channel and clock.
     shared: Arc<Shared>,
+    /// The number the next drained start gets.
+    next_action: u64,
+    /// What one drain call takes out of the queue, before it is dated and numbered (kept
+    /// between calls for its allocation).
+    queued: Vec<Drained<Queued>>,
 }
 
 impl fmt::Debug for CaptureDrain {
@@ -450,7 +576,43 @@ impl CaptureDrain {
     /// empty with drops pending, the marker comes alone. Returns how many entries (items and
     /// markers) it appended. Never blocks.
     pub fn drain(&mut self, max: usize, out: &mut Vec<Drained<Captured>>) -> usize {
-        self.shared.channel.drain(max, out)
+        let mut queued = std::mem::take(&mut self.queued);
+        let appended = self.shared.channel.drain(max, &mut queued);
+        self.finish(&mut queued, out);
+        self.queued = queued;
+        appended
+    }
+
+    /// Moves what a drain call took from `queued` to `out`, each item dated (module `stamp`)
+    /// and each action numbered: the next number for a start, its start's for a completion.
+    fn finish(&mut self, queued: &mut Vec<Drained<Queued>>, out: &mut Vec<Drained<Captured>>) {
+        let shared = &*self.shared;
+        let reference = shared.stamper.reference(&*shared.clock);
+        out.reserve(queued.len());
+        for entry in queued.drain(..) {
+            let Queued { stamp, mut item } = match entry {
+                Drained::Captured(queued) => queued,
+                Drained::Dropped { count } => {
+                    out.push(Drained::Dropped { count });
+                    continue;
+                }
+            };
+            match &mut item {
+                CapturedItem::ActionStarted { action, context } => {
+                    *action = self.next_action;
+                    context.0.action.store(self.next_action, Ordering::Relaxed);
+                    self.next_action = self.next_action.wrapping_add(1);
+                }
+                CapturedItem::ActionCompleted {
+                    action, context, ..
+                } => *action = context.0.action.load(Ordering::Relaxed),
+                CapturedItem::SessionStarted { .. } | CapturedItem::SessionEnded { .. } => {}
+            }
+            out.push(Drained::Captured(Captured {
+                at: shared.stamper.wall_of(stamp, reference),
+                item,
+            }));
+        }
     }
 
     /// Drops not yet reported by a drained marker, for status.
@@ -470,7 +632,11 @@ impl CaptureDrain {
     /// unsettled only while a producer is inside a capture call (a few hundred nanoseconds,
     /// longer if that thread is preempted).
     pub fn drain_final(&mut self, max: usize, out: &mut Vec<Drained<Captured>>) -> FinalDrain {
-        self.shared.channel.drain_final(max, out)
+        let mut queued = std::mem::take(&mut self.queued);
+        let round = self.shared.channel.drain_final(max, &mut queued);
+        self.finish(&mut queued, out);
+        self.queued = queued;
+        round
     }
 
     /// The gate switch and status readings, for the engine.

@@ -110,13 +110,14 @@ fn accepted_start_and_completion_carry_time_context_and_outcome() {
         panic!()
     };
     assert!(
-        Arc::ptr_eq(started, completed),
+        Arc::ptr_eq(&started.0, &completed.0),
         "the completion shares the start's context"
     );
-    assert_eq!(started.capability.as_str(), "input.pointer.click");
-    assert_eq!(started.application, application());
+    let target = started.target().unwrap();
+    assert_eq!(target.capability.as_str(), "input.pointer.click");
+    assert_eq!(target.application, application());
     assert_eq!(
-        started.session.as_ref().map(SessionLabel::as_str),
+        started.session().map(SessionLabel::as_str),
         Some(SECRET_LABEL)
     );
     assert_eq!(got, &outcome());
@@ -189,9 +190,10 @@ fn a_drop_before_a_push_is_reported_before_that_item() {
     // Drain one item only: its marker comes with it, the next item comes clean.
     let mut out = Vec::new();
     assert_eq!(drain.drain(1, &mut out), 2);
-    assert_eq!(shape(&out), ["D1", "S2"]);
+    // Numbers go to drained starts only, in drain order: a dropped start takes none.
+    assert_eq!(shape(&out), ["D1", "S1"]);
     let _e = handle.action_started(capability("a"), None, None);
-    assert_eq!(shape(&drain_all(&mut drain)), ["S4"]);
+    assert_eq!(shape(&drain_all(&mut drain)), ["S2"]);
 }
 
 #[test]
@@ -556,4 +558,183 @@ fn concurrent_drops_and_drains_account_for_every_event() {
     assert_eq!(markers, dropped, "markers sum exactly to the drops");
     assert_eq!(items as u64 + dropped, (THREADS * PER_THREAD) as u64);
     assert_eq!(drain.pending_drops(), 0);
+}
+
+/// The target of a drained start or completion, handed back as the writer does.
+fn take_target(control: &CaptureControl, entry: Drained<Captured>) -> ActionTarget {
+    let Drained::Captured(Captured {
+        item:
+            CapturedItem::ActionStarted { context, .. } | CapturedItem::ActionCompleted { context, .. },
+        ..
+    }) = entry
+    else {
+        panic!("not an action: {entry:?}")
+    };
+    control.take_target(context).unwrap()
+}
+
+#[test]
+fn a_context_slot_returns_to_the_pool_once_its_last_holder_takes_it() {
+    let (handle, mut drain, _clock) = channel(2);
+    let control = drain.control();
+    let pool = 2 * CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT;
+    assert_eq!(control.free_context_slots(), pool);
+
+    let token = handle.action_started(capability("a.one"), application(), None);
+    assert_eq!(control.free_context_slots(), pool - 1);
+    // The token still holds the context: the start's target is copied, the slot stays out.
+    let start = drain_all(&mut drain).pop().unwrap();
+    assert_eq!(take_target(&control, start).capability.as_str(), "a.one");
+    assert_eq!(control.free_context_slots(), pool - 1);
+    // The completion is the last holder: its target moves out and the slot comes back.
+    handle.action_completed(token, outcome());
+    let done = drain_all(&mut drain).pop().unwrap();
+    assert_eq!(take_target(&control, done).application, application());
+    assert_eq!(control.free_context_slots(), pool);
+
+    // A start whose token is gone is the last holder already.
+    drop(handle.action_started(capability("a.two"), None, None));
+    let start = drain_all(&mut drain).pop().unwrap();
+    assert_eq!(take_target(&control, start).capability.as_str(), "a.two");
+    assert_eq!(control.free_context_slots(), pool);
+}
+
+#[test]
+fn a_reused_slot_carries_only_its_new_actions_target_and_session() {
+    let (handle, mut drain, _clock) = channel(1);
+    let control = drain.control();
+    let first = handle.session_started("first-session");
+    let second = handle.session_started("second-session");
+    let _ = drain_all(&mut drain);
+    // Every start below reuses a slot its predecessor handed back.
+    let cases: [(&str, Option<Application>, Option<&CaptureSession>); 4] = [
+        ("c.one", application(), Some(&first)),
+        ("c.two", None, Some(&first)),
+        ("c.three", None, None),
+        ("c.four", application(), Some(&second)),
+    ];
+    for (name, app, session) in cases {
+        drop(handle.action_started(capability(name), app.clone(), session));
+        let Some(Drained::Captured(Captured {
+            item: CapturedItem::ActionStarted { context, .. },
+            ..
+        })) = drain_all(&mut drain).pop()
+        else {
+            panic!("no start drained")
+        };
+        assert_eq!(
+            context.session().map(SessionLabel::as_str),
+            session.map(|s| s.label.as_str()),
+            "{name}: the session of a reused slot"
+        );
+        let target = control.take_target(context).unwrap();
+        assert_eq!(target.capability.as_str(), name);
+        assert_eq!(
+            target.application, app,
+            "{name}: the application of a reused slot"
+        );
+    }
+    handle.session_ended(first);
+    handle.session_ended(second);
+}
+
+#[test]
+fn more_open_actions_than_the_pool_holds_still_capture_every_context() {
+    let capacity = 4;
+    let (handle, mut drain, _clock) = channel(capacity);
+    let control = drain.control();
+    let open = 3 * capacity * CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT;
+    let mut tokens = Vec::new();
+    for n in 0..open {
+        tokens.push(handle.action_started(capability(&format!("o.a{n}")), None, None));
+        for entry in drain_all(&mut drain) {
+            let _ = take_target(&control, entry);
+        }
+    }
+    assert_eq!(
+        control.free_context_slots(),
+        0,
+        "every slot is held by a token"
+    );
+    for (n, token) in tokens.into_iter().enumerate() {
+        assert_eq!(token.admission(), Admission::Accepted);
+        handle.action_completed(token, outcome());
+        let done = drain_all(&mut drain).pop().unwrap();
+        assert_eq!(
+            take_target(&control, done).capability.as_str(),
+            format!("o.a{n}")
+        );
+    }
+    // The pool takes back as many as it holds; the rest are freed.
+    assert_eq!(
+        control.free_context_slots(),
+        capacity * CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT
+    );
+}
+
+#[test]
+fn a_completion_drained_in_a_later_call_gets_its_starts_number() {
+    let (handle, mut drain, _clock) = channel(8);
+    let a = handle.action_started(capability("n.a"), None, None);
+    let b = handle.action_started(capability("n.b"), None, None);
+    assert_eq!(shape(&drain_all(&mut drain)), ["S0", "S1"]);
+    let c = handle.action_started(capability("n.c"), None, None);
+    handle.action_completed(b, outcome());
+    handle.action_completed(a, outcome());
+    assert_eq!(shape(&drain_all(&mut drain)), ["S2", "C1", "C0"]);
+    handle.action_completed(c, outcome());
+    let mut out = Vec::new();
+    let round = drain.drain_final(usize::MAX, &mut out);
+    assert!(round.settled);
+    assert_eq!(shape(&out), ["C2"]);
+}
+
+/// The wall-clock time now, read straight from the system.
+fn system_now() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+}
+
+/// How far a counter stamp may stray from the system clock in these tests: far more than the
+/// calibration error over the test's milliseconds, far less than the waits the tests measure.
+const STAMP_TOLERANCE: Duration = Duration::from_millis(5);
+
+#[test]
+fn with_the_system_clock_an_item_is_dated_when_it_was_captured_not_drained() {
+    let (handle, mut drain) = capture_channel(8, Arc::new(crate::clock::SystemClock)).unwrap();
+    assert!(matches!(handle.shared.stamper, Stamper::Counter(_)));
+    drain.control().set_accepting(true);
+    let before = system_now();
+    drop(handle.action_started(capability("t.a"), None, None));
+    let after = system_now();
+    let wait = Duration::from_millis(60);
+    std::thread::sleep(wait);
+    let drained_at = system_now();
+    let Some(Drained::Captured(captured)) = drain_all(&mut drain).pop() else {
+        panic!("no start drained")
+    };
+    assert!(
+        captured.at + STAMP_TOLERANCE >= before && captured.at <= after + STAMP_TOLERANCE,
+        "captured at {:?}, the call ran in {before:?}..={after:?}",
+        captured.at
+    );
+    assert!(
+        captured.at + wait - STAMP_TOLERANCE <= drained_at,
+        "dated {:?}, drained at {drained_at:?}: dated by the drain, not the call",
+        captured.at
+    );
+}
+
+#[test]
+fn an_injected_clock_is_read_by_the_call_itself() {
+    let (handle, mut drain, clock) = channel(4);
+    assert!(matches!(handle.shared.stamper, Stamper::Clock));
+    clock.advance(Duration::from_millis(7));
+    drop(handle.action_started(capability("t.b"), None, None));
+    clock.advance(Duration::from_secs(3));
+    let Some(Drained::Captured(captured)) = drain_all(&mut drain).pop() else {
+        panic!("no start drained")
+    };
+    assert_eq!(captured.at, START + Duration::from_millis(7));
 }
