@@ -75,6 +75,11 @@ pub const CAPTURE_QUEUE_MAX_CAPACITY_EVENTS: usize = 65_536;
 /// a full queue of starts, and the second the tokens of as many open actions again.
 pub const CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT: usize = 2;
 
+/// Context slots a channel hands out first and takes back first, beyond the per-queue-slot
+/// ones: a steady trickle of actions cycles through these few, whose cache lines and page are
+/// then likely still cached when the next call comes (`pool.rs`). 16 slots are 2 KiB.
+pub const CONTEXT_POOL_RECENT_SLOTS: usize = 16;
+
 /// Why a capture channel was not built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -101,6 +106,7 @@ pub fn capture_channel(
     let shared = Arc::new(Shared {
         channel: Channel::new(capacity_events),
         contexts: SlotPool::new(
+            CONTEXT_POOL_RECENT_SLOTS,
             capacity_events * CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT,
             ContextSlot::default,
         ),

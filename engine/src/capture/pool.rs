@@ -26,24 +26,38 @@
 use crate::sync::{Arc, BoundedQueue};
 
 /// Emptied slots kept for reuse, each the only reference to its `Arc`.
+///
+/// Two free lists, because both lists are FIFO: a single large one would hand out the slot
+/// emptied longest ago, so a steady trickle of actions would cycle through every slot, each one's
+/// cache lines and page long evicted by then. The small `recent` list is refilled first and
+/// handed out first, so a steady trickle cycles through a handful of slots whose lines are likely
+/// still cached; the large `spare` list only serves bursts.
 #[derive(Debug)]
 pub struct SlotPool<T> {
-    /// Free slots, ready to be refilled; every one is unique (strong count 1).
-    free: BoundedQueue<Arc<T>>,
+    /// The most recently emptied slots, at most a handful: handed out first.
+    recent: BoundedQueue<Arc<T>>,
+    /// Free slots beyond those, for bursts: handed out when `recent` runs dry.
+    spare: BoundedQueue<Arc<T>>,
 }
 
 impl<T> SlotPool<T> {
-    /// A pool holding `capacity_slots` slots made by `empty` (so the first `capacity_slots`
-    /// acquisitions allocate nothing either), and taking back at most that many.
+    /// A pool of `recent_slots` + `spare_slots` slots made by `empty` (so the first that many
+    /// acquisitions allocate nothing either), taking back at most that many.
     ///
     /// # Panics
-    /// If `capacity_slots` is 0, as the queue does.
-    pub fn new(capacity_slots: usize, empty: impl Fn() -> T) -> Self {
-        let free = BoundedQueue::new(capacity_slots);
-        for _ in 0..capacity_slots {
-            let _full = free.push(Arc::new(empty()));
+    /// If either count is 0, as the queue does.
+    pub fn new(recent_slots: usize, spare_slots: usize, empty: impl Fn() -> T) -> Self {
+        let fill = |slots| {
+            let free = BoundedQueue::new(slots);
+            for _ in 0..slots {
+                let _full = free.push(Arc::new(empty()));
+            }
+            free
+        };
+        Self {
+            recent: fill(recent_slots),
+            spare: fill(spare_slots),
         }
-        Self { free }
     }
 
     /// A slot holding `value`: a free slot refilled by `refill` (it gets the slot's emptied
@@ -54,7 +68,7 @@ impl<T> SlotPool<T> {
         refill: impl FnOnce(&mut T, V),
         make: impl FnOnce(V) -> T,
     ) -> Arc<T> {
-        if let Some(mut slot) = self.free.pop()
+        if let Some(mut slot) = self.recent.pop().or_else(|| self.spare.pop())
             && let Some(contents) = Arc::get_mut(&mut slot)
         {
             refill(contents, value);
@@ -64,7 +78,7 @@ impl<T> SlotPool<T> {
     }
 
     /// Lets go of `slot`. When the caller held the last reference, `empty` takes what it needs
-    /// out of the slot and the slot goes back to the free list (or is freed if the list is
+    /// out of the slot and the slot goes back to a free list (or is freed if both are
     /// full); otherwise another holder keeps the slot, and `read` answers from a shared view.
     pub fn release<R>(
         &self,
@@ -75,7 +89,9 @@ impl<T> SlotPool<T> {
         match Arc::get_mut(&mut slot) {
             Some(contents) => {
                 let taken = empty(contents);
-                let _full = self.free.push(slot);
+                if let Err(slot) = self.recent.push(slot) {
+                    let _full = self.spare.push(slot);
+                }
                 taken
             }
             None => read(&slot),
@@ -84,6 +100,6 @@ impl<T> SlotPool<T> {
 
     /// How many free slots the pool holds now.
     pub fn free_slots(&self) -> usize {
-        self.free.len()
+        self.recent.len() + self.spare.len()
     }
 }

@@ -560,6 +560,11 @@ fn concurrent_drops_and_drains_account_for_every_event() {
     assert_eq!(drain.pending_drops(), 0);
 }
 
+/// The context slots of a channel of `capacity` queue slots.
+fn pool_slots(capacity: usize) -> usize {
+    CONTEXT_POOL_RECENT_SLOTS + capacity * CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT
+}
+
 /// The target of a drained start or completion, handed back as the writer does.
 fn take_target(control: &CaptureControl, entry: Drained<Captured>) -> ActionTarget {
     let Drained::Captured(Captured {
@@ -577,7 +582,7 @@ fn take_target(control: &CaptureControl, entry: Drained<Captured>) -> ActionTarg
 fn a_context_slot_returns_to_the_pool_once_its_last_holder_takes_it() {
     let (handle, mut drain, _clock) = channel(2);
     let control = drain.control();
-    let pool = 2 * CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT;
+    let pool = pool_slots(2);
     assert_eq!(control.free_context_slots(), pool);
 
     let token = handle.action_started(capability("a.one"), application(), None);
@@ -643,7 +648,7 @@ fn more_open_actions_than_the_pool_holds_still_capture_every_context() {
     let capacity = 4;
     let (handle, mut drain, _clock) = channel(capacity);
     let control = drain.control();
-    let open = 3 * capacity * CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT;
+    let open = 3 * pool_slots(capacity);
     let mut tokens = Vec::new();
     for n in 0..open {
         tokens.push(handle.action_started(capability(&format!("o.a{n}")), None, None));
@@ -666,10 +671,7 @@ fn more_open_actions_than_the_pool_holds_still_capture_every_context() {
         );
     }
     // The pool takes back as many as it holds; the rest are freed.
-    assert_eq!(
-        control.free_context_slots(),
-        capacity * CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT
-    );
+    assert_eq!(control.free_context_slots(), pool_slots(capacity));
 }
 
 #[test]
