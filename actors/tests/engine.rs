@@ -465,6 +465,45 @@ fn a_flush_moves_the_group_commit_deadline_to_the_records_after_it() {
     assert_eq!(action_events(&s.events()), 2);
 }
 
+#[test]
+fn a_flush_writes_what_was_queued_in_one_append() {
+    use annal_actors::ingress::{FLUSH_BATCH_MAX_EVENTS, INGRESS_BATCH_MAX_EVENTS};
+    // More than one tick-driven batch, no more than one flush batch (and the queue).
+    const QUEUED: usize = 3 * INGRESS_BATCH_MAX_EVENTS;
+    const _: () = assert!(QUEUED <= FLUSH_BATCH_MAX_EVENTS);
+    const _: () = assert!(QUEUED <= annal_engine::capture::CAPTURE_QUEUE_CAPACITY_EVENTS);
+    let s = setup();
+    let storage = faulty_setup(&s);
+    let mut config = s.config();
+    // No tick drains the queue behind the test's back: only the flush does.
+    config.drain_tick = Duration::from_secs(600);
+    config.drain_idle_tick = Duration::from_secs(600);
+    let engine = start_faulty_with(
+        &s,
+        config,
+        Arc::new(annal_engine::clock::SystemClock),
+        &storage,
+    );
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    // The first append also reserves sequences in the journal: out of the way first.
+    let _ = capture.action_started(click(), None, None);
+    engine.flush().unwrap();
+    let writes = storage.count(FaultOp::Write);
+    for _ in 0..QUEUED {
+        let _ = capture.action_started(click(), None, None);
+    }
+    engine.flush().unwrap();
+    assert_eq!(
+        storage.count(FaultOp::Write) - writes,
+        1,
+        "the flush wrote what was queued in more than one append"
+    );
+    engine.shutdown();
+    drop(storage);
+    assert_eq!(action_events(&s.events()), 1 + QUEUED);
+}
+
 /// An enabled engine on a fault-injecting store that captured `actions` action starts and
 /// flushed them (all durable).
 fn faulty_engine_with_flushed_actions(
