@@ -31,7 +31,7 @@ pub const INGRESS_BATCH_MAX_EVENTS: usize = 128;
 /// queued when it began goes to the writer in batches this large, so a flush of the default
 /// queue is one append before its sync. Bounded so that a capture queue configured far larger
 /// than the default does not make one append of a whole queue.
-pub const FLUSH_BATCH_MAX_EVENTS: usize = 4 * INGRESS_BATCH_MAX_EVENTS;
+pub const FLUSH_BATCH_MAX_EVENTS: usize = annal_engine::capture::CAPTURE_QUEUE_CAPACITY_EVENTS;
 
 /// What the ingress can be asked.
 pub enum IngressMsg {
