@@ -2,14 +2,16 @@
 //! Ingress actor empties into the writer.
 //!
 //! A capture call ([`CaptureHandle`]) is synchronous and callable from any thread, an async task
-//! included. It stamps the wall-clock time from the injected [`Clock`] and pushes one item into
-//! a bounded lock-free queue (crossbeam's `ArrayQueue`). It takes no lock, does no I/O, makes no
-//! system call, formats no string, never wakes a parked thread (the drain side polls on its own
-//! tick), never blocks and never panics (ARCHITECTURE.md section 4). Nor does it allocate: an
-//! admitted start's shared [`ActionContext`] is a slot of the channel's pool
-//! ([`CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT`] per queue slot, allocated with the channel), which the
-//! consumer hands back through [`CaptureControl::take_target`] once it holds the last reference.
-//! Only a start that finds the pool empty (more actions open than the pool holds) allocates.
+//! included. It stamps the time (with the system clock, a read of the CPU's counter that the
+//! drain turns into wall-clock time, `stamp.rs`; any other injected [`Clock`] is read as is) and
+//! pushes one item into a bounded lock-free queue (crossbeam's `ArrayQueue`). It takes no lock,
+//! does no I/O, makes no system call, formats no string, never wakes a parked thread (the drain
+//! side polls on its own tick), never blocks and never panics (ARCHITECTURE.md section 4). Nor
+//! does it allocate: an admitted start's shared [`ActionContext`] is a slot of the channel's
+//! pool ([`CONTEXT_POOL_RECENT_SLOTS`] + [`CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT`] per queue slot,
+//! allocated with the channel), which the consumer hands back through
+//! [`CaptureControl::take_target`] once it holds the last reference. Only a start that finds
+//! the pool empty (more actions open than the pool holds) allocates.
 //!
 //! What the hook leaves to the dequeue side, because it needs keys or costs microseconds:
 //! - Action ids: the drain numbers each start it drains (a per-channel `u64` counter the single
@@ -367,7 +369,9 @@ impl fmt::Debug for ActionToken {
 /// One drained capture: when it happened and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Captured {
-    /// Wall-clock time of the capture call, since the Unix epoch (the event's `time`).
+    /// Wall-clock time of the capture call, since the Unix epoch (the event's `time`): the
+    /// injected clock's reading, or with the system clock the drain's reading dated back by the
+    /// CPU counter's elapsed time since the call.
     pub at: Duration,
     /// What was captured.
     pub item: CapturedItem,
