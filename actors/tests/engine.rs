@@ -345,9 +345,14 @@ fn faulty_setup(s: &Setup) -> FaultyStorage {
 }
 
 fn start_faulty(s: &Setup, storage: &FaultyStorage) -> Engine {
+    start_faulty_configured(s, s.config(), storage)
+}
+
+/// [`start_faulty`] with its own configuration (on the system clock).
+fn start_faulty_configured(s: &Setup, config: EngineConfig, storage: &FaultyStorage) -> Engine {
     start_faulty_with(
         s,
-        s.config(),
+        config,
         Arc::new(annal_engine::clock::SystemClock),
         storage,
     )
@@ -429,12 +434,7 @@ fn a_flush_moves_the_group_commit_deadline_to_the_records_after_it() {
     let storage = faulty_setup(&s);
     let mut config = s.config();
     config.sync_interval = INTERVAL;
-    let engine = start_faulty_with(
-        &s,
-        config,
-        Arc::new(annal_engine::clock::SystemClock),
-        &storage,
-    );
+    let engine = start_faulty_configured(&s, config, &storage);
     engine.enable().unwrap();
     let capture = engine.capture();
     engine.flush().unwrap();
@@ -478,12 +478,7 @@ fn a_flush_writes_what_was_queued_in_one_append() {
     // No tick drains the queue behind the test's back: only the flush does.
     config.drain_tick = Duration::from_secs(600);
     config.drain_idle_tick = Duration::from_secs(600);
-    let engine = start_faulty_with(
-        &s,
-        config,
-        Arc::new(annal_engine::clock::SystemClock),
-        &storage,
-    );
+    let engine = start_faulty_configured(&s, config, &storage);
     engine.enable().unwrap();
     let capture = engine.capture();
     // The first append also reserves sequences in the journal: out of the way first.
