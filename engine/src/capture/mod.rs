@@ -343,8 +343,8 @@ impl ActionContext {
 
 /// The receipt of [`CaptureHandle::action_started`]; hand it to
 /// [`CaptureHandle::action_completed`]. It records whether the start was accepted, dropped or
-/// not admitted, which decides what the completion does. `Debug` shows only that and the action
-/// number, no capability, application or label.
+/// not admitted, which decides what the completion does. `Debug` shows only that, no
+/// capability, application or label (the action's number is given later, by the drain).
 #[must_use = "complete the action with CaptureHandle::action_completed"]
 pub struct ActionToken {
     /// How the start went, with the context when it was accepted.
@@ -583,8 +583,9 @@ impl fmt::Debug for CaptureDrain {
 impl CaptureDrain {
     /// Appends up to `max` captured items to `out`, oldest first, each preceded by a
     /// [`Drained::Dropped`] marker when drops were pending as it was popped; if the queue runs
-    /// empty with drops pending, the marker comes alone. Returns how many entries (items and
-    /// markers) it appended. Never blocks.
+    /// empty with drops pending, the marker comes alone. Each item is dated and each action
+    /// numbered on the way (the next number for a start, its start's for a completion). Returns
+    /// how many entries (items and markers) it appended. Never blocks.
     pub fn drain(&mut self, max: usize, out: &mut Vec<Drained<Captured>>) -> usize {
         let mut queued = std::mem::take(&mut self.queued);
         let appended = self.shared.channel.drain(max, &mut queued);
