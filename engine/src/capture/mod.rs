@@ -9,7 +9,7 @@
 //! side polls on its own tick), never blocks and never panics (ARCHITECTURE.md section 4). Nor
 //! does it allocate: an admitted start's shared [`ActionContext`] is a slot of the channel's
 //! pool ([`CONTEXT_POOL_RECENT_SLOTS`] + [`CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT`] per queue slot,
-//! allocated with the channel), which the consumer hands back through
+//! at most [`CONTEXT_POOL_MAX_SPARE_SLOTS`] spare, allocated with the channel), which the consumer hands back through
 //! [`CaptureControl::take_target`] once it holds the last reference. Only a start that finds
 //! the pool empty (more actions open than the pool holds) allocates.
 //!
@@ -77,6 +77,12 @@ pub const CAPTURE_QUEUE_MAX_CAPACITY_EVENTS: usize = 65_536;
 /// a full queue of starts, and the second the tokens of as many open actions again.
 pub const CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT: usize = 2;
 
+/// Most spare context slots a channel keeps, whatever its queue's capacity: each slot is about
+/// 128 bytes allocated with the channel, so a queue near [`CAPTURE_QUEUE_MAX_CAPACITY_EVENTS`]
+/// would otherwise hold ~17 MiB of them. Past this many open actions a start allocates its
+/// context, as it did before the pool. The default queue's 1,024 are well below it.
+pub const CONTEXT_POOL_MAX_SPARE_SLOTS: usize = 8_192;
+
 /// Context slots a channel hands out first and takes back first, beyond the per-queue-slot
 /// ones: a steady trickle of actions cycles through these few, whose cache lines and page are
 /// then likely still cached when the next call comes (`pool.rs`). 16 slots are 2 KiB.
@@ -109,7 +115,7 @@ pub fn capture_channel(
         channel: Channel::new(capacity_events),
         contexts: SlotPool::new(
             CONTEXT_POOL_RECENT_SLOTS,
-            capacity_events * CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT,
+            context_pool_spare_slots(capacity_events),
             ContextSlot::default,
         ),
         clock,
@@ -126,6 +132,18 @@ pub fn capture_channel(
         },
     ))
 }
+
+/// The spare context slots of a channel of `capacity_events` queue slots.
+fn context_pool_spare_slots(capacity_events: usize) -> usize {
+    capacity_events
+        .saturating_mul(CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT)
+        .min(CONTEXT_POOL_MAX_SPARE_SLOTS)
+}
+
+const _: () = assert!(
+    CAPTURE_QUEUE_CAPACITY_EVENTS * CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT
+        <= CONTEXT_POOL_MAX_SPARE_SLOTS
+);
 
 /// Action ids [`ActionIds`] reads from the seed's output stream at once, in actions: 16 BLAKE3
 /// compressions per window, where a keyed hash per id cost one compression each.

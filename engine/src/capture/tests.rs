@@ -562,7 +562,7 @@ fn concurrent_drops_and_drains_account_for_every_event() {
 
 /// The context slots of a channel of `capacity` queue slots.
 fn pool_slots(capacity: usize) -> usize {
-    CONTEXT_POOL_RECENT_SLOTS + capacity * CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT
+    CONTEXT_POOL_RECENT_SLOTS + context_pool_spare_slots(capacity)
 }
 
 /// The target of a drained start or completion, handed back as the writer does.
@@ -739,4 +739,19 @@ fn an_injected_clock_is_read_by_the_call_itself() {
         panic!("no start drained")
     };
     assert_eq!(captured.at, START + Duration::from_millis(7));
+}
+
+#[test]
+fn the_context_pool_of_a_large_queue_is_capped() {
+    let (_handle, drain, _clock) = channel(CAPTURE_QUEUE_MAX_CAPACITY_EVENTS);
+    assert_eq!(
+        drain.control().free_context_slots(),
+        CONTEXT_POOL_RECENT_SLOTS + CONTEXT_POOL_MAX_SPARE_SLOTS
+    );
+    let (_handle, drain, _clock) = channel(CAPTURE_QUEUE_CAPACITY_EVENTS);
+    assert_eq!(
+        drain.control().free_context_slots(),
+        CONTEXT_POOL_RECENT_SLOTS
+            + CAPTURE_QUEUE_CAPACITY_EVENTS * CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT
+    );
 }
