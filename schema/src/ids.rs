@@ -433,9 +433,17 @@ fn concat_two(prefix: &str, rest: &str) -> String {
     s
 }
 
+/// Length of every `source`: [`SOURCE_URN_PREFIX`] and a 32-digit stream id.
+const SOURCE_URN_LEN_BYTES: usize = SOURCE_URN_PREFIX.len() + OPAQUE_ID_LEN_CHARS;
+
 /// The CloudEvents `source` of a history stream: `urn:cua-driver:history:` + 32 lower hex.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SourceUrn(String);
+///
+/// Held inline, like [`OpaqueId`] and for the same reason: the writer gives every event its
+/// stream's source and the Query actor frees the events on another thread, where a `String`
+/// each cost a `malloc` on glibc's slow cross-thread path. The API is that of the string
+/// newtypes.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceUrn([u8; SOURCE_URN_LEN_BYTES]);
 
 fn check_source(s: &str) -> Result<(), InvalidId> {
     let Some(stream) = s.strip_prefix(SOURCE_URN_PREFIX) else {
@@ -443,17 +451,62 @@ fn check_source(s: &str) -> Result<(), InvalidId> {
     };
     check_opaque_id(stream)
 }
-bounded_string!(SourceUrn, check_source);
 
 impl SourceUrn {
+    /// Validates `value`: [`SOURCE_URN_PREFIX`] and exactly 32 lower-case hex digits.
+    pub fn new(value: impl AsRef<str>) -> Result<Self, InvalidId> {
+        let value = value.as_ref();
+        check_source(value)?;
+        let mut text = [0u8; SOURCE_URN_LEN_BYTES];
+        text.copy_from_slice(value.as_bytes());
+        Ok(Self(text))
+    }
+
+    /// The validated value.
+    pub fn as_str(&self) -> &str {
+        // Only a validated ASCII value is ever stored, so this never falls back.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+
     /// The source of the stream with this id.
     pub fn for_stream(stream_id: &OpaqueId) -> Self {
-        Self(concat_two(SOURCE_URN_PREFIX, stream_id.as_str()))
+        let mut text = [0u8; SOURCE_URN_LEN_BYTES];
+        let (prefix, stream) = text.split_at_mut(SOURCE_URN_PREFIX.len());
+        prefix.copy_from_slice(SOURCE_URN_PREFIX.as_bytes());
+        stream.copy_from_slice(stream_id.as_str().as_bytes());
+        Self(text)
     }
 
     /// The stream id part.
     pub fn stream_id(&self) -> &str {
-        &self.0[SOURCE_URN_PREFIX.len()..]
+        self.as_str()
+            .get(SOURCE_URN_PREFIX.len()..)
+            .unwrap_or_default()
+    }
+}
+
+impl fmt::Debug for SourceUrn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("SourceUrn").field(&self.as_str()).finish()
+    }
+}
+
+bounded_string!(@text SourceUrn);
+
+impl<'de> Deserialize<'de> for SourceUrn {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        /// Takes the value borrowed when the input allows it (no `String` per event read).
+        struct SourceVisitor;
+        impl serde::de::Visitor<'_> for SourceVisitor {
+            type Value = SourceUrn;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a history source URN")
+            }
+            fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<SourceUrn, E> {
+                SourceUrn::new(value).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(SourceVisitor)
     }
 }
 
@@ -740,5 +793,38 @@ mod tests {
         assert_eq!(Sequence::new(0), None);
         assert_eq!(Sequence::FIRST.get(), 1);
         assert_eq!(Sequence::new(u64::MAX).and_then(Sequence::next), None);
+    }
+
+    #[test]
+    fn an_inline_source_reads_writes_and_orders_as_its_text() {
+        let text = "urn:cua-driver:history:0123456789abcdef0123456789abcdef";
+        let source = SourceUrn::new(text).unwrap();
+        assert_eq!(source.as_str(), text);
+        assert_eq!(source.to_string(), text);
+        assert_eq!(format!("{source:?}"), format!("SourceUrn({text:?})"));
+        assert_eq!(source.stream_id(), "0123456789abcdef0123456789abcdef");
+        let json = serde_json::to_string(&source).unwrap();
+        assert_eq!(json, format!("{text:?}"));
+        assert_eq!(serde_json::from_str::<SourceUrn>(&json).unwrap(), source);
+        assert_eq!(
+            serde_json::from_value::<SourceUrn>(serde_json::json!(text)).unwrap(),
+            source
+        );
+        let later = SourceUrn::new("urn:cua-driver:history:1123456789abcdef0123456789abcdef");
+        assert!(source < later.unwrap());
+        for refused in [
+            "",
+            "urn:cua-driver:history:",
+            "urn:cua-driver:history:0123456789abcdef0123456789abcde",
+            "urn:cua-driver:history:0123456789abcdef0123456789abcdef0",
+            "urn:cua-driver:history:0123456789ABCDEF0123456789abcdef",
+            "urn:cua-driver:History:0123456789abcdef0123456789abcdef",
+        ] {
+            assert!(SourceUrn::new(refused).is_err(), "{refused:?} accepted");
+            assert!(
+                serde_json::from_value::<SourceUrn>(serde_json::json!(refused)).is_err(),
+                "{refused:?} read"
+            );
+        }
     }
 }
