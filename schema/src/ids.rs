@@ -63,7 +63,9 @@ fn check_len(s: &str, max_chars: usize) -> Result<(), InvalidId> {
 /// `TryFrom<String>`, `FromStr` and `Serialize`. With one check, deserialization applies it too;
 /// with `write:` and `read:` checks, deserialization and `new_lenient` apply the read check and
 /// `meets_write_rules` reports the write check. `@text` alone gives `Display`, `TryFrom<String>`,
-/// `FromStr` and `Serialize` to a type with its own `new` and `as_str` ([`OpaqueId`]).
+/// `FromStr` and `Serialize` to a type with its own `new` and `as_str`; `@inline` gives a
+/// fixed-length type holding its text in a byte array `new`, `as_str`, the `@text` impls, a
+/// `Debug` of the text and a borrowing `Deserialize` ([`OpaqueId`], [`SourceUrn`]).
 macro_rules! bounded_string {
     ($name:ident, $check:path) => {
         bounded_string!(@common $name, $check);
@@ -117,6 +119,52 @@ macro_rules! bounded_string {
 
         bounded_string!(@text $name);
     };
+    // A type holding its text inline: the `@text` impls, `Debug` showing the text, and a
+    // deserializer that borrows the input when it can (no `String` per value read).
+    (@inline $name:ident, $check:path, new: $new_doc:literal, expecting: $expecting:literal) => {
+        impl $name {
+            #[doc = $new_doc]
+            pub fn new(value: impl AsRef<str>) -> Result<Self, InvalidId> {
+                let value = value.as_ref();
+                $check(value)?;
+                value
+                    .as_bytes()
+                    .try_into()
+                    .map(Self)
+                    .map_err(|_| InvalidId::Length)
+            }
+
+            /// The validated value.
+            pub fn as_str(&self) -> &str {
+                // Only a validated ASCII value is ever stored, so this never falls back.
+                std::str::from_utf8(&self.0).unwrap_or_default()
+            }
+        }
+
+        bounded_string!(@text $name);
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_tuple(stringify!($name)).field(&self.as_str()).finish()
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct TextVisitor;
+                impl serde::de::Visitor<'_> for TextVisitor {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str($expecting)
+                    }
+                    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<$name, E> {
+                        $name::new(value).map_err(E::custom)
+                    }
+                }
+                d.deserialize_str(TextVisitor)
+            }
+        }
+    };
     // The impls that only need `new` and `as_str`, whatever holds the text.
     (@text $name:ident) => {
         impl fmt::Display for $name {
@@ -167,21 +215,6 @@ fn check_opaque_id(s: &str) -> Result<(), InvalidId> {
 }
 
 impl OpaqueId {
-    /// Validates `value`: exactly 32 lower-case hex digits.
-    pub fn new(value: impl AsRef<str>) -> Result<Self, InvalidId> {
-        let value = value.as_ref();
-        check_opaque_id(value)?;
-        let mut digits = [0u8; OPAQUE_ID_LEN_CHARS];
-        digits.copy_from_slice(value.as_bytes());
-        Ok(Self(digits))
-    }
-
-    /// The validated value.
-    pub fn as_str(&self) -> &str {
-        // Only validated hex digits (ASCII) are ever stored, so this never falls back.
-        std::str::from_utf8(&self.0).unwrap_or_default()
-    }
-
     /// The id of 16 raw bytes, as lower-case hex.
     pub fn from_bytes(bytes: [u8; 16]) -> Self {
         let mut digits = [0u8; OPAQUE_ID_LEN_CHARS];
@@ -196,30 +229,9 @@ impl OpaqueId {
     }
 }
 
-impl fmt::Debug for OpaqueId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("OpaqueId").field(&self.as_str()).finish()
-    }
-}
-
-bounded_string!(@text OpaqueId);
-
-impl<'de> Deserialize<'de> for OpaqueId {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        /// Takes the id borrowed when the input allows it (no `String` per id read).
-        struct IdVisitor;
-        impl serde::de::Visitor<'_> for IdVisitor {
-            type Value = OpaqueId;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("32 lower-case hex digits")
-            }
-            fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<OpaqueId, E> {
-                OpaqueId::new(value).map_err(E::custom)
-            }
-        }
-        d.deserialize_str(IdVisitor)
-    }
-}
+bounded_string!(@inline OpaqueId, check_opaque_id,
+    new: "Validates `value`: exactly 32 lower-case hex digits.",
+    expecting: "32 lower-case hex digits");
 
 /// The lower-case hex spelling of `bytes` (two digits per byte): the one hex encoder, the
 /// inverse of [`decode_hex_into`] with [`HexCase::Lower`].
@@ -453,21 +465,6 @@ fn check_source(s: &str) -> Result<(), InvalidId> {
 }
 
 impl SourceUrn {
-    /// Validates `value`: [`SOURCE_URN_PREFIX`] and exactly 32 lower-case hex digits.
-    pub fn new(value: impl AsRef<str>) -> Result<Self, InvalidId> {
-        let value = value.as_ref();
-        check_source(value)?;
-        let mut text = [0u8; SOURCE_URN_LEN_BYTES];
-        text.copy_from_slice(value.as_bytes());
-        Ok(Self(text))
-    }
-
-    /// The validated value.
-    pub fn as_str(&self) -> &str {
-        // Only a validated ASCII value is ever stored, so this never falls back.
-        std::str::from_utf8(&self.0).unwrap_or_default()
-    }
-
     /// The source of the stream with this id.
     pub fn for_stream(stream_id: &OpaqueId) -> Self {
         let mut text = [0u8; SOURCE_URN_LEN_BYTES];
@@ -485,30 +482,9 @@ impl SourceUrn {
     }
 }
 
-impl fmt::Debug for SourceUrn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("SourceUrn").field(&self.as_str()).finish()
-    }
-}
-
-bounded_string!(@text SourceUrn);
-
-impl<'de> Deserialize<'de> for SourceUrn {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        /// Takes the value borrowed when the input allows it (no `String` per event read).
-        struct SourceVisitor;
-        impl serde::de::Visitor<'_> for SourceVisitor {
-            type Value = SourceUrn;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a history source URN")
-            }
-            fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<SourceUrn, E> {
-                SourceUrn::new(value).map_err(E::custom)
-            }
-        }
-        d.deserialize_str(SourceVisitor)
-    }
-}
+bounded_string!(@inline SourceUrn, check_source,
+    new: "Validates `value`: [`SOURCE_URN_PREFIX`] and exactly 32 lower-case hex digits.",
+    expecting: "a history source URN");
 
 /// An event's position in its history stream: an integer >= 1, assigned by the writer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
