@@ -320,13 +320,11 @@ impl ContextSlot {
         }
     }
 
-    /// A new slot for an action.
-    fn fresh((target, session): (ActionTarget, Option<&SessionLabel>)) -> Self {
-        Self {
-            action: AtomicU64::new(0),
-            target: Some(target),
-            session: session.cloned(),
-        }
+    /// A new slot for an action (the pool had none free).
+    fn fresh(action: (ActionTarget, Option<&SessionLabel>)) -> Self {
+        let mut slot = Self::default();
+        slot.refill(action);
+        slot
     }
 }
 
@@ -605,11 +603,21 @@ impl CaptureDrain {
     /// numbered on the way (the next number for a start, its start's for a completion). Returns
     /// how many entries (items and markers) it appended. Never blocks.
     pub fn drain(&mut self, max: usize, out: &mut Vec<Drained<Captured>>) -> usize {
+        self.take_from_channel(out, |channel, queued| channel.drain(max, queued))
+    }
+
+    /// Runs one of the channel's drains (`take`) into the scratch buffer, then dates, numbers
+    /// and moves what it took into `out` ([`CaptureDrain::finish`]).
+    fn take_from_channel<R>(
+        &mut self,
+        out: &mut Vec<Drained<Captured>>,
+        take: impl FnOnce(&Channel<Queued>, &mut Vec<Drained<Queued>>) -> R,
+    ) -> R {
         let mut queued = std::mem::take(&mut self.queued);
-        let appended = self.shared.channel.drain(max, &mut queued);
+        let result = take(&self.shared.channel, &mut queued);
         self.finish(&mut queued, out);
         self.queued = queued;
-        appended
+        result
     }
 
     /// Moves what a drain call took from `queued` to `out`, each item dated (module `stamp`)
@@ -661,11 +669,7 @@ impl CaptureDrain {
     /// unsettled only while a producer is inside a capture call (a few hundred nanoseconds,
     /// longer if that thread is preempted).
     pub fn drain_final(&mut self, max: usize, out: &mut Vec<Drained<Captured>>) -> FinalDrain {
-        let mut queued = std::mem::take(&mut self.queued);
-        let round = self.shared.channel.drain_final(max, &mut queued);
-        self.finish(&mut queued, out);
-        self.queued = queued;
-        round
+        self.take_from_channel(out, |channel, queued| channel.drain_final(max, queued))
     }
 
     /// The gate switch and status readings, for the engine.
