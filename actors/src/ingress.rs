@@ -194,6 +194,8 @@ impl IngressState {
             return (0, false);
         };
         self.batch.clear();
+        // A flush's batch is larger than the tick batch the buffer was made for.
+        self.batch.reserve(max);
         let taken = {
             let mut drain = self
                 .drain
