@@ -439,6 +439,7 @@ impl Storage for FsStorage {
         )?;
         Ok(Box::new(FsWriteFile {
             file: File::from(fd),
+            len: 0,
         }))
     }
 
@@ -539,11 +540,27 @@ fn entry_kind(file_type: FileType) -> EntryKind {
 struct FsWriteFile {
     /// The open file.
     file: File,
+    /// Bytes appended so far (the file is created empty): where the next append lands, for
+    /// the write-back hint.
+    len: u64,
 }
 
 impl WriteFile for FsWriteFile {
     fn append(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
         self.file.write_all(bytes)?;
+        let appended = bytes.len() as u64;
+        // Starts writing these pages back now, so the next `sync` waits only for what is still
+        // in flight, not for every page since the last one: on Linux, `POSIX_FADV_DONTNEED`
+        // starts write-back of the range's dirty pages (and frees none that are dirty or being
+        // written). Halves a group commit's `fdatasync` under a sustained stream (0.50 -> 0.24
+        // ms median, docs/benchmarks.md). A hint: its failure changes nothing.
+        let _ = rustix::fs::fadvise(
+            &self.file,
+            self.len,
+            std::num::NonZeroU64::new(appended),
+            rustix::fs::Advice::DontNeed,
+        );
+        self.len += appended;
         Ok(())
     }
 
