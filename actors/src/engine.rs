@@ -251,24 +251,31 @@ impl Engine {
         self.capture_control.queued_events()
     }
 
-    /// Runs `make(reply)` on the supervisor and waits for the answer, blocking.
+    /// Sends `make(reply)` to the supervisor from this thread and waits for the answer,
+    /// blocking, for at most [`CONTROL_DEADLINE_MS`]. No task is spawned for the ask: the
+    /// supervisor's mailbox wakes it, and the answer wakes this thread, so a flush under load
+    /// waits for no idle worker to pick up a go-between.
     fn ask_blocking<T: Send + 'static>(
         &self,
-        make: impl FnOnce(RpcReplyPort<T>) -> SupervisorMsg + Send + 'static,
+        make: impl FnOnce(RpcReplyPort<T>) -> SupervisorMsg,
     ) -> Result<T, EngineError> {
         if tokio::runtime::Handle::try_current().is_ok() {
             return Err(EngineError::InAsyncContext);
         }
-        let (tx, rx) = std::sync::mpsc::channel();
-        let supervisor = self.supervisor.clone();
-        self.runtime.spawn(async move {
-            let answer = ractor::call_t!(supervisor, make, CONTROL_DEADLINE_MS);
-            let _ = tx.send(answer.ok());
-        });
-        rx.recv_timeout(Duration::from_millis(CONTROL_DEADLINE_MS + 1_000))
-            .ok()
-            .flatten()
-            .ok_or(EngineError::Unavailable)
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.supervisor
+            .send_message(make(reply.into()))
+            .map_err(|_| EngineError::Unavailable)?;
+        // The engine's runtime lives as long as `self` (its thread ends at shutdown, which
+        // consumes the engine), so its timer is there to bound the wait.
+        let deadline = Duration::from_millis(CONTROL_DEADLINE_MS);
+        match self
+            .runtime
+            .block_on(async { tokio::time::timeout(deadline, answer).await })
+        {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(_)) | Err(_) => Err(EngineError::Unavailable),
+        }
     }
 
     /// Runs `make(reply)` on the supervisor and awaits the answer (on the engine's runtime, so

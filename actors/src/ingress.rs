@@ -13,7 +13,7 @@
 use std::sync::{Arc, Mutex};
 
 use annal_engine::capture::{CaptureControl, CaptureDrain, Captured, DrainWakeup, Drained};
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef, MessagingErr, RpcReplyPort};
 
 use annal_schema::tools::StatusResponse;
 
@@ -288,16 +288,18 @@ impl Actor for IngressActor {
             }
             IngressMsg::Flush { reply } => {
                 state.drain_all().await;
-                let result = match state.writer.clone() {
-                    Some(writer) => ractor::call_t!(
-                        writer,
-                        |reply| WriterMsg::Sync { reply },
-                        crate::config::CONTROL_DEADLINE_MS
-                    )
-                    .unwrap_or(Err(ControlError::Unavailable)),
-                    None => Err(ControlError::Unavailable),
+                // The writer syncs and answers the caller; the ingress goes back to draining.
+                // The sync comes before any later batch (the writer's mailbox is in order).
+                let refused = match state.writer.clone() {
+                    Some(writer) => match writer.send_message(WriterMsg::Sync { reply }) {
+                        Err(MessagingErr::SendErr(WriterMsg::Sync { reply })) => Some(reply),
+                        _ => None,
+                    },
+                    None => Some(reply),
                 };
-                let _ = reply.send(result);
+                if let Some(reply) = refused {
+                    let _ = reply.send(Err(ControlError::Unavailable));
+                }
             }
             IngressMsg::Close { reply } => {
                 // Rounds of the shutdown drain until settled (nothing in flight, nothing left);

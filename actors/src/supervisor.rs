@@ -23,7 +23,9 @@ use annal_engine::storage::Storage;
 use annal_engine::supervision::{self, Decision};
 use annal_schema::tools::StatusResponse;
 use annal_schema::{ControlOperation, HealthCategory};
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{
+    Actor, ActorCell, ActorProcessingErr, ActorRef, MessagingErr, RpcReplyPort, SupervisionEvent,
+};
 
 use crate::config::EngineConfig;
 use crate::gate::{GateActor, GateArgs, GateMsg, PolicyChange, ToolAnswer, ToolCall};
@@ -709,24 +711,24 @@ impl Actor for SupervisorActor {
                 let _ = reply.send(result);
             }
             SupervisorMsg::Flush { reply } => {
-                let result = match (&state.ingress, &state.writer) {
-                    (Some(ingress), _) => ask(
-                        ingress,
-                        |reply| IngressMsg::Flush { reply },
-                        CHILD_CALL_DEADLINE_MS,
-                    )
-                    .await
-                    .unwrap_or(Err(ControlError::Unavailable)),
-                    (None, Some(writer)) => ask(
-                        writer,
-                        |reply| WriterMsg::Sync { reply },
-                        CHILD_CALL_DEADLINE_MS,
-                    )
-                    .await
-                    .unwrap_or(Err(ControlError::Unavailable)),
-                    (None, None) => Err(ControlError::Unavailable),
+                // Handed on with the caller's reply port: the writer answers the caller
+                // itself after its sync (one hand-off back, not three), and the supervisor
+                // serves other messages meanwhile. A child that is gone drops the port, which
+                // the caller reads as unavailable.
+                let refused = match (&state.ingress, &state.writer) {
+                    (Some(ingress), _) => match ingress.send_message(IngressMsg::Flush { reply }) {
+                        Err(MessagingErr::SendErr(IngressMsg::Flush { reply })) => Some(reply),
+                        _ => None,
+                    },
+                    (None, Some(writer)) => match writer.send_message(WriterMsg::Sync { reply }) {
+                        Err(MessagingErr::SendErr(WriterMsg::Sync { reply })) => Some(reply),
+                        _ => None,
+                    },
+                    (None, None) => Some(reply),
                 };
-                let _ = reply.send(result);
+                if let Some(reply) = refused {
+                    let _ = reply.send(Err(ControlError::Unavailable));
+                }
             }
             SupervisorMsg::Status { reply } => {
                 let status = state.status().await;
