@@ -161,7 +161,14 @@ impl<T> Channel<T> {
     }
 
     /// Opens or shuts the gate for new work. Has no effect once closed.
+    ///
+    /// The writer calls this after every batch, nearly always with no change: a plain load
+    /// first, so an unchanged gate is not written, and the state word (which every capture
+    /// call updates) stays in the producers' caches instead of moving to the writer's core.
     pub fn set_accepting(&self, accepting: bool) {
+        if (self.state.0.load(Ordering::Acquire) & ACCEPTING != 0) == accepting {
+            return;
+        }
         if accepting {
             self.state.0.fetch_or(ACCEPTING, Ordering::AcqRel);
         } else {
