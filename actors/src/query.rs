@@ -157,22 +157,46 @@ impl QueryState {
     }
 }
 
-/// Writes the index files of chunks the writer closed, on a blocking thread and unsynced
+/// Nice value of the thread that writes index files (Linux: 0 is the default, 19 the lowest
+/// priority). Index files are derived (a lost one is rebuilt at the next load) and no commit
+/// waits for them, but encoding a full chunk's index takes milliseconds of CPU: at a lower
+/// priority that work yields the core to the writer, the ingress and the capturing threads
+/// rather than stretching the next commit.
+pub const INDEX_WRITER_NICE: i32 = 10;
+
+/// Writes the index files of chunks the writer closed, unsynced
 /// (`index::write_index_file_unsynced`): derived files, so a failed or lost write is left for
-/// the next load to redo, and the writer's group commits never wait behind them.
+/// the next load to redo, and the writer's group commits never wait behind them. They are
+/// written on a thread of their own at [`INDEX_WRITER_NICE`] (on Linux the nice value is per
+/// thread, so no other thread's priority changes). The receiver reports the end (a clean stop
+/// waits for it); `None` when there was nothing to write or no thread could start.
 fn write_index_files(
     reader: &QueryService,
     closed: Vec<annal_engine::index::ChunkIndex>,
-) -> Option<tokio::task::JoinHandle<()>> {
+) -> Option<tokio::sync::oneshot::Receiver<()>> {
     if closed.is_empty() {
         return None;
     }
     let (storage, key) = reader.index_writer();
-    Some(tokio::task::spawn_blocking(move || {
-        for index in &closed {
-            let _ = annal_engine::index::write_index_file_unsynced(storage.as_ref(), &key, index);
-        }
-    }))
+    let (done, written) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("annal-index".into())
+        .spawn(move || {
+            lower_this_threads_priority();
+            for index in &closed {
+                let _ =
+                    annal_engine::index::write_index_file_unsynced(storage.as_ref(), &key, index);
+            }
+            let _ = done.send(());
+        })
+        .ok()?;
+    Some(written)
+}
+
+/// Moves the calling thread (only it) to [`INDEX_WRITER_NICE`]. A refusal changes nothing but
+/// the priority.
+fn lower_this_threads_priority() {
+    let _ = rustix::process::setpriority_process(None, INDEX_WRITER_NICE);
 }
 
 /// The contract's code for a key failure.
@@ -224,7 +248,7 @@ impl Actor for QueryActor {
                         .filter_map(|(location, event)| reader.appended(location, event))
                         .collect();
                     // Detached: the write finishes on its own (a clean stop waits for the last).
-                    let _ = write_index_files(reader, closed);
+                    drop(write_index_files(reader, closed));
                 }
             }
             QueryMsg::Pruned { chunks, reply } => {
@@ -252,5 +276,29 @@ impl Actor for QueryActor {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{INDEX_WRITER_NICE, lower_this_threads_priority};
+    use rustix::process::getpriority_process;
+
+    #[test]
+    fn the_index_writer_lowers_its_own_priority_and_no_other_threads() {
+        let before = getpriority_process(None).unwrap();
+        let inside = std::thread::spawn(|| {
+            lower_this_threads_priority();
+            getpriority_process(None).unwrap()
+        })
+        .join()
+        .unwrap();
+        // A process already below that priority cannot be raised to it: it stays where it is.
+        assert_eq!(inside, INDEX_WRITER_NICE.max(before));
+        assert_eq!(
+            getpriority_process(None).unwrap(),
+            before,
+            "the caller was lowered too"
+        );
     }
 }
