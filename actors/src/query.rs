@@ -81,6 +81,9 @@ pub struct QueryState {
     reader: Option<QueryService>,
     /// Chunks pruned in this actor's life, forgotten by every reader it opens.
     pruned: std::collections::BTreeSet<annal_engine::profile::ChunkId>,
+    /// The index-file writes still running ([`write_index_files`]): a stop waits for them, so
+    /// no thread of this engine holds the store (and its lock) once the stop returns.
+    index_writes: Vec<tokio::sync::oneshot::Receiver<()>>,
 }
 
 /// The Query actor.
@@ -187,6 +190,9 @@ fn write_index_files(
                 let _ =
                     annal_engine::index::write_index_file_unsynced(storage.as_ref(), &key, index);
             }
+            // The storage (with the store's lock) goes before the end is reported, so a stop
+            // that waited for this leaves nothing holding the store.
+            drop((storage, key));
             let _ = done.send(());
         })
         .ok()?;
@@ -218,6 +224,7 @@ impl Actor for QueryActor {
             args,
             reader: None,
             pruned: std::collections::BTreeSet::new(),
+            index_writes: Vec::new(),
         })
     }
 
@@ -247,8 +254,15 @@ impl Actor for QueryActor {
                         .into_iter()
                         .filter_map(|(location, event)| reader.appended(location, event))
                         .collect();
-                    // Detached: the write finishes on its own (a clean stop waits for the last).
-                    drop(write_index_files(reader, closed));
+                    // The write finishes on its own; a stop waits for those still running.
+                    let started = write_index_files(reader, closed);
+                    state.index_writes.retain_mut(|write| {
+                        matches!(
+                            write.try_recv(),
+                            Err(tokio::sync::oneshot::error::TryRecvError::Empty)
+                        )
+                    });
+                    state.index_writes.extend(started);
                 }
             }
             QueryMsg::Pruned { chunks, reply } => {
@@ -268,12 +282,14 @@ impl Actor for QueryActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         // A clean stop closes the writer's chunk: its index file is due, so the next open
-        // reads that file instead of scanning the chunk. Written before the stop completes.
+        // reads that file instead of scanning the chunk. Written before the stop completes, as
+        // is every earlier write still running.
         if let Some(reader) = state.reader.as_mut() {
             let closed: Vec<_> = reader.closed_chunk_index().into_iter().collect();
-            if let Some(write) = write_index_files(reader, closed) {
-                let _ = write.await;
-            }
+            state.index_writes.extend(write_index_files(reader, closed));
+        }
+        for write in state.index_writes.drain(..) {
+            let _ = write.await;
         }
         Ok(())
     }
