@@ -324,9 +324,6 @@ pub fn decode_lower_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
 ///
 /// Write rules: `[a-z0-9._-]`, starting with a letter (an identifier, not a URL or prose). Read
 /// rules: any characters, as the published schema allows.
-///
-/// The text is shared (`Arc<str>`, as in [`BundleId`] and [`DisplayName`]): an agent clones its
-/// capture arguments for every tool dispatch, and a clone allocates nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Capability(std::sync::Arc<str>);
 
