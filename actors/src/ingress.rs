@@ -13,11 +13,9 @@
 use std::sync::{Arc, Mutex};
 
 use annal_engine::capture::{CaptureControl, CaptureDrain, Captured, DrainWakeup, Drained};
-use ractor::{Actor, ActorProcessingErr, ActorRef, MessagingErr, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use annal_schema::tools::StatusResponse;
-
-use crate::writer::{ControlError, WriterMsg};
+use crate::writer::{ControlError, StatusReply, WriterMsg, hand_on};
 
 /// Most items drained into one batch. Bounds one message to the writer (and one append), and
 /// so how long a flush waits for the batch in flight: a quarter of the default capture queue.
@@ -37,18 +35,12 @@ pub const FLUSH_BATCH_MAX_EVENTS: usize = annal_engine::capture::CAPTURE_QUEUE_C
 pub enum IngressMsg {
     /// Drain what is queued (the periodic tick, or a follow-up after a full batch).
     Drain,
-    /// Drain everything queued now, then reply (flush and shutdown go through here, so the
-    /// writer receives every batch before the request that follows).
-    DrainNow {
-        /// Replies once every queued item was handed to the writer.
-        reply: RpcReplyPort<()>,
-    },
-    /// A flush: drain what is queued now, then have the writer sync, and reply with its
-    /// answer. The ingress is the only sender of batches, so no batch can slip in between the
-    /// drain and the sync.
+    /// A flush: drain what is queued now, then hand the reply port on to the writer's sync,
+    /// which answers. The ingress is the only sender of batches, so no batch can slip in
+    /// between the drain and the sync.
     Flush {
         /// The writer's status after the sync, or why it failed.
-        reply: RpcReplyPort<Result<StatusResponse, ControlError>>,
+        reply: StatusReply,
     },
     /// Close the queue (no capture is admitted after), drain it to the end, then reply.
     Close {
@@ -57,6 +49,16 @@ pub enum IngressMsg {
     },
     /// The writer to hand batches to (after a start or restart).
     Writer(Option<ActorRef<WriterMsg>>),
+}
+
+impl IngressMsg {
+    /// The status reply port this message carries, if any (for `writer::hand_on`).
+    pub(crate) fn status_reply(self) -> Option<StatusReply> {
+        match self {
+            Self::Flush { reply } => Some(reply),
+            _ => None,
+        }
+    }
 }
 
 /// The ingress's state.
@@ -282,23 +284,17 @@ impl Actor for IngressActor {
                     let _ = myself.cast(IngressMsg::Drain);
                 }
             }
-            IngressMsg::DrainNow { reply } => {
-                state.drain_all().await;
-                let _ = reply.send(());
-            }
             IngressMsg::Flush { reply } => {
                 state.drain_all().await;
                 // The writer syncs and answers the caller; the ingress goes back to draining.
                 // The sync comes before any later batch (the writer's mailbox is in order).
-                let refused = match state.writer.clone() {
-                    Some(writer) => match writer.send_message(WriterMsg::Sync { reply }) {
-                        Err(MessagingErr::SendErr(WriterMsg::Sync { reply })) => Some(reply),
-                        _ => None,
-                    },
-                    None => Some(reply),
-                };
-                if let Some(reply) = refused {
-                    let _ = reply.send(Err(ControlError::Unavailable));
+                match &state.writer {
+                    Some(writer) => {
+                        hand_on(writer, WriterMsg::Sync { reply }, WriterMsg::status_reply);
+                    }
+                    None => {
+                        let _ = reply.send(Err(ControlError::Unavailable));
+                    }
                 }
             }
             IngressMsg::Close { reply } => {

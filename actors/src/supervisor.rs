@@ -23,9 +23,7 @@ use annal_engine::storage::Storage;
 use annal_engine::supervision::{self, Decision};
 use annal_schema::tools::StatusResponse;
 use annal_schema::{ControlOperation, HealthCategory};
-use ractor::{
-    Actor, ActorCell, ActorProcessingErr, ActorRef, MessagingErr, RpcReplyPort, SupervisionEvent,
-};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
 use crate::config::EngineConfig;
 use crate::gate::{GateActor, GateArgs, GateMsg, PolicyChange, ToolAnswer, ToolCall};
@@ -33,7 +31,9 @@ use crate::ingress::{IngressActor, IngressArgs, IngressMsg};
 use crate::journal::{JournalActor, JournalArgs, JournalMsg, StorageSlot};
 use crate::key_custody::{KeyCustodyActor, KeyCustodyArgs, KeyCustodyMsg};
 use crate::query::{QueryActor, QueryArgs, QueryMsg};
-use crate::writer::{ControlError, WriterActor, WriterArgs, WriterMsg, status_from};
+use crate::writer::{
+    ControlError, StatusReply, WriterActor, WriterArgs, WriterMsg, hand_on, status_from,
+};
 use annal_engine::policy::{Admission, AuditOutcome, Operation, Principal, Refusal};
 
 /// Longest the supervisor waits for a child's answer to a routed request, in milliseconds.
@@ -48,7 +48,7 @@ pub enum SupervisorMsg {
         /// Who asked.
         caller: CallerKind,
         /// The status after it.
-        reply: RpcReplyPort<Result<StatusResponse, ControlError>>,
+        reply: StatusReply,
     },
     /// The owner sets the quota; durable before the reply.
     SetQuota {
@@ -59,12 +59,12 @@ pub enum SupervisorMsg {
         /// Who asked.
         caller: CallerKind,
         /// The status after it.
-        reply: RpcReplyPort<Result<StatusResponse, ControlError>>,
+        reply: StatusReply,
     },
     /// Everything captured before this request, durable before the reply.
     Flush {
         /// The status after the flush.
-        reply: RpcReplyPort<Result<StatusResponse, ControlError>>,
+        reply: StatusReply,
     },
     /// The contract's status.
     Status {
@@ -448,7 +448,7 @@ impl SupervisorState {
     /// keeps the status it returns as the last one seen; no writer is `Unavailable`.
     async fn control_through_writer(
         &mut self,
-        make: impl FnOnce(RpcReplyPort<Result<StatusResponse, ControlError>>) -> WriterMsg,
+        make: impl FnOnce(StatusReply) -> WriterMsg,
     ) -> Result<StatusResponse, ControlError> {
         let Some(writer) = &self.writer else {
             return Err(ControlError::Unavailable);
@@ -715,19 +715,20 @@ impl Actor for SupervisorActor {
                 // itself after its sync (one hand-off back, not three), and the supervisor
                 // serves other messages meanwhile. A child that is gone drops the port, which
                 // the caller reads as unavailable.
-                let refused = match (&state.ingress, &state.writer) {
-                    (Some(ingress), _) => match ingress.send_message(IngressMsg::Flush { reply }) {
-                        Err(MessagingErr::SendErr(IngressMsg::Flush { reply })) => Some(reply),
-                        _ => None,
-                    },
-                    (None, Some(writer)) => match writer.send_message(WriterMsg::Sync { reply }) {
-                        Err(MessagingErr::SendErr(WriterMsg::Sync { reply })) => Some(reply),
-                        _ => None,
-                    },
-                    (None, None) => Some(reply),
-                };
-                if let Some(reply) = refused {
-                    let _ = reply.send(Err(ControlError::Unavailable));
+                match (&state.ingress, &state.writer) {
+                    (Some(ingress), _) => {
+                        hand_on(
+                            ingress,
+                            IngressMsg::Flush { reply },
+                            IngressMsg::status_reply,
+                        );
+                    }
+                    (None, Some(writer)) => {
+                        hand_on(writer, WriterMsg::Sync { reply }, WriterMsg::status_reply);
+                    }
+                    (None, None) => {
+                        let _ = reply.send(Err(ControlError::Unavailable));
+                    }
                 }
             }
             SupervisorMsg::Status { reply } => {

@@ -71,7 +71,7 @@ pub enum WriterMsg {
         /// Who asked.
         caller: CallerKind,
         /// The status after it, or why it failed.
-        reply: RpcReplyPort<Result<StatusResponse, ControlError>>,
+        reply: StatusReply,
     },
     /// The owner sets the quota (and what capture does at it); replies after it is durable.
     SetQuota {
@@ -82,12 +82,12 @@ pub enum WriterMsg {
         /// Who asked.
         caller: CallerKind,
         /// The status after it, or why it failed.
-        reply: RpcReplyPort<Result<StatusResponse, ControlError>>,
+        reply: StatusReply,
     },
     /// Make everything received so far durable.
     Sync {
         /// The status after the sync, or why it failed.
-        reply: RpcReplyPort<Result<StatusResponse, ControlError>>,
+        reply: StatusReply,
     },
     /// The contract's status.
     Status {
@@ -111,6 +111,22 @@ pub enum WriterMsg {
     InjectPanic,
 }
 
+/// Where a flush, a sync or a control operation sends the status after it (or why it failed).
+pub type StatusReply = RpcReplyPort<Result<StatusResponse, ControlError>>;
+
+impl WriterMsg {
+    /// The status reply port this message carries, if it is one that answers with a status
+    /// (for [`hand_on`] to answer a message that never arrived).
+    pub(crate) fn status_reply(self) -> Option<StatusReply> {
+        match self {
+            Self::Control { reply, .. } | Self::SetQuota { reply, .. } | Self::Sync { reply } => {
+                Some(reply)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Why a control operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -127,6 +143,22 @@ pub enum ControlError {
     /// The engine did not answer in time or is shutting down.
     #[error("the engine did not answer in time")]
     Unavailable,
+}
+
+/// Sends `message`, which carries a caller's reply port, on to `actor`, which answers the
+/// caller itself. If `actor` is gone the message comes back and `reply_of` takes its port out to
+/// answer [`ControlError::Unavailable`]; a port that cannot be taken back is dropped, which the
+/// caller reads as unavailable too.
+pub(crate) fn hand_on<M: ractor::Message>(
+    actor: &ActorRef<M>,
+    message: M,
+    reply_of: impl FnOnce(M) -> Option<StatusReply>,
+) {
+    if let Err(ractor::MessagingErr::SendErr(message)) = actor.send_message(message)
+        && let Some(reply) = reply_of(message)
+    {
+        let _ = reply.send(Err(ControlError::Unavailable));
+    }
 }
 
 /// What the writer starts with (also on a restart).
