@@ -13,8 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use annal_engine::capture::{
-    ActionContext, ActionIds, ActionTarget, CaptureControl, Captured, CapturedItem, Drained,
-    SessionLabel,
+    ActionContext, ActionIds, CaptureControl, Captured, CapturedItem, Drained, SessionLabel,
 };
 use annal_engine::clock::Clock;
 use annal_engine::health::{KeyFault, Signal, SignalKind, StorageFault};
@@ -832,33 +831,32 @@ impl WriterState {
     }
 
     /// The draft of an action's start or completion: the same identity fields, another payload.
-    /// The context's strings move into the draft when this is its last holder (a completion,
-    /// or a start whose token is gone; its slot then goes back to the capture pool), else they
-    /// are copied.
+    /// The context's strings move into the draft. A completion whose start's context the drain
+    /// no longer kept (`None`: the start is older than `OPEN_ACTIONS_RETAINED` starts) is still
+    /// drafted, linked to its start by the action id, without capability, application and
+    /// session.
     fn action_draft(
         &mut self,
         time: EventTime,
         action: u64,
-        context: ActionContext,
+        context: Option<ActionContext>,
         key: Option<&SessionIdKey>,
         payload: Payload,
-    ) -> Option<EventDraft> {
+    ) -> EventDraft {
         let id = self.action_ids.id(action);
-        let session_id = self.keyed_session(context.session(), key);
-        let ActionTarget {
-            capability,
-            application,
-        } = self.capture.take_target(context)?;
-        Some(EventDraft {
+        let (target, session) = context.map(ActionContext::into_parts).unzip();
+        let session_id = self.keyed_session(session.flatten().as_ref(), key);
+        let (capability, application) = target.map(|t| (t.capability, t.application)).unzip();
+        EventDraft {
             subject: Subject::for_action(&id),
             time,
             session_id,
             action_id: Some(id),
             platform: self.config.platform,
-            capability: Some(capability),
-            application,
+            capability,
+            application: application.flatten(),
             payload,
-        })
+        }
     }
 
     /// The draft of a session's start or end.
@@ -915,20 +913,24 @@ impl WriterState {
             };
             let key = session_key.as_deref();
             let draft = match captured.item {
-                CapturedItem::ActionStarted { action, context } => {
-                    self.action_draft(time, action, context, key, Payload::ActionStarted)
-                }
+                CapturedItem::ActionStarted { action, context } => Some(self.action_draft(
+                    time,
+                    action,
+                    Some(context),
+                    key,
+                    Payload::ActionStarted,
+                )),
                 CapturedItem::ActionCompleted {
                     action,
                     context,
                     outcome,
-                } => self.action_draft(
+                } => Some(self.action_draft(
                     time,
                     action,
                     context,
                     key,
                     Payload::ActionCompleted(outcome),
-                ),
+                )),
                 CapturedItem::SessionStarted { session } => {
                     self.session_draft(time, &session, key, SessionPhase::Started)
                 }

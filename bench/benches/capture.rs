@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use annal_bench::print_figure;
 use annal_engine::capture::{
     Admission, CAPTURE_QUEUE_CAPACITY_EVENTS, CaptureControl, CaptureDrain, CaptureHandle,
-    CaptureSession, Captured, CapturedItem, Drained, capture_channel,
+    CaptureSession, capture_channel,
 };
 use annal_engine::clock::SystemClock;
 use annal_schema::{Application, BundleId, Capability, DisplayName};
@@ -122,20 +122,12 @@ fn spawn_drain(
     stop: Arc<AtomicBool>,
 ) -> thread::JoinHandle<CaptureDrain> {
     thread::spawn(move || {
-        let control = drain.control();
         let mut out = Vec::with_capacity(DRAIN_BUFFER_ENTRIES);
         while !stop.load(Ordering::Acquire) {
             let n = drain.drain(usize::MAX, &mut out);
-            // As the writer does: each start's target taken out for its draft, which hands the
-            // context's slot back to the pool once the token is gone.
+            // As the writer does: every drained item consumed (its strings freed) on this thread.
             for entry in out.drain(..) {
-                if let Drained::Captured(Captured {
-                    item: CapturedItem::ActionStarted { context, .. },
-                    ..
-                }) = entry
-                {
-                    black_box(control.take_target(context));
-                }
+                black_box(entry);
             }
             match mode {
                 DrainMode::Spin if n == 0 => std::hint::spin_loop(),

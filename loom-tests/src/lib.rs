@@ -16,10 +16,10 @@
 //!
 //! - [`capture_channel`]: `engine/src/capture/channel.rs`, the capture path's concurrent core
 //!   (bounded queue, pending-drops counter and drop markers, admission gate, start/completion
-//!   pairing, the in-flight count behind close), included verbatim.
+//!   pairing and the pairs' numbers, the in-flight count behind close), included verbatim.
 //! - `tests/capture.rs`: its models: markers (no drop lost or counted twice, a marker before the
 //!   first item pushed after a drop), pairing (a completion is recorded iff its start was
-//!   accepted, counted iff its start was dropped), close (nothing accepted is left undrained once
+//!   accepted, counted iff its start was dropped; concurrent starts get distinct numbers), close (nothing accepted is left undrained once
 //!   the final drain settles); and two control models loom must catch (counter swapped before
 //!   the pop; quiescence checked after the drain).
 //!
@@ -28,13 +28,6 @@
 //! - `tests/drain_wakeup.rs`: its model: never two `Drain` messages in flight, and items left
 //!   queued always have one pending (no lost wake-up); and a control that releases the flag
 //!   only after a drain that found items, which loom must catch.
-//!
-//! - [`slot_pool`]: `engine/src/capture/pool.rs`, the capture hook's reusable context slots,
-//!   included verbatim.
-//! - `tests/slot_pool.rs`: its model: a slot shared by a start and its token, released by both
-//!   on two threads in any order, is emptied exactly once (by its last holder), every holder
-//!   reads the action's own value, a reused slot is always empty when refilled, and every slot
-//!   goes back to the pool.
 //!
 //! Each model file is `#![cfg(loom)]`, so a plain `cargo test` compiles it away. Run them with
 //! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p annal-loom-tests --release`
@@ -52,6 +45,3 @@ pub mod capture_channel;
 
 #[path = "../../engine/src/capture/wakeup.rs"]
 pub mod drain_wakeup;
-
-#[path = "../../engine/src/capture/pool.rs"]
-pub mod slot_pool;

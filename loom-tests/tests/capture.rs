@@ -252,10 +252,14 @@ fn a_completion_is_recorded_iff_its_start_was_accepted() {
             .map(|n| {
                 let channel = channel.clone();
                 thread::spawn(move || {
-                    let start = channel.begin(|| (Half::Start(n), n));
+                    let start = channel.begin(|pair| (Half::Start(n), pair));
                     let started = start.admission();
-                    let completed = channel.complete(start, Half::Done);
-                    (started, completed)
+                    let pair = match &start {
+                        Start::Accepted(pair) => Some(*pair),
+                        Start::Dropped | Start::NotAdmitted => None,
+                    };
+                    let completed = channel.complete(start, |_pair| Half::Done(n));
+                    (started, completed, pair)
                 })
             })
             .collect();
@@ -276,7 +280,12 @@ fn a_completion_is_recorded_iff_its_start_was_accepted() {
 
         let position = |half: Half| out.iter().position(|e| *e == Drained::Captured(half));
         let mut drops = 0u64;
-        for (n, (started, completed)) in results.iter().enumerate() {
+        let pairs: Vec<u64> = results.iter().filter_map(|r| r.2).collect();
+        assert!(
+            pairs.len() < 2 || pairs[0] != pairs[1],
+            "two accepted starts got the same number"
+        );
+        for (n, (started, completed, _)) in results.iter().enumerate() {
             match started {
                 Admission::Accepted => {
                     assert!(position(Half::Start(n)).is_some(), "accepted start drained");

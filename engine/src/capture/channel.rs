@@ -14,6 +14,13 @@
 //! close protocol cost one extra uncontended-in-the-common-case RMW over a plain flag load, and
 //! no lock, syscall or wake.
 //!
+//! # Pair numbers
+//!
+//! [`Channel::begin`] gives each admitted start a number from a counter beside the state word,
+//! on the same line (the call has that line already), with one relaxed `fetch_add`: atomicity
+//! alone makes the numbers distinct, and nothing is ordered by them. A start dropped on a full
+//! queue has taken its number too, so numbers are distinct, not dense.
+//!
 //! # Drop markers
 //!
 //! A producer that finds the queue full adds 1 to `pending_drops`. After popping each item the
@@ -116,17 +123,27 @@ struct InFlight<'a> {
 }
 
 impl Drop for InFlight<'_> {
+    #[inline(always)]
     fn drop(&mut self) {
         self.state.fetch_sub(IN_FLIGHT_ONE, Ordering::Release);
     }
 }
 
-/// Keeps its value on cache lines of its own (128 bytes: x86 prefetches lines in pairs), so a
-/// word only producers write (the state word) and a word the consumer reads after every pop
-/// (the drop counter) do not bounce one line between cores.
+/// Keeps its value on cache lines of its own (128 bytes: x86 prefetches lines in pairs), so
+/// words only producers write (the state word, the pair counter) and a word the consumer reads
+/// after every pop (the drop counter) do not bounce one line between cores.
 #[derive(Debug)]
 #[repr(align(128))]
 pub struct OwnLine<T>(pub T);
+
+/// What every admitted start updates, on one line: the state word and the pair counter.
+#[derive(Debug)]
+struct StateLine {
+    /// Flag bits (`ACCEPTING`, `CLOSED`) and the in-flight producer count.
+    word: AtomicU64,
+    /// The number the next admitted start gets ([`Channel::begin`]).
+    next_pair: AtomicU64,
+}
 
 /// The bounded queue with its counters, gate and close flag. Producers share it by reference;
 /// exactly one consumer calls the `pop`/`take_drops`/`drain*` side.
@@ -134,8 +151,9 @@ pub struct OwnLine<T>(pub T);
 pub struct Channel<T> {
     /// The accepted items, oldest first.
     queue: BoundedQueue<T>,
-    /// Flag bits (`ACCEPTING`, `CLOSED`) and the in-flight producer count.
-    state: OwnLine<AtomicU64>,
+    /// Flag bits (`ACCEPTING`, `CLOSED`) and the in-flight producer count, and beside them the
+    /// pair counter.
+    state: OwnLine<StateLine>,
     /// Items dropped on a full queue and not yet reported by a marker.
     pending_drops: OwnLine<AtomicU64>,
 }
@@ -145,7 +163,10 @@ impl<T> Channel<T> {
     pub fn new(capacity_events: usize) -> Self {
         Self {
             queue: BoundedQueue::new(capacity_events.max(1)),
-            state: OwnLine(AtomicU64::new(0)),
+            state: OwnLine(StateLine {
+                word: AtomicU64::new(0),
+                next_pair: AtomicU64::new(0),
+            }),
             pending_drops: OwnLine(AtomicU64::new(0)),
         }
     }
@@ -166,46 +187,51 @@ impl<T> Channel<T> {
     /// first, so an unchanged gate is not written, and the state word (which every capture
     /// call updates) stays in the producers' caches instead of moving to the writer's core.
     pub fn set_accepting(&self, accepting: bool) {
-        if (self.state.0.load(Ordering::Acquire) & ACCEPTING != 0) == accepting {
+        if (self.state.0.word.load(Ordering::Acquire) & ACCEPTING != 0) == accepting {
             return;
         }
         if accepting {
-            self.state.0.fetch_or(ACCEPTING, Ordering::AcqRel);
+            self.state.0.word.fetch_or(ACCEPTING, Ordering::AcqRel);
         } else {
-            self.state.0.fetch_and(!ACCEPTING, Ordering::AcqRel);
+            self.state.0.word.fetch_and(!ACCEPTING, Ordering::AcqRel);
         }
     }
 
     /// Whether new work is admitted now (accepting and not closed).
     pub fn is_accepting(&self) -> bool {
-        let state = self.state.0.load(Ordering::Acquire);
+        let state = self.state.0.word.load(Ordering::Acquire);
         state & ACCEPTING != 0 && state & CLOSED == 0
     }
 
     /// Whether [`Channel::close`] was called.
     pub fn is_closed(&self) -> bool {
-        self.state.0.load(Ordering::Acquire) & CLOSED != 0
+        self.state.0.word.load(Ordering::Acquire) & CLOSED != 0
     }
 
     /// Closes the channel for good: every later capture call is refused and not counted.
     pub fn close(&self) {
-        self.state.0.fetch_or(CLOSED, Ordering::AcqRel);
+        self.state.0.word.fetch_or(CLOSED, Ordering::AcqRel);
     }
 
     /// Whether the channel is closed with no producer inside a capture call: from then on
     /// nothing can be pushed or counted. Everything pushed or counted before is visible to the
     /// caller (the in-flight exits release, this load acquires).
     pub fn is_quiescent(&self) -> bool {
-        let state = self.state.0.load(Ordering::Acquire);
+        let state = self.state.0.word.load(Ordering::Acquire);
         state & CLOSED != 0 && state < IN_FLIGHT_ONE
     }
 
     /// Registers the caller as in flight if `gate` lets it through; `None` (and nothing
     /// registered) otherwise.
+    #[inline(always)]
     fn enter(&self, gate: Gate) -> Option<InFlight<'_>> {
-        let before = self.state.0.fetch_add(IN_FLIGHT_ONE, Ordering::Acquire);
+        let before = self
+            .state
+            .0
+            .word
+            .fetch_add(IN_FLIGHT_ONE, Ordering::Acquire);
         let registration = InFlight {
-            state: &self.state.0,
+            state: &self.state.0.word,
         };
         let open = before & CLOSED == 0 && (gate == Gate::FollowUp || before & ACCEPTING != 0);
         // Not open: `registration` drops here and the count goes back down.
@@ -213,6 +239,7 @@ impl<T> Channel<T> {
     }
 
     /// Pushes `item`, or counts it as dropped when the queue is full.
+    #[inline(always)]
     fn push_or_count(&self, item: T) -> Admission {
         match self.queue.push(item) {
             Ok(()) => Admission::Accepted,
@@ -224,12 +251,14 @@ impl<T> Channel<T> {
     }
 
     /// One more item dropped: one atomic increment, reported by the next marker.
+    #[inline(always)]
     fn count_drop(&self) {
         self.pending_drops.0.fetch_add(1, Ordering::Release);
     }
 
     /// Captures one item of new work. `make` runs only when admitted, so a refused call builds
     /// (and allocates, and reads the clock for) nothing.
+    #[inline(always)]
     pub fn offer(&self, make: impl FnOnce() -> T) -> Admission {
         match self.enter(Gate::NewWork) {
             Some(_in_flight) => self.push_or_count(make()),
@@ -237,13 +266,17 @@ impl<T> Channel<T> {
         }
     }
 
-    /// Captures the first half of a pair. `make` (run only when admitted) returns the item and
-    /// what the second half will need; that part is kept only if the item was accepted.
-    pub fn begin<C>(&self, make: impl FnOnce() -> (T, C)) -> Start<C> {
+    /// Captures the first half of a pair. `make` (run only when admitted) gets the pair's
+    /// number, distinct from every other admitted start's on this channel (a relaxed increment
+    /// on the state word's line, which the call holds anyway), and returns the item and what
+    /// the second half will need; that part is kept only if the item was accepted.
+    #[inline(always)]
+    pub fn begin<C>(&self, make: impl FnOnce(u64) -> (T, C)) -> Start<C> {
         let Some(_in_flight) = self.enter(Gate::NewWork) else {
             return Start::NotAdmitted;
         };
-        let (item, follow_up) = make();
+        let pair = self.state.0.next_pair.fetch_add(1, Ordering::Relaxed);
+        let (item, follow_up) = make(pair);
         match self.push_or_count(item) {
             Admission::Accepted => Start::Accepted(follow_up),
             Admission::Dropped | Admission::NotAdmitted => Start::Dropped,
@@ -253,6 +286,7 @@ impl<T> Channel<T> {
     /// Captures the second half of a pair begun by [`Channel::begin`]: queued if the start was
     /// accepted (even if the gate has shut since), counted as dropped if the start was dropped
     /// (no orphan completion), nothing if the start was not admitted. After close: nothing.
+    #[inline(always)]
     pub fn complete<C>(&self, start: Start<C>, make: impl FnOnce(C) -> T) -> Admission {
         if let Start::NotAdmitted = start {
             return Admission::NotAdmitted;

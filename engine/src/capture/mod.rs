@@ -7,17 +7,19 @@
 //! pushes one item into a bounded lock-free queue (crossbeam's `ArrayQueue`). It takes no lock,
 //! does no I/O, makes no system call, formats no string, never wakes a parked thread (the drain
 //! side polls on its own tick), never blocks and never panics (ARCHITECTURE.md section 4). Nor
-//! does it allocate: an admitted start's shared [`ActionContext`] is a slot of the channel's
-//! pool ([`CONTEXT_POOL_RECENT_SLOTS`] + [`CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT`] per queue slot,
-//! at most [`CONTEXT_POOL_MAX_SPARE_SLOTS`] spare, allocated with the channel), which the consumer hands back through
-//! [`CaptureControl::take_target`] once it holds the last reference. Only a start that finds
-//! the pool empty (more actions open than the pool holds) allocates.
+//! does it allocate or share anything with the consumer beyond the queue: a start moves its
+//! capability, application and session label into its queue item by value, and its token keeps
+//! only the action's number. A call after a quiet millisecond pays for every cache line it
+//! touches that the consumer wrote since, so the fewer the better (docs/benchmarks.md).
 //!
 //! What the hook leaves to the dequeue side, because it needs keys or costs microseconds:
-//! - Action ids: the drain numbers each start it drains (a per-channel `u64` counter the single
-//!   consumer owns, so the hook touches no counter) and gives the completion its start's number;
+//! - Action ids: each admitted start takes the channel's next action number (a relaxed
+//!   increment on the line the call updates anyway) and its token hands it to the completion;
 //!   the writer turns the number into the opaque `action_id` with [`action_id`] and a seed drawn
 //!   once.
+//! - The completion's context: the drain keeps a copy of each drained start's context (target
+//!   and session) for its completion, the last [`OPEN_ACTIONS_RETAINED`] of them, and hands it
+//!   over with the completion ([`CapturedItem::ActionCompleted`]).
 //! - Session ids: the hook keeps the raw label in memory only ([`SessionLabel`]); the writer
 //!   derives the keyed session id from it at dequeue. A raw label is never written, logged or
 //!   shown by `Debug`.
@@ -36,15 +38,15 @@
 //!   `settled`, nothing accepted is left in the queue and nothing can be accepted any more.
 //!   After close every capture call is refused and not counted.
 //!
-//! The concurrent core (queue, counters, gate, close) is `channel.rs`, the context slots' reuse
-//! is `pool.rs`, and the drain side's one-pending-wake-up flag is `wakeup.rs` ([`DrainWakeup`]);
-//! all three are model-checked by `loom-tests`.
+//! The concurrent core (queue, counters, gate, close, action numbers) is `channel.rs` and the
+//! drain side's one-pending-wake-up flag is `wakeup.rs` ([`DrainWakeup`]); both are
+//! model-checked by `loom-tests`.
 
 mod channel;
-mod pool;
 mod stamp;
 mod wakeup;
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
@@ -53,11 +55,9 @@ use annal_schema::{ActionOutcome, Application, Capability, OpaqueId};
 use crate::clock::Clock;
 use crate::keys::material::{RAW_ID_LEN_BYTES, keyed_id_at, keyed_ids};
 use crate::sync::Arc;
-use crate::sync::atomic::{AtomicU64, Ordering};
 
 pub use channel::{Admission, Drained, FinalDrain};
 use channel::{Channel, Start};
-use pool::SlotPool;
 use stamp::{Stamp, Stamper};
 pub use wakeup::DrainWakeup;
 
@@ -67,26 +67,23 @@ pub use wakeup::DrainWakeup;
 pub const CAPTURE_QUEUE_CAPACITY_EVENTS: usize = 512;
 
 /// Largest capture queue a channel may be built with, in events. The queue allocates every slot
-/// up front (about 100 bytes each), and a longer queue only delays the drop markers that tell a
+/// up front (about 120 bytes each), and a longer queue only delays the drop markers that tell a
 /// stalled writer apart from a quiet agent.
 pub const CAPTURE_QUEUE_MAX_CAPACITY_EVENTS: usize = 65_536;
 
-/// Context slots a channel keeps per slot of its queue. A context is held from its start's
-/// capture until both the start and the completion are drafted, so the actions open at once are
-/// at most the queue's starts plus the tokens an agent holds; one pool slot per queue slot covers
-/// a full queue of starts, and the second the tokens of as many open actions again.
-pub const CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT: usize = 2;
+/// Action numbers the drain keeps a start's context (target and session) for, for its
+/// completion: a start's context is kept until the start numbered this many later is drained.
+/// An agent completes an action long before it has started 4,096 others (an agent runtime runs
+/// a handful at once); a completion whose start is older than that is still recorded, with its
+/// action id and outcome, but without the start's capability, application and session
+/// ([`CapturedItem::ActionCompleted`]). A slot is 16 bytes, so at most 64 KiB, plus the
+/// distinct contexts kept.
+pub const OPEN_ACTIONS_RETAINED: usize = 4_096;
 
-/// Most spare context slots a channel keeps, whatever its queue's capacity: each slot is about
-/// 128 bytes allocated with the channel, so a queue near [`CAPTURE_QUEUE_MAX_CAPACITY_EVENTS`]
-/// would otherwise hold ~17 MiB of them. Past this many open actions a start allocates its
-/// context, as it did before the pool. The default queue's 1,024 are well below it.
-pub const CONTEXT_POOL_MAX_SPARE_SLOTS: usize = 8_192;
-
-/// Context slots a channel hands out first and takes back first, beyond the per-queue-slot
-/// ones: a steady trickle of actions cycles through these few, whose cache lines and page are
-/// then likely still cached when the next call comes (`pool.rs`). 16 slots are 2 KiB.
-pub const CONTEXT_POOL_RECENT_SLOTS: usize = 16;
+/// Distinct contexts the drain remembers as recently kept, so that the next start with an
+/// equal context shares that copy instead of making one (a comparison of a few short strings
+/// instead of up to three allocations per start).
+pub const OPEN_ACTIONS_SHARED_CONTEXTS: usize = 8;
 
 /// Why a capture channel was not built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -113,11 +110,6 @@ pub fn capture_channel(
     let stamper = Stamper::for_clock(&*clock);
     let shared = Arc::new(Shared {
         channel: Channel::new(capacity_events),
-        contexts: SlotPool::new(
-            CONTEXT_POOL_RECENT_SLOTS,
-            context_pool_spare_slots(capacity_events),
-            ContextSlot::default,
-        ),
         clock,
         stamper,
     });
@@ -127,23 +119,11 @@ pub fn capture_channel(
         },
         CaptureDrain {
             shared,
-            next_action: 0,
             queued: Vec::new(),
+            open: OpenActions::default(),
         },
     ))
 }
-
-/// The spare context slots of a channel of `capacity_events` queue slots.
-fn context_pool_spare_slots(capacity_events: usize) -> usize {
-    capacity_events
-        .saturating_mul(CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT)
-        .min(CONTEXT_POOL_MAX_SPARE_SLOTS)
-}
-
-const _: () = assert!(
-    CAPTURE_QUEUE_CAPACITY_EVENTS * CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT
-        <= CONTEXT_POOL_MAX_SPARE_SLOTS
-);
 
 /// Action ids [`ActionIds`] reads from the seed's output stream at once, in actions: 16 BLAKE3
 /// compressions per window, where a keyed hash per id cost one compression each.
@@ -211,10 +191,8 @@ impl ActionIds {
 
 /// What producers and the drain share.
 struct Shared {
-    /// The queue, counters, gate and close flag.
+    /// The queue, counters, gate, close flag and action numbers.
     channel: Channel<Queued>,
-    /// Emptied action contexts, refilled by the next starts.
-    contexts: SlotPool<ContextSlot>,
     /// The wall-clock time items are dated by.
     clock: Arc<dyn Clock>,
     /// How capture calls stamp their time and the drain dates them (`stamp.rs`).
@@ -223,6 +201,7 @@ struct Shared {
 
 impl Shared {
     /// The stamp of a capture call now.
+    #[inline(always)]
     fn stamp(&self) -> Stamp {
         self.stamper.stamp(&*self.clock)
     }
@@ -234,7 +213,37 @@ struct Queued {
     /// When the capture call ran, as [`Stamper::stamp`] took it.
     stamp: Stamp,
     /// What was captured.
-    item: CapturedItem,
+    item: QueuedItem,
+}
+
+/// What a capture call queues: a [`CapturedItem`] before the drain gives a completion its
+/// start's context (so a completion's queue slot carries no context at all).
+#[derive(Debug)]
+enum QueuedItem {
+    /// An action began.
+    Started {
+        /// The action's number.
+        action: u64,
+        /// Its target and session, moved in from the call's arguments.
+        context: ActionContext,
+    },
+    /// An accepted action completed.
+    Completed {
+        /// The start's number.
+        action: u64,
+        /// The validated outcome.
+        outcome: ActionOutcome,
+    },
+    /// A driver session began.
+    SessionStarted {
+        /// The raw label.
+        session: SessionLabel,
+    },
+    /// A driver session ended.
+    SessionEnded {
+        /// The raw label.
+        session: SessionLabel,
+    },
 }
 
 /// A session's raw label, held in memory only so the writer can derive the keyed session id at
@@ -291,80 +300,41 @@ pub struct ActionTarget {
     pub application: Option<Application>,
 }
 
-/// One slot of a channel's context pool.
-#[derive(Debug, Default)]
-struct ContextSlot {
-    /// The action's number, set by the drain when it drains the start and read back when it
-    /// drains the completion (always later: the queue is FIFO and the start is queued before its
-    /// token exists). Only the single consumer touches it; atomic because the slot is shared.
-    action: AtomicU64,
-    /// The action's target; `None` only while the slot is free in the pool.
-    target: Option<ActionTarget>,
-    /// The session of the slot's action. A freed slot keeps it, so that the next action of the
-    /// same session (the usual case) finds it there and does not touch the label's reference
-    /// count, a cache line the consumer last wrote. The label stays in memory only, as always.
+/// What an action's start carries and its completion gets back from the drain: its target and
+/// session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionContext {
+    /// The action's target.
+    target: ActionTarget,
+    /// The session the action belongs to, when any (raw label; derive the id at dequeue).
     session: Option<SessionLabel>,
 }
 
-impl ContextSlot {
-    /// Fills a free slot for a new action.
-    fn refill(&mut self, (target, session): (ActionTarget, Option<&SessionLabel>)) {
-        self.target = Some(target);
-        let same = match (&self.session, session) {
-            (Some(kept), Some(new)) => Arc::ptr_eq(&kept.0, &new.0),
-            (None, None) => true,
-            _ => false,
-        };
-        if !same {
-            self.session = session.cloned();
-        }
-    }
-
-    /// A new slot for an action (the pool had none free).
-    fn fresh(action: (ActionTarget, Option<&SessionLabel>)) -> Self {
-        let mut slot = Self::default();
-        slot.refill(action);
-        slot
-    }
-}
-
-/// The action number is bookkeeping of the drain, not part of what was captured.
-impl PartialEq for ContextSlot {
-    fn eq(&self, other: &Self) -> bool {
-        self.target == other.target && self.session == other.session
-    }
-}
-
-impl Eq for ContextSlot {}
-
-/// What an action's start and completion both carry (its target and session), in one slot of
-/// the channel's pool shared by the two, so neither the start nor the completion copies or
-/// allocates it. The consumer takes the target out with [`CaptureControl::take_target`], which
-/// also returns the slot to the pool once no one else holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ActionContext(Arc<ContextSlot>);
-
 impl ActionContext {
-    /// The action's target; `None` never happens for a context a capture call made (only a free
-    /// pool slot is empty, and no `ActionContext` refers to one).
-    pub fn target(&self) -> Option<&ActionTarget> {
-        self.0.target.as_ref()
+    /// The action's target.
+    pub fn target(&self) -> &ActionTarget {
+        &self.target
     }
 
     /// The session the action belongs to, when any (raw label; derive the id at dequeue).
     pub fn session(&self) -> Option<&SessionLabel> {
-        self.0.session.as_ref()
+        self.session.as_ref()
+    }
+
+    /// The target and session, moved out (for a draft).
+    pub fn into_parts(self) -> (ActionTarget, Option<SessionLabel>) {
+        (self.target, self.session)
     }
 }
 
 /// The receipt of [`CaptureHandle::action_started`]; hand it to
 /// [`CaptureHandle::action_completed`]. It records whether the start was accepted, dropped or
 /// not admitted, which decides what the completion does. `Debug` shows only that, no
-/// capability, application or label (the action's number is given later, by the drain).
+/// capability, application, label or action number.
 #[must_use = "complete the action with CaptureHandle::action_completed"]
 pub struct ActionToken {
-    /// How the start went, with the context when it was accepted.
-    start: Start<ActionContext>,
+    /// How the start went, with the action's number when it was accepted.
+    start: Start<u64>,
 }
 
 impl ActionToken {
@@ -398,7 +368,7 @@ pub struct Captured {
 pub enum CapturedItem {
     /// An action began.
     ActionStarted {
-        /// The action number (see [`action_id`]), given by the drain in drain order.
+        /// The action number (see [`action_id`]), taken by the capture call.
         action: u64,
         /// Target and session of the action.
         context: ActionContext,
@@ -407,8 +377,9 @@ pub enum CapturedItem {
     ActionCompleted {
         /// The action number of its start.
         action: u64,
-        /// The start's target and session (the same slot).
-        context: ActionContext,
+        /// The start's target and session, kept by the drain since it drained the start;
+        /// `None` when the start is older than the newest [`OPEN_ACTIONS_RETAINED`] drained.
+        context: Option<ActionContext>,
         /// The validated outcome.
         outcome: ActionOutcome,
     },
@@ -427,7 +398,7 @@ pub enum CapturedItem {
 /// The capture hook agent runtimes call. Cheap to clone; every clone feeds the same queue.
 #[derive(Clone)]
 pub struct CaptureHandle {
-    /// The channel, clock and context pool.
+    /// The channel and clock.
     shared: Arc<Shared>,
 }
 
@@ -448,25 +419,21 @@ impl CaptureHandle {
         session: Option<&CaptureSession>,
     ) -> ActionToken {
         let shared = &*self.shared;
-        let start = shared.channel.begin(|| {
-            let target = ActionTarget {
-                capability,
-                application,
-            };
-            let context = ActionContext(shared.contexts.acquire(
-                (target, session.map(|s| &s.label)),
-                ContextSlot::refill,
-                ContextSlot::fresh,
-            ));
+        let start = shared.channel.begin(|action| {
             let item = Queued {
                 stamp: shared.stamp(),
-                item: CapturedItem::ActionStarted {
-                    // Numbered by the drain.
-                    action: 0,
-                    context: context.clone(),
+                item: QueuedItem::Started {
+                    action,
+                    context: ActionContext {
+                        target: ActionTarget {
+                            capability,
+                            application,
+                        },
+                        session: session.map(|s| s.label.clone()),
+                    },
                 },
             };
-            (item, context)
+            (item, action)
         });
         ActionToken { start }
     }
@@ -474,14 +441,9 @@ impl CaptureHandle {
     /// Records an action's outcome, paired with its start through `token` (module doc, "Rules").
     pub fn action_completed(&self, token: ActionToken, outcome: ActionOutcome) {
         let shared = &*self.shared;
-        let _ = shared.channel.complete(token.start, |context| Queued {
+        let _ = shared.channel.complete(token.start, |action| Queued {
             stamp: shared.stamp(),
-            item: CapturedItem::ActionCompleted {
-                // The start's number, given by the drain.
-                action: 0,
-                context,
-                outcome,
-            },
+            item: QueuedItem::Completed { action, outcome },
         });
     }
 
@@ -492,7 +454,7 @@ impl CaptureHandle {
         let shared = &*self.shared;
         let started = shared.channel.offer(|| Queued {
             stamp: shared.stamp(),
-            item: CapturedItem::SessionStarted {
+            item: QueuedItem::SessionStarted {
                 session: label.clone(),
             },
         });
@@ -505,7 +467,7 @@ impl CaptureHandle {
         let shared = &*self.shared;
         let _ = shared.channel.offer(|| Queued {
             stamp: shared.stamp(),
-            item: CapturedItem::SessionEnded {
+            item: QueuedItem::SessionEnded {
                 session: session.label,
             },
         });
@@ -556,23 +518,6 @@ impl CaptureControl {
     pub fn queued_events(&self) -> usize {
         self.shared.channel.queued()
     }
-
-    /// The target of a drained action's `context`, for its draft: moved out when this was the
-    /// context's last holder (a completion, or a start whose token is gone), and the slot goes
-    /// back to the pool; copied when another holder is left (a start whose completion is yet to
-    /// come). `None` only for a context no capture call made.
-    pub fn take_target(&self, context: ActionContext) -> Option<ActionTarget> {
-        self.shared.contexts.release(
-            context.0,
-            |slot| slot.target.take(),
-            |slot| slot.target.clone(),
-        )
-    }
-
-    /// How many context slots are free in the pool now (for tests and diagnostics).
-    pub fn free_context_slots(&self) -> usize {
-        self.shared.contexts.free_slots()
-    }
 }
 
 /// The one consumer of a capture channel (the Ingress actor). Not `Clone`: the drop-marker
@@ -580,11 +525,78 @@ impl CaptureControl {
 pub struct CaptureDrain {
     /// The channel and clock.
     shared: Arc<Shared>,
-    /// The number the next drained start gets.
-    next_action: u64,
-    /// What one drain call takes out of the queue, before it is dated and numbered (kept
-    /// between calls for its allocation).
+    /// What one drain call takes out of the queue, before it is dated (kept between calls for
+    /// its allocation).
     queued: Vec<Drained<Queued>>,
+    /// The contexts of the newest drained starts, for their completions.
+    open: OpenActions,
+}
+
+/// What the drain keeps of the newest drained starts for their completions: each start's
+/// context under its action number, in slot `number % OPEN_ACTIONS_RETAINED`, taken out by its
+/// completion or replaced by the start [`OPEN_ACTIONS_RETAINED`] numbers later. Kept contexts
+/// are shared: a start whose context equals one of the [`OPEN_ACTIONS_SHARED_CONTEXTS`] most
+/// recently kept shares that copy, so a run of actions on the same target and session (what
+/// agents do) copies nothing at all, and only a completion copies its context back out. Only
+/// the one consumer touches it.
+#[derive(Debug, Default)]
+struct OpenActions {
+    /// Slot `number % OPEN_ACTIONS_RETAINED`: the newest start drained into it, with its
+    /// context; grown up to that many slots as numbers reach them.
+    kept: Vec<Option<(u64, Arc<ActionContext>)>>,
+    /// The most recently kept distinct contexts, newest first; at most
+    /// [`OPEN_ACTIONS_SHARED_CONTEXTS`].
+    recent: VecDeque<Arc<ActionContext>>,
+}
+
+impl OpenActions {
+    /// Keeps `context` for the completion of `action`.
+    fn keep(&mut self, action: u64, context: &ActionContext) {
+        let shared = match self.recent.iter().position(|c| **c == *context) {
+            Some(i) => match self.recent.remove(i) {
+                Some(found) => found,
+                None => Arc::new(context.clone()),
+            },
+            None => {
+                if self.recent.len() >= OPEN_ACTIONS_SHARED_CONTEXTS {
+                    self.recent.pop_back();
+                }
+                Arc::new(context.clone())
+            }
+        };
+        self.recent.push_front(Arc::clone(&shared));
+        let slot = Self::slot(action);
+        if self.kept.len() <= slot {
+            self.kept.resize_with(slot + 1, || None);
+        }
+        if let Some(kept) = self.kept.get_mut(slot) {
+            *kept = Some((action, shared));
+        }
+    }
+
+    /// The context kept for `action`'s completion, taken out (`None` once replaced).
+    fn take(&mut self, action: u64) -> Option<ActionContext> {
+        let kept = self.kept.get_mut(Self::slot(action))?;
+        match kept {
+            Some((number, _)) if *number == action => kept
+                .take()
+                .map(|(_, context)| Arc::unwrap_or_clone(context)),
+            // Replaced by a newer start, or already taken.
+            _ => None,
+        }
+    }
+
+    /// The slot of `action`.
+    fn slot(action: u64) -> usize {
+        // The remainder is below OPEN_ACTIONS_RETAINED, a usize.
+        usize::try_from(action % OPEN_ACTIONS_RETAINED as u64).unwrap_or(0)
+    }
+
+    /// How many starts' contexts are kept now.
+    #[cfg(test)]
+    fn kept_starts(&self) -> usize {
+        self.kept.iter().filter(|k| k.is_some()).count()
+    }
 }
 
 impl fmt::Debug for CaptureDrain {
@@ -599,15 +611,15 @@ impl fmt::Debug for CaptureDrain {
 impl CaptureDrain {
     /// Appends up to `max` captured items to `out`, oldest first, each preceded by a
     /// [`Drained::Dropped`] marker when drops were pending as it was popped; if the queue runs
-    /// empty with drops pending, the marker comes alone. Each item is dated and each action
-    /// numbered on the way (the next number for a start, its start's for a completion). Returns
-    /// how many entries (items and markers) it appended. Never blocks.
+    /// empty with drops pending, the marker comes alone. Each item is dated on the way, and each
+    /// completion gets its start's context. Returns how many entries (items and markers) it
+    /// appended. Never blocks.
     pub fn drain(&mut self, max: usize, out: &mut Vec<Drained<Captured>>) -> usize {
         self.take_from_channel(out, |channel, queued| channel.drain(max, queued))
     }
 
-    /// Runs one of the channel's drains (`take`) into the scratch buffer, then dates, numbers
-    /// and moves what it took into `out` ([`CaptureDrain::finish`]).
+    /// Runs one of the channel's drains (`take`) into the scratch buffer, then dates, pairs and
+    /// moves what it took into `out` ([`CaptureDrain::finish`]).
     fn take_from_channel<R>(
         &mut self,
         out: &mut Vec<Drained<Captured>>,
@@ -620,31 +632,33 @@ impl CaptureDrain {
         result
     }
 
-    /// Moves what a drain call took from `queued` to `out`, each item dated (module `stamp`)
-    /// and each action numbered: the next number for a start, its start's for a completion.
+    /// Moves what a drain call took from `queued` to `out`, each item dated (module `stamp`):
+    /// a start's context is kept (a copy) for its completion, and a completion gets it back.
     fn finish(&mut self, queued: &mut Vec<Drained<Queued>>, out: &mut Vec<Drained<Captured>>) {
         let shared = &*self.shared;
         let reference = shared.stamper.reference(&*shared.clock);
         out.reserve(queued.len());
         for entry in queued.drain(..) {
-            let Queued { stamp, mut item } = match entry {
+            let Queued { stamp, item } = match entry {
                 Drained::Captured(queued) => queued,
                 Drained::Dropped { count } => {
                     out.push(Drained::Dropped { count });
                     continue;
                 }
             };
-            match &mut item {
-                CapturedItem::ActionStarted { action, context } => {
-                    *action = self.next_action;
-                    context.0.action.store(self.next_action, Ordering::Relaxed);
-                    self.next_action = self.next_action.wrapping_add(1);
+            let item = match item {
+                QueuedItem::Started { action, context } => {
+                    self.open.keep(action, &context);
+                    CapturedItem::ActionStarted { action, context }
                 }
-                CapturedItem::ActionCompleted {
-                    action, context, ..
-                } => *action = context.0.action.load(Ordering::Relaxed),
-                CapturedItem::SessionStarted { .. } | CapturedItem::SessionEnded { .. } => {}
-            }
+                QueuedItem::Completed { action, outcome } => CapturedItem::ActionCompleted {
+                    action,
+                    context: self.open.take(action),
+                    outcome,
+                },
+                QueuedItem::SessionStarted { session } => CapturedItem::SessionStarted { session },
+                QueuedItem::SessionEnded { session } => CapturedItem::SessionEnded { session },
+            };
             out.push(Drained::Captured(Captured {
                 at: shared.stamper.wall_of(stamp, reference),
                 item,

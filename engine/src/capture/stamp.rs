@@ -56,6 +56,7 @@ impl Stamper {
     }
 
     /// A stamp for now, on the capture path.
+    #[inline(always)]
     pub(super) fn stamp(&self, clock: &dyn Clock) -> Stamp {
         Stamp(match self {
             Self::Counter(counter) => counter.raw(),

@@ -109,11 +109,12 @@ fn accepted_start_and_completion_carry_time_context_and_outcome() {
     else {
         panic!()
     };
-    assert!(
-        Arc::ptr_eq(&started.0, &completed.0),
-        "the completion shares the start's context"
+    assert_eq!(
+        completed.as_ref(),
+        Some(started),
+        "the completion gets its start's context back from the drain"
     );
-    let target = started.target().unwrap();
+    let target = started.target();
     assert_eq!(target.capability.as_str(), "input.pointer.click");
     assert_eq!(target.application, application());
     assert_eq!(
@@ -190,10 +191,10 @@ fn a_drop_before_a_push_is_reported_before_that_item() {
     // Drain one item only: its marker comes with it, the next item comes clean.
     let mut out = Vec::new();
     assert_eq!(drain.drain(1, &mut out), 2);
-    // Numbers go to drained starts only, in drain order: a dropped start takes none.
-    assert_eq!(shape(&out), ["D1", "S1"]);
+    // Every admitted start takes a number, a dropped one too (b took 1, d took 3).
+    assert_eq!(shape(&out), ["D1", "S2"]);
     let _e = handle.action_started(capability("a"), None, None);
-    assert_eq!(shape(&drain_all(&mut drain)), ["S2"]);
+    assert_eq!(shape(&drain_all(&mut drain)), ["S4"]);
 }
 
 #[test]
@@ -560,58 +561,24 @@ fn concurrent_drops_and_drains_account_for_every_event() {
     assert_eq!(drain.pending_drops(), 0);
 }
 
-/// The context slots of a channel of `capacity` queue slots.
-fn pool_slots(capacity: usize) -> usize {
-    CONTEXT_POOL_RECENT_SLOTS + context_pool_spare_slots(capacity)
-}
-
-/// The target of a drained start or completion, handed back as the writer does.
-fn take_target(control: &CaptureControl, entry: Drained<Captured>) -> ActionTarget {
+/// The context a drained completion carries.
+fn completed_context(entry: Drained<Captured>) -> Option<ActionContext> {
     let Drained::Captured(Captured {
-        item:
-            CapturedItem::ActionStarted { context, .. } | CapturedItem::ActionCompleted { context, .. },
+        item: CapturedItem::ActionCompleted { context, .. },
         ..
     }) = entry
     else {
-        panic!("not an action: {entry:?}")
+        panic!("not a completion: {entry:?}")
     };
-    control.take_target(context).unwrap()
+    context
 }
 
 #[test]
-fn a_context_slot_returns_to_the_pool_once_its_last_holder_takes_it() {
-    let (handle, mut drain, _clock) = channel(2);
-    let control = drain.control();
-    let pool = pool_slots(2);
-    assert_eq!(control.free_context_slots(), pool);
-
-    let token = handle.action_started(capability("a.one"), application(), None);
-    assert_eq!(control.free_context_slots(), pool - 1);
-    // The token still holds the context: the start's target is copied, the slot stays out.
-    let start = drain_all(&mut drain).pop().unwrap();
-    assert_eq!(take_target(&control, start).capability.as_str(), "a.one");
-    assert_eq!(control.free_context_slots(), pool - 1);
-    // The completion is the last holder: its target moves out and the slot comes back.
-    handle.action_completed(token, outcome());
-    let done = drain_all(&mut drain).pop().unwrap();
-    assert_eq!(take_target(&control, done).application, application());
-    assert_eq!(control.free_context_slots(), pool);
-
-    // A start whose token is gone is the last holder already.
-    drop(handle.action_started(capability("a.two"), None, None));
-    let start = drain_all(&mut drain).pop().unwrap();
-    assert_eq!(take_target(&control, start).capability.as_str(), "a.two");
-    assert_eq!(control.free_context_slots(), pool);
-}
-
-#[test]
-fn a_reused_slot_carries_only_its_new_actions_target_and_session() {
+fn each_start_carries_only_its_own_target_and_session() {
     let (handle, mut drain, _clock) = channel(1);
-    let control = drain.control();
     let first = handle.session_started("first-session");
     let second = handle.session_started("second-session");
     let _ = drain_all(&mut drain);
-    // Every start below reuses a slot its predecessor handed back.
     let cases: [(&str, Option<Application>, Option<&CaptureSession>); 4] = [
         ("c.one", application(), Some(&first)),
         ("c.two", None, Some(&first)),
@@ -619,7 +586,7 @@ fn a_reused_slot_carries_only_its_new_actions_target_and_session() {
         ("c.four", application(), Some(&second)),
     ];
     for (name, app, session) in cases {
-        drop(handle.action_started(capability(name), app.clone(), session));
+        let token = handle.action_started(capability(name), app.clone(), session);
         let Some(Drained::Captured(Captured {
             item: CapturedItem::ActionStarted { context, .. },
             ..
@@ -630,13 +597,20 @@ fn a_reused_slot_carries_only_its_new_actions_target_and_session() {
         assert_eq!(
             context.session().map(SessionLabel::as_str),
             session.map(|s| s.label.as_str()),
-            "{name}: the session of a reused slot"
+            "{name}: the start's session"
         );
-        let target = control.take_target(context).unwrap();
-        assert_eq!(target.capability.as_str(), name);
+        assert_eq!(context.target().capability.as_str(), name);
         assert_eq!(
-            target.application, app,
-            "{name}: the application of a reused slot"
+            context.target().application,
+            app,
+            "{name}: the start's application"
+        );
+        handle.action_completed(token, outcome());
+        let done = completed_context(drain_all(&mut drain).pop().unwrap());
+        assert_eq!(
+            done,
+            Some(context),
+            "{name}: the completion gets the same context"
         );
     }
     handle.session_ended(first);
@@ -644,34 +618,68 @@ fn a_reused_slot_carries_only_its_new_actions_target_and_session() {
 }
 
 #[test]
-fn more_open_actions_than_the_pool_holds_still_capture_every_context() {
+fn a_completion_gets_its_starts_context_while_the_start_is_among_the_newest_retained() {
     let capacity = 4;
     let (handle, mut drain, _clock) = channel(capacity);
-    let control = drain.control();
-    let open = 3 * pool_slots(capacity);
-    let mut tokens = Vec::new();
-    for n in 0..open {
-        tokens.push(handle.action_started(capability(&format!("o.a{n}")), None, None));
-        for entry in drain_all(&mut drain) {
-            let _ = take_target(&control, entry);
+    let session = handle.session_started("long-session");
+    // The oldest open action, then OPEN_ACTIONS_RETAINED - 1 later starts: it is still kept.
+    let oldest = handle.action_started(capability("o.oldest"), application(), Some(&session));
+    let _ = drain_all(&mut drain);
+    for n in 1..OPEN_ACTIONS_RETAINED {
+        drop(handle.action_started(capability(&format!("o.a{n}")), None, None));
+        let _ = drain_all(&mut drain);
+    }
+    let second = handle.action_started(capability("o.second"), None, Some(&session));
+    let _ = drain_all(&mut drain);
+    // That start pushed the oldest out; the second is kept.
+    let third = handle.action_started(capability("o.third"), None, None);
+    let _ = drain_all(&mut drain);
+    handle.action_completed(oldest, outcome());
+    assert_eq!(
+        completed_context(drain_all(&mut drain).pop().unwrap()),
+        None,
+        "a start older than the newest OPEN_ACTIONS_RETAINED is forgotten"
+    );
+    handle.action_completed(second, outcome());
+    let kept = completed_context(drain_all(&mut drain).pop().unwrap()).unwrap();
+    assert_eq!(kept.target().capability.as_str(), "o.second");
+    assert_eq!(
+        kept.session().map(SessionLabel::as_str),
+        Some("long-session")
+    );
+    // A context is handed over once: nothing is kept for the same number again.
+    assert!(drain.open.take(OPEN_ACTIONS_RETAINED as u64).is_none());
+    handle.action_completed(third, outcome());
+    assert!(completed_context(drain_all(&mut drain).pop().unwrap()).is_some());
+    assert!(
+        drain.open.kept_starts() <= OPEN_ACTIONS_RETAINED
+            && drain.open.recent.len() <= OPEN_ACTIONS_SHARED_CONTEXTS,
+        "the kept contexts are bounded"
+    );
+    handle.session_ended(session);
+}
+
+#[test]
+fn completed_and_abandoned_actions_leave_at_most_the_bound_behind() {
+    let (handle, mut drain, _clock) = channel(CAPTURE_QUEUE_CAPACITY_EVENTS);
+    // Three times the bound of starts whose tokens are dropped (never completed).
+    for n in 0..3 * OPEN_ACTIONS_RETAINED {
+        drop(handle.action_started(capability(&format!("x.a{n}")), None, None));
+        if n % 256 == 0 {
+            let _ = drain_all(&mut drain);
         }
     }
-    assert_eq!(
-        control.free_context_slots(),
-        0,
-        "every slot is held by a token"
-    );
-    for (n, token) in tokens.into_iter().enumerate() {
-        assert_eq!(token.admission(), Admission::Accepted);
+    let _ = drain_all(&mut drain);
+    assert_eq!(drain.open.kept_starts(), OPEN_ACTIONS_RETAINED);
+    assert_eq!(drain.open.kept.len(), OPEN_ACTIONS_RETAINED);
+    assert_eq!(drain.open.recent.len(), OPEN_ACTIONS_SHARED_CONTEXTS);
+    // Completed ones are taken out at once.
+    for _ in 0..10 {
+        let token = handle.action_started(capability("x.done"), None, None);
         handle.action_completed(token, outcome());
-        let done = drain_all(&mut drain).pop().unwrap();
-        assert_eq!(
-            take_target(&control, done).capability.as_str(),
-            format!("o.a{n}")
-        );
     }
-    // The pool takes back as many as it holds; the rest are freed.
-    assert_eq!(control.free_context_slots(), pool_slots(capacity));
+    let _ = drain_all(&mut drain);
+    assert_eq!(drain.open.kept_starts(), OPEN_ACTIONS_RETAINED - 10);
 }
 
 #[test]
@@ -739,19 +747,4 @@ fn an_injected_clock_is_read_by_the_call_itself() {
         panic!("no start drained")
     };
     assert_eq!(captured.at, START + Duration::from_millis(7));
-}
-
-#[test]
-fn the_context_pool_of_a_large_queue_is_capped() {
-    let (_handle, drain, _clock) = channel(CAPTURE_QUEUE_MAX_CAPACITY_EVENTS);
-    assert_eq!(
-        drain.control().free_context_slots(),
-        CONTEXT_POOL_RECENT_SLOTS + CONTEXT_POOL_MAX_SPARE_SLOTS
-    );
-    let (_handle, drain, _clock) = channel(CAPTURE_QUEUE_CAPACITY_EVENTS);
-    assert_eq!(
-        drain.control().free_context_slots(),
-        CONTEXT_POOL_RECENT_SLOTS
-            + CAPTURE_QUEUE_CAPACITY_EVENTS * CONTEXT_POOL_SLOTS_PER_QUEUE_SLOT
-    );
 }
