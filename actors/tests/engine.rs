@@ -216,6 +216,93 @@ fn provoked_drops_are_marked_exactly_and_the_total_survives_a_restart() {
     engine.shutdown();
 }
 
+#[test]
+fn a_completion_carries_its_starts_fields_and_one_of_a_start_too_old_to_keep_is_still_written() {
+    use annal_engine::capture::OPEN_ACTIONS_RETAINED;
+    use annal_schema::{Application, BundleId, DisplayName};
+    let s = setup();
+    let engine = s.start(s.config());
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    let app = || {
+        Application::new(
+            Some(BundleId::new("org.example.Editor").unwrap()),
+            Some(DisplayName::new("Editor").unwrap()),
+        )
+    };
+    let session = capture.session_started("long-running-session");
+    let oldest = capture.action_started(
+        Capability::new("app.oldest").unwrap(),
+        app(),
+        Some(&session),
+    );
+    let recent = capture.action_started(
+        Capability::new("app.recent").unwrap(),
+        app(),
+        Some(&session),
+    );
+    // Exactly enough later starts (tokens dropped, never completed) to push the oldest out of
+    // the drain's window (numbers 0 and 1, then 2..=OPEN_ACTIONS_RETAINED), not the recent one.
+    for n in 1..OPEN_ACTIONS_RETAINED {
+        let _ = capture.action_started(click(), None, None);
+        if n % 256 == 0 {
+            engine.flush().unwrap();
+        }
+    }
+    capture.action_completed(recent, outcome());
+    capture.action_completed(oldest, outcome());
+    capture.session_ended(session);
+    assert_eq!(engine.flush().unwrap().dropped_events, 0);
+    engine.shutdown();
+
+    let events = s.events();
+    let find = |name: &str, completed: bool| {
+        events
+            .iter()
+            .find(|e| {
+                let kind = if completed {
+                    matches!(e.data.payload, Payload::ActionCompleted(_))
+                } else {
+                    matches!(e.data.payload, Payload::ActionStarted)
+                };
+                kind && e
+                    .data
+                    .capability
+                    .as_ref()
+                    .is_some_and(|c| c.as_str() == name)
+            })
+            .unwrap_or_else(|| panic!("no {name} event (completed: {completed})"))
+    };
+    let recent_start = find("app.recent", false);
+    let recent_done = find("app.recent", true);
+    assert_eq!(recent_done.data.action_id, recent_start.data.action_id);
+    assert_eq!(recent_done.data.application, app());
+    assert!(recent_done.data.session_id.is_some());
+    assert_eq!(recent_done.data.session_id, recent_start.data.session_id);
+
+    let oldest_start = find("app.oldest", false);
+    let oldest_done: Vec<&Event> = events
+        .iter()
+        .filter(|e| {
+            matches!(e.data.payload, Payload::ActionCompleted(_))
+                && e.data.action_id == oldest_start.data.action_id
+        })
+        .collect();
+    assert_eq!(
+        oldest_done.len(),
+        1,
+        "the old action's completion is written once"
+    );
+    let done = oldest_done[0];
+    assert_eq!(
+        done.data.capability, None,
+        "its start's fields were not kept"
+    );
+    assert_eq!(done.data.application, None);
+    assert_eq!(done.data.session_id, None);
+    assert_eq!(action_events(&events), OPEN_ACTIONS_RETAINED + 1);
+}
+
 /// Captures 4,000 actions in bursts of 100, at thousands of actions a second (far above a real
 /// agent's rate), flushing now and then; returns the status after the last flush. Before each
 /// burst it waits until the queue has room for it, for at most `BURST_ROOM_DEADLINE`: so a
