@@ -259,17 +259,13 @@ fn a_completion_carries_its_starts_fields_and_one_of_a_start_too_old_to_keep_is_
     let find = |name: &str, completed: bool| {
         events
             .iter()
+            // Only action events carry a capability.
             .find(|e| {
-                let kind = if completed {
-                    matches!(e.data.payload, Payload::ActionCompleted(_))
-                } else {
-                    matches!(e.data.payload, Payload::ActionStarted)
-                };
-                kind && e
-                    .data
+                e.data
                     .capability
                     .as_ref()
                     .is_some_and(|c| c.as_str() == name)
+                    && matches!(e.data.payload, Payload::ActionCompleted(_)) == completed
             })
             .unwrap_or_else(|| panic!("no {name} event (completed: {completed})"))
     };

@@ -67,7 +67,7 @@ pub use wakeup::DrainWakeup;
 pub const CAPTURE_QUEUE_CAPACITY_EVENTS: usize = 512;
 
 /// Largest capture queue a channel may be built with, in events. The queue allocates every slot
-/// up front (about 120 bytes each), and a longer queue only delays the drop markers that tell a
+/// up front (112 bytes each), and a longer queue only delays the drop markers that tell a
 /// stalled writer apart from a quiet agent.
 pub const CAPTURE_QUEUE_MAX_CAPACITY_EVENTS: usize = 65_536;
 
@@ -84,6 +84,8 @@ pub const OPEN_ACTIONS_RETAINED: usize = 4_096;
 /// equal context shares that copy instead of making one (a comparison of a few short strings
 /// instead of up to three allocations per start).
 pub const OPEN_ACTIONS_SHARED_CONTEXTS: usize = 8;
+
+const _: () = assert!(OPEN_ACTIONS_SHARED_CONTEXTS >= 1 && OPEN_ACTIONS_RETAINED >= 1);
 
 /// Why a capture channel was not built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -217,7 +219,9 @@ struct Queued {
 }
 
 /// What a capture call queues: a [`CapturedItem`] before the drain gives a completion its
-/// start's context (so a completion's queue slot carries no context at all).
+/// start's context. A type of its own because the completion's variant, which carries no
+/// context here, sets the size of every queue slot: 96 bytes against `CapturedItem`'s 136, one
+/// cache line fewer for most slots.
 #[derive(Debug)]
 enum QueuedItem {
     /// An action began.
@@ -552,19 +556,23 @@ struct OpenActions {
 impl OpenActions {
     /// Keeps `context` for the completion of `action`.
     fn keep(&mut self, action: u64, context: &ActionContext) {
-        let shared = match self.recent.iter().position(|c| **c == *context) {
-            Some(i) => match self.recent.remove(i) {
-                Some(found) => found,
-                None => Arc::new(context.clone()),
-            },
-            None => {
-                if self.recent.len() >= OPEN_ACTIONS_SHARED_CONTEXTS {
-                    self.recent.pop_back();
+        match self.recent.iter().position(|c| **c == *context) {
+            // The usual case, the same context as the last start: nothing moves.
+            Some(0) => {}
+            Some(i) => {
+                if let Some(newest_first) = self.recent.make_contiguous().get_mut(..=i) {
+                    newest_first.rotate_right(1);
                 }
-                Arc::new(context.clone())
             }
+            None => {
+                self.recent.truncate(OPEN_ACTIONS_SHARED_CONTEXTS - 1);
+                self.recent.push_front(Arc::new(context.clone()));
+            }
+        }
+        // Never empty here: the context was found, or just pushed.
+        let Some(shared) = self.recent.front().cloned() else {
+            return;
         };
-        self.recent.push_front(Arc::clone(&shared));
         let slot = Self::slot(action);
         if self.kept.len() <= slot {
             self.kept.resize_with(slot + 1, || None);

@@ -748,3 +748,29 @@ fn an_injected_clock_is_read_by_the_call_itself() {
     };
     assert_eq!(captured.at, START + Duration::from_millis(7));
 }
+
+#[test]
+fn equal_contexts_share_one_kept_copy_and_a_reused_one_becomes_the_newest() {
+    let (handle, mut drain, _clock) = channel(16);
+    let kept = |drain: &CaptureDrain, action: u64| {
+        drain.open.kept[OpenActions::slot(action)]
+            .as_ref()
+            .map(|(_, context)| Arc::clone(context))
+            .unwrap()
+    };
+    // Numbers 0 and 1: the same target, one copy.
+    drop(handle.action_started(capability("s.same"), application(), None));
+    drop(handle.action_started(capability("s.same"), application(), None));
+    // Number 2: another target; then number 3 matches the older one again.
+    drop(handle.action_started(capability("s.other"), None, None));
+    drop(handle.action_started(capability("s.same"), application(), None));
+    let _ = drain_all(&mut drain);
+    assert!(Arc::ptr_eq(&kept(&drain, 0), &kept(&drain, 1)));
+    assert!(Arc::ptr_eq(&kept(&drain, 0), &kept(&drain, 3)));
+    assert!(!Arc::ptr_eq(&kept(&drain, 0), &kept(&drain, 2)));
+    assert_eq!(drain.open.recent.len(), 2);
+    assert!(
+        Arc::ptr_eq(&drain.open.recent[0], &kept(&drain, 3)),
+        "the context matched last is the newest"
+    );
+}
