@@ -10,6 +10,7 @@
 //! commit) or at once for a flush or control operation.
 
 use std::collections::HashMap;
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use annal_engine::capture::{
@@ -447,6 +448,80 @@ fn store_bytes(storage: &dyn Storage) -> u64 {
         })
         .filter_map(|(area, name)| storage.open_read(area, &name).ok().map(|f| f.len()))
         .sum()
+}
+
+/// The drop markers of one history batch, by their place in it: what a failed append lost is
+/// counted from them and the error's exact lost range.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct BatchMarkers(Vec<(u64, u64)>);
+
+/// What a failed append cost, counted for the next drop marker and the lifetime total.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct FailedAppend {
+    /// Events to report dropped: every lost record of earlier batches (as a failed sync
+    /// reports them) and every lost event of this one, plus the drops its lost markers carried.
+    lost_events: u64,
+    /// Drops reported by this batch's markers that are durable all the same (written to a chunk
+    /// the failed append closed).
+    durable_drops: u64,
+}
+
+impl BatchMarkers {
+    /// The `(index, drops)` of every drop marker in `drafts`.
+    fn of(drafts: &[EventDraft]) -> Self {
+        Self(
+            drafts
+                .iter()
+                .enumerate()
+                .filter_map(|(index, d)| match d.payload {
+                    Payload::Health {
+                        category: HealthCategory::EventsDropped,
+                        count,
+                    } => Some((index as u64, count)),
+                    _ => None,
+                })
+                .collect(),
+        )
+    }
+
+    /// How many markers.
+    fn count(&self) -> u64 {
+        self.0.len() as u64
+    }
+
+    /// The drops they report.
+    fn drops(&self) -> u64 {
+        self.0.iter().map(|(_, drops)| drops).sum()
+    }
+
+    /// What a failed append of this batch (sequences `first..first + count`) cost, given the
+    /// sequences the store reports `lost` (`None`: nothing).
+    fn lost(&self, first: u64, count: u64, lost: Option<&RangeInclusive<u64>>) -> FailedAppend {
+        let Some(lost) = lost else {
+            return FailedAppend {
+                lost_events: 0,
+                durable_drops: self.drops(),
+            };
+        };
+        let is_lost = |index: u64| lost.contains(&(first + index));
+        let earlier = first
+            .saturating_sub(*lost.start())
+            .min(lost.clone().count() as u64);
+        let lost_in_batch = (0..count).filter(|&index| is_lost(index)).count() as u64;
+        let (mut lost_markers, mut lost_drops, mut durable_drops) = (0, 0, 0);
+        for &(index, drops) in &self.0 {
+            if is_lost(index) {
+                lost_markers += 1;
+                lost_drops += drops;
+            } else {
+                durable_drops += drops;
+            }
+        }
+        FailedAppend {
+            lost_events: earlier + lost_in_batch - lost_markers + lost_drops,
+            durable_drops,
+        }
+    }
 }
 
 impl WriterState {
@@ -946,27 +1021,18 @@ impl WriterState {
         drafts
     }
 
-    /// Appends history drafts, reserving sequences first. A failure is a signal and the
-    /// batch's events are counted as lost (reported by the next drop marker).
+    /// Appends history drafts, reserving sequences first. A failure is a signal, and what it
+    /// lost is counted (reported by the next drop marker): [`BatchMarkers::lost`].
     async fn append_history(&mut self, drafts: Vec<EventDraft>) {
         if drafts.is_empty() {
             return;
         }
         let count = drafts.len() as u64;
-        // The drop markers among them, and the drops they report.
-        let (markers, marked_drops) =
-            drafts
-                .iter()
-                .fold((0u64, 0u64), |(markers, drops), d| match d.payload {
-                    Payload::Health {
-                        category: HealthCategory::EventsDropped,
-                        count,
-                    } => (markers + 1, drops + count),
-                    _ => (markers, drops),
-                });
-        // If this batch is lost, its events and the drops its markers reported are reported
-        // again by the next marker.
-        let lost_if_failed = count - markers + marked_drops;
+        let markers = BatchMarkers::of(&drafts);
+        let marked_drops = markers.drops();
+        // If nothing of this batch can be appended, its events and the drops its markers
+        // reported are reported again by the next marker.
+        let lost_if_failed = count - markers.count() + marked_drops;
         let Some(open) = self.open.as_ref() else {
             self.lost_unreported += lost_if_failed;
             return;
@@ -1026,7 +1092,24 @@ impl WriterState {
                 self.storage_ok();
             }
             Err(error) => {
-                self.lost_unreported += lost_if_failed;
+                let first = next_last + 1 - count;
+                let lost = if error.is_refused() {
+                    // None of it is on disk.
+                    Some(first..=next_last)
+                } else {
+                    error.lost().cloned()
+                };
+                let outcome = markers.lost(first, count, lost.as_ref());
+                self.lost_unreported += outcome.lost_events;
+                if outcome.durable_drops > 0 {
+                    // Markers that reached a chunk the failed append closed (synced) are in
+                    // the history: their drops join the lifetime total as on success.
+                    let recorded = JournalEvent::DropsRecorded {
+                        count: outcome.durable_drops,
+                    };
+                    self.projection.apply(&recorded);
+                    let _ = self.journal.cast(JournalMsg::Record(vec![recorded]));
+                }
                 self.append_failed(&error);
             }
         }
@@ -1491,5 +1574,51 @@ impl Actor for WriterActor {
         state.reap_seal_writes(true).await;
         state.capture.set_accepting(false);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BatchMarkers, FailedAppend};
+
+    /// Sequences 11..=15, a marker of 3 drops at index 1 and one of 2 drops at index 4.
+    fn batch() -> BatchMarkers {
+        BatchMarkers(vec![(1, 3), (4, 2)])
+    }
+
+    #[test]
+    fn a_failure_that_lost_nothing_counts_no_drop_and_keeps_every_markers_drops() {
+        assert_eq!(
+            batch().lost(11, 5, None),
+            FailedAppend {
+                lost_events: 0,
+                durable_drops: 5
+            }
+        );
+    }
+
+    #[test]
+    fn only_the_lost_tail_of_a_batch_is_counted_and_its_durable_markers_drops_are_kept() {
+        // 11 and 12 reached a chunk the append closed; 13..=15 are lost, the second marker
+        // with them: two events, and the 2 drops it carried, are reported again.
+        assert_eq!(
+            batch().lost(11, 5, Some(&(13..=15))),
+            FailedAppend {
+                lost_events: 4,
+                durable_drops: 3
+            }
+        );
+    }
+
+    #[test]
+    fn lost_records_of_earlier_batches_count_one_each() {
+        // 8..=10 were written by earlier batches and never made durable.
+        assert_eq!(
+            batch().lost(11, 5, Some(&(8..=15))),
+            FailedAppend {
+                lost_events: 3 + 3 + 5,
+                durable_drops: 0
+            }
+        );
     }
 }

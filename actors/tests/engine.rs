@@ -505,6 +505,60 @@ fn through_faulty_storage_every_acknowledged_event_reads_back_and_health_recover
     }
 }
 
+/// A batch that fills its chunk, closes it (synced) and then cannot create the next one: the
+/// part that went into the closed chunk is durable and reads back, only the rest is reported
+/// dropped, so the markers still sum to exactly what is missing.
+#[test]
+fn a_batch_split_by_a_rotation_that_fails_reports_only_its_unwritten_part_dropped() {
+    use annal_engine::journal::{OnQuota, QUOTA_MIN_BYTES};
+    // Chunks of QUOTA_MIN_BYTES / 16 = 64 KiB: the first flush leaves the chunk well short of
+    // its early-rotation point, the second batch overflows it.
+    const FIRST: usize = 60;
+    const SECOND: usize = 400;
+    let s = setup();
+    let storage = faulty_setup(&s);
+    let mut config = s.config();
+    // Only the flushes drain, so the second batch is one append.
+    config.drain_tick = Duration::from_secs(600);
+    config.drain_idle_tick = Duration::from_secs(600);
+    let engine = start_faulty_configured(&s, config, &storage);
+    engine.enable().unwrap();
+    engine
+        .set_quota(QUOTA_MIN_BYTES, OnQuota::StopCapture)
+        .unwrap();
+    let capture = engine.capture();
+    for _ in 0..FIRST {
+        let _ = capture.action_started(click(), None, None);
+    }
+    engine.flush().unwrap();
+    storage.fail_nth(FaultOp::Create, 1, FaultKind::Eio);
+    for _ in 0..SECOND {
+        let _ = capture.action_started(click(), None, None);
+    }
+    let _ = engine.flush();
+    assert_eq!(storage.injected(), 1, "the batch met the failed creation");
+    storage.clear_faults();
+    let _ = capture.action_started(click(), None, None);
+    let status = engine.flush().unwrap();
+    assert_eq!(status.health, HealthCategory::Ready);
+    engine.shutdown();
+    drop(storage);
+    let events = s.events();
+    let stored = action_events(&events);
+    let dropped = drop_markers(&events).iter().sum::<u64>() as usize;
+    assert!(
+        stored > FIRST + 1 && dropped > 0,
+        "the batch was split: {stored} stored, {dropped} dropped"
+    );
+    assert_eq!(
+        stored + dropped,
+        FIRST + SECOND + 1,
+        "markers sum to the missing"
+    );
+    assert_eq!(status.dropped_events as usize, dropped);
+    assert_strictly_increasing(&events);
+}
+
 /// The group-commit deadline runs from the oldest record not yet synced: a flush in between
 /// moves it, so the tick armed before the flush does not sync the younger records early (one
 /// sync fewer), and they are still synced within the interval.

@@ -79,6 +79,68 @@ fn a_failed_write_abandons_the_chunk_and_the_next_batch_starts_a_new_one() {
     assert_eq!(report.chunks.len(), 2);
 }
 
+/// A failed write costs its own batch only: the batches before it, written whole but waiting
+/// for their group commit, are synced before the chunk is abandoned, and a crash keeps them.
+#[test]
+fn a_failed_write_makes_the_unsynced_batches_before_it_durable_not_lost() {
+    let (_dir, layout) = new_store();
+    let storage = faulty(&layout);
+    let drafts = fixture_drafts();
+    let mut w = writer_on(&storage);
+    w.append(drafts[..2].to_vec()).unwrap();
+    w.sync().unwrap();
+    w.append(drafts[2..4].to_vec()).unwrap();
+    w.append(drafts[4..6].to_vec()).unwrap();
+    storage.fail_nth(FaultOp::Write, 1, FaultKind::Eio);
+    let error = w.append(drafts[6..9].to_vec()).unwrap_err();
+    assert_eq!(error.lost(), Some(&(7..=9)));
+    assert_eq!(w.durable_through().map(|s| s.get()), Some(6));
+    // A power loss now keeps nothing unsynced: 3..=6 were synced by the salvage.
+    storage.crash(&mut |_| 0).unwrap();
+    drop(w);
+    assert_eq!(sequences(&read_events(&layout)), [1, 2, 3, 4, 5, 6]);
+}
+
+/// When the salvage's own sync fails, what it covered is lost with the batch, and that file is
+/// never synced again.
+#[test]
+fn a_failed_salvage_reports_the_unsynced_batches_lost_too() {
+    let (_dir, layout) = new_store();
+    let storage = faulty(&layout);
+    let drafts = fixture_drafts();
+    let mut w = writer_on(&storage);
+    w.append(drafts[..2].to_vec()).unwrap();
+    w.sync().unwrap();
+    w.append(drafts[2..4].to_vec()).unwrap();
+    storage.fail_nth(FaultOp::Write, 1, FaultKind::Eio);
+    storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
+    let error = w.append(drafts[4..6].to_vec()).unwrap_err();
+    assert_eq!(storage.injected(), 2, "{error}");
+    assert_eq!(error.lost(), Some(&(3..=6)));
+    assert_eq!(w.durable_through().map(|s| s.get()), Some(2));
+    let syncs = storage.count(FaultOp::Sync);
+    assert_eq!(w.sync().unwrap().map(|s| s.get()), Some(2));
+    assert_eq!(storage.count(FaultOp::Sync), syncs, "no retried sync");
+    drop(w);
+    assert_eq!(sequences(&read_events(&layout)), [1, 2]);
+}
+
+/// A write that fails with nothing unsynced before it syncs nothing: the salvage has no work.
+#[test]
+fn a_failed_write_with_everything_before_it_durable_syncs_nothing() {
+    let (_dir, layout) = new_store();
+    let storage = faulty(&layout);
+    let drafts = fixture_drafts();
+    let mut w = writer_on(&storage);
+    w.append(drafts[..2].to_vec()).unwrap();
+    w.sync().unwrap();
+    let syncs = storage.count(FaultOp::Sync);
+    storage.fail_nth(FaultOp::Write, 1, FaultKind::Eio);
+    let error = w.append(drafts[2..4].to_vec()).unwrap_err();
+    assert_eq!(error.lost(), Some(&(3..=4)));
+    assert_eq!(storage.count(FaultOp::Sync), syncs);
+}
+
 #[test]
 fn a_short_write_leaves_a_torn_tail_in_the_abandoned_chunk_only() {
     let (_dir, layout) = new_store();
@@ -299,15 +361,50 @@ fn a_chunk_closed_by_a_failed_append_is_reported_by_the_next_receipt() {
     storage.fail_nth(FaultOp::Create, 1, FaultKind::Eio);
     let error = w.append(drafts.to_vec()).unwrap_err();
     assert_eq!(storage.injected(), 1, "{error}");
+    // The part of the batch that went into the closed chunk is durable, so not lost.
+    let closed_through = w.durable_through().unwrap().get();
+    assert!(closed_through > 16, "{closed_through}");
+    assert_eq!(error.lost(), Some(&(closed_through + 1..=32)));
     storage.clear_faults();
     let receipt = w.append(drafts[..1].to_vec()).unwrap();
     assert_eq!(receipt.closed.len(), 1, "{receipt:?}");
     assert_eq!(receipt.closed[0].first_sequence, 1);
-    assert!(receipt.closed[0].last_sequence >= 16);
+    assert_eq!(receipt.closed[0].last_sequence, closed_through);
     assert_eq!(receipt.created.len(), 1);
     // Reported once.
     let receipt = w.append(drafts[..1].to_vec()).unwrap();
     assert!(receipt.closed.is_empty(), "{receipt:?}");
+}
+
+/// A rotation whose closing sync fails: that file is never synced again (no salvage of it),
+/// and everything it held unsynced is lost with the batch.
+#[test]
+fn a_chunk_whose_closing_sync_failed_is_not_salvaged() {
+    let (_dir, layout) = new_store();
+    let storage = faulty(&layout);
+    let drafts = fixture_drafts();
+    let mut w = small_chunk_writer(&storage);
+    w.append(drafts.to_vec()).unwrap();
+    storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
+    let syncs = storage.count(FaultOp::Sync);
+    let error = w.append(drafts.to_vec()).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            AppendError::Storage {
+                operation: "sync",
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert_eq!(
+        storage.count(FaultOp::Sync),
+        syncs + 1,
+        "one sync, not retried"
+    );
+    assert_eq!(error.lost(), Some(&(1..=32)));
+    assert_eq!(w.durable_through(), None);
 }
 
 #[test]

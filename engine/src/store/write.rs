@@ -12,8 +12,10 @@
 //! - **Every generation writes its own stream** (a fresh random stream id, so a fresh `source`),
 //!   to chunks it created itself; an existing chunk is never reopened for writing.
 //! - **Any error once a record was sealed abandons the chunk**: its length or its next IV
-//!   position is no longer known, so the next record goes into a new chunk of a new stream. A
-//!   failed sync is never retried (what it covered is reported lost).
+//!   position is no longer known, so the next record goes into a new chunk of a new stream.
+//!   Before it is abandoned after a failed append, what it holds whole is synced, so the error
+//!   reports lost exactly what is not durable. A failed sync is never retried (what it covered
+//!   is reported lost).
 //! - Chunk ids, nonce prefixes, stream ids and the event-id key come from the operating
 //!   system's random source; a seeded source exists only under `cfg(test)` and the
 //!   `simulation` feature.
@@ -134,7 +136,9 @@ pub enum OpenWriterError {
 ///
 /// Nothing of a refused batch was written when the variant is [`AppendError::InvalidDraft`];
 /// the others abandon the chunk being written, and `lost` names the sequences that can never
-/// be acknowledged (they may or may not be found on disk later).
+/// be acknowledged (they may or may not be found on disk later): exactly those above the
+/// durable mark ([`StoreWriter::durable_through`]) after the failure, of the batch and of
+/// earlier batches not yet synced.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AppendError {
@@ -186,6 +190,14 @@ pub enum AppendError {
 }
 
 impl AppendError {
+    /// Whether the store refused the batch before writing anything (a draft broke a write rule,
+    /// or no sequence is left): none of the batch is on disk, and the chunk being written, with
+    /// what waits for its sync, is as it was. Any other failure abandoned that chunk, and
+    /// [`AppendError::lost`] says what is not durable.
+    pub fn is_refused(&self) -> bool {
+        matches!(self, Self::InvalidDraft { .. } | Self::SequencesExhausted)
+    }
+
     /// The sequences this failure made impossible to acknowledge.
     pub fn lost(&self) -> Option<&RangeInclusive<u64>> {
         match self {
@@ -421,6 +433,12 @@ struct OpenChunk {
     latest_time: Duration,
     /// First sequence written to it since its last successful sync.
     unsynced_first: Option<u64>,
+    /// The last sequence whose record is whole in the file (its write returned): what a sync
+    /// after a failed append can still make durable.
+    written_last: Option<u64>,
+    /// A sync of this file failed: it is never synced again (a retried fsync may report
+    /// success for pages the kernel dropped).
+    sync_failed: bool,
     /// The chain digest over its header and every record written to it, for its seal.
     chain: ChainDigest,
 }
@@ -736,10 +754,41 @@ impl<S: Stream> StoreWriter<S> {
         match self.write_batch(drafts, first.get()) {
             Ok(receipt) => Ok(receipt),
             Err(error) => {
+                self.salvage_written();
                 let unsynced = self.abandon();
-                let lost_first = unsynced.map_or(*batch.start(), |u| u.min(*batch.start()));
-                Err(error.with_lost(Some(lost_first..=*batch.end())))
+                // What is durable is not lost: the chunks this append closed were synced on
+                // close, and the salvage made what was whole in the current one durable.
+                let durable_next = self.durable_through.map_or(0, |d| d.get()) + 1;
+                let lost_first = unsynced
+                    .map_or(*batch.start(), |u| u.min(*batch.start()))
+                    .max(durable_next);
+                Err(error
+                    .with_lost((lost_first <= *batch.end()).then(|| lost_first..=*batch.end())))
             }
+        }
+    }
+
+    /// After a failed append, before the chunk is abandoned: syncs the records written whole
+    /// to it since its last sync, so the failure costs only what it did not write (an earlier
+    /// batch waiting for its group commit is not lost with it). Never a second sync of a file
+    /// whose sync failed; a failed salvage changes nothing (what it covered is reported lost).
+    fn salvage_written(&mut self) {
+        let Some(current) = self.current.as_mut() else {
+            return;
+        };
+        let (Some(unsynced_first), Some(written_last)) =
+            (current.unsynced_first, current.written_last)
+        else {
+            return;
+        };
+        if current.sync_failed || unsynced_first > written_last {
+            return;
+        }
+        match current.file.sync() {
+            Ok(()) => {
+                self.durable_through = Sequence::new(written_last).max(self.durable_through);
+            }
+            Err(_) => current.sync_failed = true,
         }
     }
 
@@ -961,6 +1010,7 @@ impl<S: Stream> StoreWriter<S> {
             .map_err(storage_error("write"))?;
         current.chain.push(&self.batch);
         current.len_bytes += self.batch.len() as u64;
+        current.written_last = pending.last().map(|r| r.sequence).or(current.written_last);
         self.batch.clear();
         receipt.records.append(pending);
         receipt.events.append(pending_events);
@@ -975,6 +1025,7 @@ impl<S: Stream> StoreWriter<S> {
         if chunk.unsynced_first.is_some() {
             if let Err(source) = chunk.file.sync() {
                 let lost = chunk.unsynced_first.zip(chunk.last.map(|(s, _)| s));
+                chunk.sync_failed = true;
                 // Put it back so `abandon` sees what it held.
                 self.current = Some(chunk);
                 return Err(AppendError::Storage {
@@ -1068,6 +1119,8 @@ impl<S: Stream> StoreWriter<S> {
             last: None,
             latest_time: Duration::ZERO,
             unsynced_first: None,
+            written_last: None,
+            sync_failed: false,
             chain,
         });
         Ok(chunk_id)
