@@ -9,16 +9,12 @@
 use std::sync::{Arc, OnceLock};
 
 use annal_engine::clock::Clock;
-use annal_engine::journal::{Journal, JournalEntry, JournalEvent, State};
+use annal_engine::journal::{Journal, JournalEntry, JournalEvent, Outbox, State};
 use annal_engine::storage::Storage;
 use annal_engine::store::{StoreReader, StoreWriter, WriterConfig};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::key_custody::StreamKeys;
-
-/// Most events held while the journal is not open yet (a store whose key is not loaded): they
-/// are folded into the projection at once and journaled when it opens.
-pub const MAX_UNJOURNALED_EVENTS: usize = 256;
 
 /// The store's storage, opened once (it holds the writer lock) and shared by the writer and the
 /// journal; set when the store exists or is created.
@@ -106,10 +102,9 @@ pub struct JournalState {
     writer: Option<StoreWriter<Journal>>,
     /// The projection of everything journaled (and held).
     projection: State,
-    /// Events applied but not journaled yet (the journal was not open, or a write failed).
-    unjournaled: Vec<JournalEvent>,
-    /// Appended since the last sync.
-    dirty: bool,
+    /// Events applied but not durable yet: held (the journal was not open, or an append
+    /// failed) or appended and waiting for a sync; what a fault loses is appended again.
+    outbox: Outbox,
     /// This actor, for arming the sync timer.
     myself: ActorRef<JournalMsg>,
     /// How long after the first unsynced append the sync runs.
@@ -127,16 +122,12 @@ impl JournalState {
         for event in &events {
             self.projection.apply(event);
         }
-        self.unjournaled.extend(events);
-        if self.unjournaled.len() > MAX_UNJOURNALED_EVENTS {
-            let excess = self.unjournaled.len() - MAX_UNJOURNALED_EVENTS;
-            self.unjournaled.drain(..excess);
-        }
+        self.outbox.hold(events);
         self.flush_held()
     }
 
     fn flush_held(&mut self) -> Result<(), JournalUnavailable> {
-        if self.unjournaled.is_empty() {
+        if self.outbox.held().is_empty() {
             return Ok(());
         }
         let now = self.clock.now_ms();
@@ -144,7 +135,8 @@ impl JournalState {
             return Err(JournalUnavailable);
         };
         let entries: Vec<JournalEntry> = self
-            .unjournaled
+            .outbox
+            .held()
             .iter()
             .cloned()
             .map(|event| JournalEntry {
@@ -152,9 +144,17 @@ impl JournalState {
                 event,
             })
             .collect();
-        writer.append(entries).map_err(|_| JournalUnavailable)?;
-        self.unjournaled.clear();
-        self.dirty = true;
+        let first = writer.high_water().map_or(0, |s| s.get()) + 1;
+        match writer.append(entries) {
+            Ok(receipt) => self
+                .outbox
+                .appended(receipt.records.iter().map(|r| r.sequence)),
+            Err(error) => {
+                self.outbox
+                    .append_failed(first, error.is_refused(), error.lost());
+                return Err(JournalUnavailable);
+            }
+        }
         if !self.tick_armed {
             self.tick_armed = true;
             self.myself
@@ -164,12 +164,20 @@ impl JournalState {
     }
 
     fn sync(&mut self) -> Result<(), JournalUnavailable> {
-        if !self.dirty {
+        if !self.outbox.has_unsynced() {
             return Ok(());
         }
         let writer = self.writer.as_mut().ok_or(JournalUnavailable)?;
-        self.dirty = false;
-        writer.sync().map(|_| ()).map_err(|_| JournalUnavailable)
+        match writer.sync() {
+            Ok(_) => {
+                self.outbox.synced();
+                Ok(())
+            }
+            Err(error) => {
+                self.outbox.sync_failed(error.lost());
+                Err(JournalUnavailable)
+            }
+        }
     }
 
     fn open(&mut self, keys: &StreamKeys) -> Result<State, JournalUnavailable> {
@@ -182,7 +190,7 @@ impl JournalState {
             .map_err(|_| JournalUnavailable)?;
         let mut projection = State::replay(report.records().map(|r| &r.event.event));
         // What was held before the journal could be read comes after what it holds.
-        for event in &self.unjournaled {
+        for event in self.outbox.held() {
             projection.apply(event);
         }
         // The writer learns the journal's tip from the read above instead of reading it again.
@@ -217,8 +225,7 @@ impl Actor for JournalActor {
             clock: args.clock,
             writer: None,
             projection: State::default(),
-            unjournaled: Vec::new(),
-            dirty: false,
+            outbox: Outbox::default(),
             myself: myself.clone(),
             sync_interval: args.sync_interval,
             tick_armed: false,

@@ -559,6 +559,43 @@ fn a_batch_split_by_a_rotation_that_fails_reports_only_its_unwritten_part_droppe
     assert_strictly_increasing(&events);
 }
 
+/// A journal sync that fails loses what it covered from disk: the journal appends those
+/// events again (here at shutdown), so the lifetime drop total still survives a restart.
+#[test]
+fn a_failed_journal_sync_loses_no_journal_event() {
+    let s = setup();
+    let storage = faulty_setup(&s);
+    let mut config = s.config();
+    config.capture_capacity_events = 16;
+    config.drain_tick = Duration::from_secs(3600);
+    config.drain_idle_tick = Duration::from_secs(3600);
+    // Long enough that the fault is armed before the journal's tick syncs the drop total.
+    config.sync_interval = Duration::from_millis(2_000);
+    let engine = start_faulty_configured(&s, config.clone(), &storage);
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    for _ in 0..100 {
+        let _ = capture.action_started(click(), None, None);
+    }
+    // The marker is durable in the history; its drops went to the journal, not synced yet.
+    assert_eq!(engine.flush().unwrap().dropped_events, 84);
+    storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while storage.injected() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        storage.injected(),
+        1,
+        "the journal's tick met the failed sync"
+    );
+    engine.shutdown();
+    drop(storage);
+    let engine = s.start(config);
+    assert_eq!(engine.status().unwrap().dropped_events, 84);
+    engine.shutdown();
+}
+
 /// The group-commit deadline runs from the oldest record not yet synced: a flush in between
 /// moves it, so the tick armed before the flush does not sync the younger records early (one
 /// sync fewer), and they are still synced within the interval.

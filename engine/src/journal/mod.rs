@@ -8,11 +8,16 @@
 //! - [`state`]: [`State`], the projection ([`State::apply`], [`State::replay`]), and
 //!   [`decide`], which turns a [`Command`] into the events to append.
 //!
-//! Both are pure: no I/O, no clock reads (times arrive in the entries and signals).
+//! - [`outbox`]: [`Outbox`], the events applied but not durable yet, and what a failed append
+//!   or sync puts back to be appended again.
+//!
+//! All are pure: no I/O, no clock reads (times arrive in the entries and signals).
 
+pub mod outbox;
 pub mod schema;
 pub mod state;
 
+pub use outbox::{OUTBOX_HELD_MAX_EVENTS, Outbox};
 pub use schema::{
     BoundViolation, CallerKind, JOURNAL_DATASCHEMA_V1, JOURNAL_TIME_MAX_MS, Journal, JournalEntry,
     JournalEvent, JournalRecord, JournalSchema, OnQuota, PruneReason, QUOTA_MAX_BYTES,
