@@ -323,6 +323,9 @@ enum CheckpointOutcome {
     Untouched,
     /// The checkpoint names this job's seal, or the chain's newest.
     Kept,
+    /// The first comparison of this writer's life found the seal chain on disk not older than
+    /// the checkpoint (which is kept, or mended to the chain's newest).
+    Verified,
     /// Key custody or the seals on disk failed, with this category; a later job tries again.
     Failed(HealthCategory),
     /// The chain on disk is older than the checkpoint.
@@ -397,7 +400,7 @@ impl SealJob {
                     }
                     Ok(Ok(_)) => {
                         sync = CheckpointSync::Following;
-                        CheckpointOutcome::Kept
+                        CheckpointOutcome::Verified
                     }
                     Ok(Err(error)) => CheckpointOutcome::Failed(error.category()),
                     Err(_) => CheckpointOutcome::Failed(HealthCategory::KeyUnavailable),
@@ -1223,6 +1226,19 @@ impl WriterState {
                 CheckpointOutcome::Kept => {
                     if std::mem::take(&mut self.key_failing) {
                         self.signal(SignalKind::KeyRecovered);
+                    }
+                }
+                CheckpointOutcome::Verified => {
+                    if std::mem::take(&mut self.key_failing) {
+                        self.signal(SignalKind::KeyRecovered);
+                    }
+                    // A rollback an earlier life reported no longer holds (the newer copy is
+                    // back): the only thing that clears it. Signalled only then.
+                    if self
+                        .projection
+                        .holds(HealthCategory::StorageCorrupt, true, 0)
+                    {
+                        self.signal(SignalKind::CheckpointVerified);
                     }
                 }
                 CheckpointOutcome::Failed(category)

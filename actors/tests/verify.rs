@@ -21,7 +21,7 @@ use annal_engine::keys::{
 };
 use annal_engine::seal::{CheckpointStore, CredentialCheckpoints};
 use annal_engine::storage::StoreLayout;
-use annal_schema::Capability;
+use annal_schema::{Capability, HealthCategory};
 use support::{Sandbox, copy_tree};
 
 /// Set to `1` by `.ci/test`: a real credential store that is not usable fails the test instead
@@ -272,6 +272,50 @@ fn the_directory_put_back_as_an_older_copy_is_rolled_back_however_far_a_writer_s
         "{still}"
     );
     assert_eq!(checkpoint_ordinal(&sandbox, &provider), Some(seals(&later)));
+    // Status says so too, and no write that succeeds afterwards clears it.
+    assert_eq!(
+        health_after_writes(&sandbox, &provider),
+        HealthCategory::StorageCorrupt
+    );
+    // The owner accepts this copy as the history: with the checkpoint removed, the next writer
+    // finds the chain not older than any checkpoint, mends it, and the alert clears.
+    let namespace = Namespace::new(&sandbox.namespace).unwrap();
+    provider.destroy_checkpoint(&namespace).unwrap();
+    assert_eq!(
+        health_after_writes(&sandbox, &provider),
+        HealthCategory::Ready
+    );
+    let (code, accepted) = verify_store(&sandbox);
+    assert_eq!(code, Some(0), "{accepted}");
+}
+
+/// Runs the real engine on the sandbox's store through several group commits (each writer's
+/// life compares the checkpoint with the chain at its first tick, and later appends succeed)
+/// and returns the health status shows at the end.
+fn health_after_writes(sandbox: &Sandbox, provider: &Arc<dyn KeyProvider>) -> HealthCategory {
+    const ROUNDS: usize = 5;
+    let namespace = Namespace::new(&sandbox.namespace).unwrap();
+    let engine = Engine::start(
+        EngineConfig::new(
+            StoreLayout::in_namespace_dir(&store_dir(sandbox)),
+            namespace,
+        ),
+        Arc::clone(provider),
+    )
+    .unwrap();
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    for _ in 0..ROUNDS {
+        for _ in 0..10 {
+            let _ =
+                capture.action_started(Capability::new("input.pointer.click").unwrap(), None, None);
+        }
+        engine.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let health = engine.status().unwrap().health;
+    assert!(engine.shutdown().drained);
+    health
 }
 
 #[test]

@@ -46,7 +46,10 @@
 //!   later `ChildStarted` or `ChildRestarted` of it. A failure before a give-up keeps counting
 //!   too (the more specific cause may rank higher).
 //! - `StorageFailed` / `StorageRecovered`, `KeyFailed` / `KeyRecovered`: a failure adds its
-//!   category; the matching recovery clears every earlier failure of that source.
+//!   category; the matching recovery clears every earlier failure of that source, except
+//!   `storage_corrupt`: a write that succeeds says nothing about a store rolled back to an older
+//!   copy, so only `CheckpointVerified` (the seal chain compared with the credential-store
+//!   checkpoint and found not older) clears it.
 //! - `QuotaReached` / `QuotaCleared`: capture is at the quota, or no longer.
 //! - `DropsObserved { count }` / `DropsMarked { count }`: the writer took `count` drops from the
 //!   capture counter; later it wrote the history `health{events_dropped}` event marking them.
@@ -294,8 +297,13 @@ pub enum SignalKind {
         /// The category.
         category: StorageFault,
     },
-    /// The store works again; clears every earlier storage failure.
+    /// The store works again (a write or sync succeeded after a failure); clears
+    /// `storage_unavailable`. Not `storage_corrupt`, which no write can mend.
     StorageRecovered,
+    /// The seal chain on disk was compared with the credential-store checkpoint and is not
+    /// older than it (a writer's first comparison in its life); clears `storage_corrupt`, which
+    /// a rolled-back store raises.
+    CheckpointVerified,
     /// A key custody operation failed with a fixed category.
     KeyFailed {
         /// The category.
@@ -367,7 +375,12 @@ impl HealthFold {
             SignalKind::StorageFailed { category } => {
                 self.storage[storage_index(category)] = true;
             }
-            SignalKind::StorageRecovered => self.storage = [false; 2],
+            SignalKind::StorageRecovered => {
+                self.storage[storage_index(StorageFault::StorageUnavailable)] = false;
+            }
+            SignalKind::CheckpointVerified => {
+                self.storage[storage_index(StorageFault::StorageCorrupt)] = false;
+            }
             SignalKind::KeyFailed { category } => self.key[key_index(category)] = true,
             SignalKind::KeyRecovered => self.key = [false; 4],
             SignalKind::QuotaReached => self.quota_reached = true,

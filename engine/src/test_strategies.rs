@@ -59,6 +59,7 @@ pub fn signal_kind() -> impl Strategy<Value = SignalKind> {
         child().prop_map(|child| SignalKind::RestartLimitReached { child }),
         storage_fault().prop_map(|category| SignalKind::StorageFailed { category }),
         Just(SignalKind::StorageRecovered),
+        Just(SignalKind::CheckpointVerified),
         key_fault().prop_map(|category| SignalKind::KeyFailed { category }),
         Just(SignalKind::KeyRecovered),
         Just(SignalKind::QuotaReached),

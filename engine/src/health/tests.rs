@@ -153,6 +153,44 @@ fn a_recovery_clears_the_earlier_failures_of_its_own_source_only() {
     assert_eq!(replay(ready(), &quota), HealthCategory::Ready);
 }
 
+/// A rolled-back store stays `storage_corrupt` however many writes succeed after it; only a
+/// comparison with the checkpoint that finds the chain not older clears it, and that clears
+/// nothing transient.
+#[test]
+fn storage_corrupt_outlasts_every_write_and_only_a_verified_checkpoint_clears_it() {
+    let corrupt = at(
+        1,
+        SignalKind::StorageFailed {
+            category: StorageFault::StorageCorrupt,
+        },
+    );
+    let unavailable = at(
+        2,
+        SignalKind::StorageFailed {
+            category: StorageFault::StorageUnavailable,
+        },
+    );
+    let recovered = at(3, SignalKind::StorageRecovered);
+    let verified = at(4, SignalKind::CheckpointVerified);
+    assert_eq!(
+        replay(ready(), &[corrupt, recovered, recovered]),
+        HealthCategory::StorageCorrupt
+    );
+    assert_eq!(
+        replay(ready(), &[corrupt, unavailable, recovered]),
+        HealthCategory::StorageCorrupt
+    );
+    assert_eq!(
+        replay(ready(), &[corrupt, unavailable, verified]),
+        HealthCategory::StorageUnavailable,
+        "a verified checkpoint says nothing about a failing disk"
+    );
+    assert_eq!(
+        replay(ready(), &[corrupt, unavailable, verified, recovered]),
+        HealthCategory::Ready
+    );
+}
+
 #[test]
 fn a_child_failure_lasts_until_that_child_restarts() {
     let failed = at(
@@ -327,6 +365,7 @@ proptest! {
     ) {
         let mut all = signals.clone();
         all.push(at(0, SignalKind::StorageRecovered));
+        all.push(at(0, SignalKind::CheckpointVerified));
         all.push(at(0, SignalKind::KeyRecovered));
         all.push(at(0, SignalKind::QuotaCleared));
         all.push(at(0, SignalKind::DropsMarked { count: u64::MAX }));

@@ -581,6 +581,7 @@ enum WireSignal {
         category: StorageFault,
     },
     StorageRecovered {},
+    CheckpointVerified {},
     KeyFailed {
         category: KeyFault,
     },
@@ -801,6 +802,7 @@ impl WireSignal {
             SignalKind::RestartLimitReached { child } => Self::RestartLimitReached { child },
             SignalKind::StorageFailed { category } => Self::StorageFailed { category },
             SignalKind::StorageRecovered => Self::StorageRecovered {},
+            SignalKind::CheckpointVerified => Self::CheckpointVerified {},
             SignalKind::KeyFailed { category } => Self::KeyFailed { category },
             SignalKind::KeyRecovered => Self::KeyRecovered {},
             SignalKind::QuotaReached => Self::QuotaReached {},
@@ -819,6 +821,7 @@ impl WireSignal {
             Self::RestartLimitReached { child } => SignalKind::RestartLimitReached { child },
             Self::StorageFailed { category } => SignalKind::StorageFailed { category },
             Self::StorageRecovered {} => SignalKind::StorageRecovered,
+            Self::CheckpointVerified {} => SignalKind::CheckpointVerified,
             Self::KeyFailed { category } => SignalKind::KeyFailed { category },
             Self::KeyRecovered {} => SignalKind::KeyRecovered,
             Self::QuotaReached {} => SignalKind::QuotaReached,

@@ -255,6 +255,16 @@ impl State {
         crate::health::replay(self.health_inputs(admitted, pending_drops), &self.signals)
     }
 
+    /// Whether `category` holds after this state's signals, whatever outranks it in
+    /// [`State::health`] (a writer asks whether a rollback is still shown).
+    pub fn holds(&self, category: HealthCategory, admitted: bool, pending_drops: u64) -> bool {
+        let mut fold = crate::health::HealthFold::default();
+        for signal in &self.signals {
+            fold.apply(signal);
+        }
+        fold.holds(category, &self.health_inputs(admitted, pending_drops))
+    }
+
     /// `child`'s restart history, for [`crate::supervision::decide`].
     pub fn restart_history(&self, child: Child) -> Vec<u64> {
         crate::supervision::restart_history(&self.signals, child)

@@ -681,6 +681,13 @@ fn golden() -> Vec<(JournalEvent, &'static str)> {
             },
             r#"{"kind":"chunk_pruned","chunk":"0123456789abcdef0123456789abcdef","reason":"evict_oldest","last_time_ms":1764540843753,"records":6096}"#,
         ),
+        (
+            JournalEvent::SupervisorSignalled(Signal {
+                at_ms: 14,
+                kind: SignalKind::CheckpointVerified,
+            }),
+            r#"{"kind":"supervisor_signalled","at_ms":14,"signal":{"kind":"checkpoint_verified"}}"#,
+        ),
     ]
 }
 
