@@ -43,6 +43,15 @@ impl Setup {
         EngineConfig::new(self.layout.clone(), self.namespace.clone())
     }
 
+    /// [`Setup::config`] with no drain tick: nothing drains the queue behind the test's back,
+    /// only a flush (or shutdown) does.
+    fn config_drained_by_flush_only(&self) -> EngineConfig {
+        let mut config = self.config();
+        config.drain_tick = Duration::from_secs(600);
+        config.drain_idle_tick = Duration::from_secs(600);
+        config
+    }
+
     fn start(&self, config: EngineConfig) -> Engine {
         Engine::start(config, Arc::clone(&self.provider) as Arc<dyn KeyProvider>).unwrap()
     }
@@ -517,11 +526,8 @@ fn a_batch_split_by_a_rotation_that_fails_reports_only_its_unwritten_part_droppe
     const SECOND: usize = 400;
     let s = setup();
     let storage = faulty_setup(&s);
-    let mut config = s.config();
     // Only the flushes drain, so the second batch is one append.
-    config.drain_tick = Duration::from_secs(600);
-    config.drain_idle_tick = Duration::from_secs(600);
-    let engine = start_faulty_configured(&s, config, &storage);
+    let engine = start_faulty_configured(&s, s.config_drained_by_flush_only(), &storage);
     engine.enable().unwrap();
     engine
         .set_quota(QUOTA_MIN_BYTES, OnQuota::StopCapture)
@@ -565,10 +571,8 @@ fn a_batch_split_by_a_rotation_that_fails_reports_only_its_unwritten_part_droppe
 fn a_failed_journal_sync_loses_no_journal_event() {
     let s = setup();
     let storage = faulty_setup(&s);
-    let mut config = s.config();
+    let mut config = s.config_drained_by_flush_only();
     config.capture_capacity_events = 16;
-    config.drain_tick = Duration::from_secs(3600);
-    config.drain_idle_tick = Duration::from_secs(3600);
     // Long enough that the fault is armed before the journal's tick syncs the drop total.
     config.sync_interval = Duration::from_millis(2_000);
     let engine = start_faulty_configured(&s, config.clone(), &storage);
@@ -648,11 +652,7 @@ fn a_flush_writes_what_was_queued_in_one_append() {
     const _: () = assert!(QUEUED <= annal_engine::capture::CAPTURE_QUEUE_CAPACITY_EVENTS);
     let s = setup();
     let storage = faulty_setup(&s);
-    let mut config = s.config();
-    // No tick drains the queue behind the test's back: only the flush does.
-    config.drain_tick = Duration::from_secs(600);
-    config.drain_idle_tick = Duration::from_secs(600);
-    let engine = start_faulty_configured(&s, config, &storage);
+    let engine = start_faulty_configured(&s, s.config_drained_by_flush_only(), &storage);
     engine.enable().unwrap();
     let capture = engine.capture();
     // The first append also reserves sequences in the journal: out of the way first.

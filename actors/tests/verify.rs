@@ -168,9 +168,8 @@ fn store_dir(sandbox: &Sandbox) -> PathBuf {
     sandbox.path("state").join("annal").join(&sandbox.namespace)
 }
 
-/// Runs the real engine on the sandbox's store, captures `events` actions and shuts it down
-/// (every seal job, checkpoint included, finished).
-fn capture(sandbox: &Sandbox, provider: &Arc<dyn KeyProvider>, events: usize) {
+/// The real engine on the sandbox's store, enabled.
+fn enabled_engine(sandbox: &Sandbox, provider: &Arc<dyn KeyProvider>) -> Engine {
     let namespace = Namespace::new(&sandbox.namespace).unwrap();
     let engine = Engine::start(
         EngineConfig::new(
@@ -181,6 +180,13 @@ fn capture(sandbox: &Sandbox, provider: &Arc<dyn KeyProvider>, events: usize) {
     )
     .unwrap();
     engine.enable().unwrap();
+    engine
+}
+
+/// Runs the real engine on the sandbox's store, captures `events` actions and shuts it down
+/// (every seal job, checkpoint included, finished).
+fn capture(sandbox: &Sandbox, provider: &Arc<dyn KeyProvider>, events: usize) {
+    let engine = enabled_engine(sandbox, provider);
     let capture = engine.capture();
     for _ in 0..events {
         while engine.queued_events() > 256 {
@@ -294,16 +300,7 @@ fn the_directory_put_back_as_an_older_copy_is_rolled_back_however_far_a_writer_s
 /// and returns the health status shows at the end.
 fn health_after_writes(sandbox: &Sandbox, provider: &Arc<dyn KeyProvider>) -> HealthCategory {
     const ROUNDS: usize = 5;
-    let namespace = Namespace::new(&sandbox.namespace).unwrap();
-    let engine = Engine::start(
-        EngineConfig::new(
-            StoreLayout::in_namespace_dir(&store_dir(sandbox)),
-            namespace,
-        ),
-        Arc::clone(provider),
-    )
-    .unwrap();
-    engine.enable().unwrap();
+    let engine = enabled_engine(sandbox, provider);
     let capture = engine.capture();
     for _ in 0..ROUNDS {
         for _ in 0..10 {
