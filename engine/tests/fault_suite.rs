@@ -6,6 +6,8 @@
 //! every unsynced byte, and the store is read again. Invariants, per case:
 //!
 //! - every record a sync acknowledged reads back, with its exact content;
+//! - a failed append accounts for every sequence of its batch and of the batches waiting for a
+//!   sync: durable (a chunk it closed, or the salvage) or reported lost, never both;
 //! - the writer never reports durable more than it synced (the read store holds a contiguous
 //!   prefix of sequences per stream, each at or beyond every acknowledgment);
 //! - no byte position of any file is written twice (`FaultyStorage::rewrites`): no record is
@@ -52,9 +54,12 @@ use common::{fixture_drafts, fixture_key, fixture_keys, new_store};
 /// Cases in one CI run (each is a fresh store, a workload, a crash and a full read).
 const FAULT_CASES: usize = 400;
 
-/// Batches of the workload (four fixture drafts each; four records per chunk, so every batch
-/// closes a chunk).
-const WORKLOAD_BATCHES: usize = 8;
+/// Batches of the workload (three fixture drafts each, four records per chunk: batches straddle
+/// chunks, so a fault may fail a batch after part of it went into a chunk the append closed).
+const WORKLOAD_BATCHES: usize = 10;
+
+/// Drafts in one workload batch.
+const BATCH_DRAFTS: usize = 3;
 
 /// One injected fault.
 #[derive(Debug, Clone, Copy)]
@@ -108,6 +113,10 @@ struct Run {
     failures: u64,
     /// An error without a health category.
     uncategorized: Vec<String>,
+    /// Loss accounting broken by a failed append: a sequence of the batch or of an earlier
+    /// unsynced one that is neither durable nor reported lost, or one reported lost though
+    /// durable.
+    misaccounted: Vec<String>,
     /// Whether a seal or index write failed (a chunk may then be unsealed).
     seal_failed: bool,
     /// Whether the batch after the fault was cleared was acknowledged.
@@ -168,12 +177,16 @@ fn workload(
             // The disk recovered: what comes now must be acknowledged again.
             storage.clear_faults();
         }
-        let batch: Vec<EventDraft> = drafts[(batch_index * 4) % 16..][..4].to_vec();
+        let batch: Vec<EventDraft> = (0..BATCH_DRAFTS)
+            .map(|k| drafts[(batch_index * BATCH_DRAFTS + k) % drafts.len()].clone())
+            .collect();
         let Some(w) = history.as_mut() else {
             history = writer(storage, seed + batch_index as u64 + 1);
             run.failures += 1;
             continue;
         };
+        let first = w.high_water().map_or(0, |s| s.get()) + 1;
+        let batch_len = batch.len() as u64;
         match w.append(batch.clone()) {
             Ok(receipt) => {
                 for (location, draft) in receipt.records.iter().zip(batch) {
@@ -199,9 +212,33 @@ fn workload(
                 if error.health_category().is_none() {
                     run.uncategorized.push(error.to_string());
                 }
+                // Exact accounting: every sequence of this batch and of those waiting for a
+                // sync is durable now (a chunk the append closed, or the salvage) or reported
+                // lost, never both.
+                let durable = w.durable_through().map_or(0, |d| d.get());
+                let lost = error.lost();
+                let waiting = pending.iter().map(|(sequence, _, _)| *sequence);
+                let abandoned = !error.is_refused();
+                for sequence in waiting
+                    .chain(first..first + batch_len)
+                    .filter(|_| abandoned)
+                {
+                    let reported = lost.is_some_and(|range| range.contains(&sequence));
+                    if reported == (sequence <= durable) {
+                        run.misaccounted.push(format!(
+                            "{sequence}: durable through {durable}, lost {lost:?} ({error})"
+                        ));
+                    }
+                }
+                // What is lost is never acknowledged by a later, higher durable mark.
+                pending.retain(|(sequence, _, _)| !lost.is_some_and(|r| r.contains(sequence)));
             }
         }
-        match w.sync() {
+        // Every other batch waits for the next one's sync (a group commit of two), so a fault
+        // can meet batches appended and not yet synced; the last two always sync.
+        let sync_now = batch_index % 2 == 1 || batch_index >= WORKLOAD_BATCHES - 2;
+        let synced = if sync_now { w.sync() } else { Ok(None) };
+        match synced {
             Ok(Some(durable)) => {
                 let acked_now = pending.iter().any(|(s, _, _)| *s <= durable.get());
                 for (sequence, chunk, draft) in pending.drain(..) {
@@ -429,6 +466,11 @@ fn check(
         run.uncategorized.is_empty(),
         "{case}: {:?}",
         run.uncategorized
+    );
+    assert!(
+        run.misaccounted.is_empty(),
+        "{case}: {:?}",
+        run.misaccounted
     );
     assert!(
         run.recovered,
