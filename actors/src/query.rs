@@ -42,6 +42,9 @@ pub enum QueryMsg {
     },
     /// Events the writer just appended, with their locations (in sequence order).
     Appended(Vec<(RecordLocation, Event)>),
+    /// Records the writer reports lost (a failed append or sync): forget them, so no page
+    /// returns an event the history reports dropped.
+    Lost(std::ops::RangeInclusive<u64>),
     /// The writer is about to remove these pruned chunks' files: forget them (now, and in a
     /// reader opened later in this actor's life), then answer, so no page reads a removed file.
     Pruned {
@@ -263,6 +266,12 @@ impl Actor for QueryActor {
                         )
                     });
                     state.index_writes.extend(started);
+                }
+            }
+            QueryMsg::Lost(lost) => {
+                // A reader opened later reads the disk, where these were never made durable.
+                if let Some(reader) = state.reader.as_mut() {
+                    reader.forget_lost(&lost);
                 }
             }
             QueryMsg::Pruned { chunks, reply } => {

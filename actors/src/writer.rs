@@ -1103,7 +1103,7 @@ impl WriterState {
                     error.lost().cloned()
                 };
                 let outcome = markers.lost(first, count, lost.as_ref());
-                self.lost_unreported += outcome.lost_events;
+                self.records_lost(lost, outcome.lost_events);
                 if outcome.durable_drops > 0 {
                     // Markers that reached a chunk the failed append closed (synced) are in
                     // the history: their drops join the lifetime total as on success.
@@ -1287,8 +1287,32 @@ impl WriterState {
                 let closed = [closed];
                 self.seal(&closed).await;
             }
-            Some(Err(error)) => self.append_failed(&error),
+            Some(Err(error)) => {
+                // A closing sync that failed (rotation by age): what it covered is lost.
+                self.records_lost_to(&error);
+                self.append_failed(&error);
+            }
             _ => {}
+        }
+    }
+
+    /// Counts every record `error` reports lost as dropped (one event each) and has the Query
+    /// actor forget them: [`WriterState::records_lost`].
+    fn records_lost_to(&mut self, error: &AppendError) {
+        let lost = error.lost().cloned();
+        let events = lost
+            .as_ref()
+            .map_or(0, |range| range.clone().count() as u64);
+        self.records_lost(lost, events);
+    }
+
+    /// Records the store reports lost (`lost`; never durable): `events` more to report by the
+    /// next drop marker, and the Query actor told to forget them, so no page returns an event
+    /// the history reports dropped (it answered appended, unsynced events from its cache).
+    fn records_lost(&mut self, lost: Option<RangeInclusive<u64>>, events: u64) {
+        self.lost_unreported += events;
+        if let (Some(lost), Some(query)) = (lost, &self.query) {
+            let _ = query.cast(crate::query::QueryMsg::Lost(lost));
         }
     }
 
@@ -1306,8 +1330,7 @@ impl WriterState {
             Err(error) => {
                 // What the failed sync covered can never be acknowledged and, after a failed
                 // fsync, is most likely gone: it is reported as dropped, never lost silently.
-                self.lost_unreported +=
-                    error.lost().map_or(0, |range| range.clone().count() as u64);
+                self.records_lost_to(&error);
                 self.append_failed(&error);
                 Err(ControlError::Storage)
             }

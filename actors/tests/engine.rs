@@ -565,6 +565,62 @@ fn a_batch_split_by_a_rotation_that_fails_reports_only_its_unwritten_part_droppe
     assert_strictly_increasing(&events);
 }
 
+/// What a failed sync lost is reported dropped, and no query returns it afterwards (nor fails
+/// on a record no longer on disk): the Query actor forgets what the store reports lost, from
+/// its hot cache and its index alike.
+#[test]
+fn a_query_never_returns_an_event_a_failed_sync_lost() {
+    use annal_schema::AccessOperation;
+    let s = setup();
+    let storage = faulty_setup(&s);
+    let mut config = s.config();
+    // No group commit behind the test's back: only the flushes sync.
+    config.sync_interval = Duration::from_secs(600);
+    let engine = start_faulty_configured(&s, config, &storage);
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    let actions = |engine: &Engine| {
+        let response = engine
+            .query(
+                request(serde_json::json!({"limit": 200})),
+                AccessOperation::LocalCli,
+            )
+            .unwrap();
+        action_events(&response.events)
+    };
+    for _ in 0..5 {
+        let _ = capture.action_started(click(), None, None);
+    }
+    engine.flush().unwrap();
+    for _ in 0..5 {
+        let _ = capture.action_started(click(), None, None);
+    }
+    // The five are appended (the drain's tick) and answered from the hot cache, unsynced.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while actions(&engine) < 10 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(actions(&engine), 10);
+    storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
+    assert!(engine.flush().is_err());
+    assert!(engine.status().unwrap().dropped_events >= 5);
+    assert_eq!(
+        actions(&engine),
+        5,
+        "a query returned what the failed sync lost"
+    );
+    // The disk recovers: what comes next is answered beside the five that stayed.
+    storage.clear_faults();
+    for _ in 0..2 {
+        let _ = capture.action_started(click(), None, None);
+    }
+    engine.flush().unwrap();
+    assert_eq!(actions(&engine), 7);
+    engine.shutdown();
+    drop(storage);
+    assert_eq!(action_events(&s.events()), 7);
+}
+
 /// A journal sync that fails loses what it covered from disk: the journal appends those
 /// events again (here at shutdown), so the lifetime drop total still survives a restart.
 #[test]

@@ -132,6 +132,16 @@ impl Index {
         Ok(())
     }
 
+    /// Drops the entries whose sequence lies in `range` (records the writer reports lost:
+    /// never durable, so never to be planned or read).
+    pub fn forget_sequences(&mut self, range: &std::ops::RangeInclusive<u64>) {
+        let start = self
+            .entries
+            .partition_point(|e| e.sequence < *range.start());
+        let end = self.entries.partition_point(|e| e.sequence <= *range.end());
+        self.entries.drain(start..end.max(start));
+    }
+
     /// The first indexed sequence.
     pub fn first_sequence(&self) -> Option<u64> {
         self.entries.first().map(|e| e.sequence)

@@ -134,6 +134,32 @@ impl QueryService {
         self.chunks.retain(|id, _| !chunks.contains(id));
     }
 
+    /// The writer reports the records of `lost` lost (a failed append or sync: never durable,
+    /// and after a failed sync most likely gone from the disk): forgets them, in the index and
+    /// in both caches, so no page returns an event the history reports dropped, nor reads a
+    /// location that may no longer hold its record.
+    pub fn forget_lost(&mut self, lost: &std::ops::RangeInclusive<u64>) {
+        self.index.index.forget_sequences(lost);
+        let mut freed = 0usize;
+        self.hot.retain(|(sequence, _, bytes)| {
+            let keep = !lost.contains(sequence);
+            if !keep {
+                freed = freed.saturating_add(*bytes);
+            }
+            keep
+        });
+        self.hot_bytes = self.hot_bytes.saturating_sub(freed);
+        let mut freed = 0usize;
+        self.read.retain(|sequence, (_, bytes)| {
+            let keep = !lost.contains(sequence);
+            if !keep {
+                freed = freed.saturating_add(*bytes);
+            }
+            keep
+        });
+        self.read_bytes = self.read_bytes.saturating_sub(freed);
+    }
+
     /// Sets the hot cache's budget in bytes (0: no cache at all, every event read from disk;
     /// the default is [`HOT_CACHE_MAX_BYTES`]), evicting the oldest sequences to fit.
     pub fn set_hot_cache_max_bytes(&mut self, bytes: usize) {

@@ -338,3 +338,16 @@ fn a_page_below_the_first_sequence_is_empty() {
     assert_eq!(sequences(&page.locations), [2]);
     assert!(page.has_more);
 }
+
+#[test]
+fn forgetting_lost_sequences_drops_exactly_those_entries() {
+    let mut index = Index::from_entries((1..=10).map(|s| entry(s, s, None)).collect());
+    index.forget_sequences(&(7..=12));
+    let left: Vec<u64> = index.entries().iter().map(|e| e.sequence).collect();
+    assert_eq!(left, [1, 2, 3, 4, 5, 6]);
+    // A range that holds nothing indexed changes nothing.
+    index.forget_sequences(&(20..=30));
+    assert_eq!(index.len(), 6);
+    // The next appended entry still follows the last kept one.
+    assert!(index.push(entry(13, 13, None)).is_ok());
+}
