@@ -477,6 +477,13 @@ impl Engine {
         let _ = self.supervisor.cast(SupervisorMsg::InjectWriterPanic);
     }
 
+    /// Test-only: the writer runs its periodic rotation check (rotation by age, retention) now
+    /// rather than at its next `ROTATION_CHECK_SECS` tick.
+    #[cfg(feature = "testing")]
+    pub fn check_rotation_now(&self) {
+        let _ = self.supervisor.cast(SupervisorMsg::CheckRotationNow);
+    }
+
     /// Drains the capture queue, syncs, stops every actor and the runtime, within
     /// `config.shutdown_deadline`. Always returns; from inside an async runtime it does not
     /// wait for the drain (use [`Engine::shutdown_async`] there).

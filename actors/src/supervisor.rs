@@ -105,6 +105,9 @@ pub enum SupervisorMsg {
     /// Test-only: make the writer panic.
     #[cfg(feature = "testing")]
     InjectWriterPanic,
+    /// Test-only: the writer runs its periodic rotation check now.
+    #[cfg(feature = "testing")]
+    CheckRotationNow,
 }
 
 /// What the supervisor starts with.
@@ -822,6 +825,12 @@ impl Actor for SupervisorActor {
             SupervisorMsg::InjectWriterPanic => {
                 if let Some(writer) = &state.writer {
                     let _ = writer.cast(WriterMsg::InjectPanic);
+                }
+            }
+            #[cfg(feature = "testing")]
+            SupervisorMsg::CheckRotationNow => {
+                if let Some(writer) = &state.writer {
+                    let _ = writer.cast(WriterMsg::RotationCheck);
                 }
             }
         }

@@ -621,6 +621,64 @@ fn a_query_never_returns_an_event_a_failed_sync_lost() {
     assert_eq!(action_events(&s.events()), 7);
 }
 
+/// A rotation by age whose closing sync fails: what the chunk held unsynced is counted as
+/// dropped (never lost silently) and no query answers it any more.
+#[test]
+fn a_failed_closing_sync_of_a_rotation_by_age_is_counted_and_forgotten() {
+    use annal_engine::clock::ManualClock;
+    use annal_engine::store::CHUNK_MAX_AGE_SECS;
+    use annal_schema::AccessOperation;
+    let s = setup();
+    let storage = faulty_setup(&s);
+    let clock = ManualClock::new(Duration::from_secs(1_764_000_000));
+    let mut config = s.config();
+    config.sync_interval = Duration::from_secs(600);
+    let engine = start_faulty_with(&s, config, Arc::new(clock.clone()), &storage);
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    let actions = |engine: &Engine| {
+        let response = engine
+            .query(
+                request(serde_json::json!({"limit": 200})),
+                AccessOperation::LocalCli,
+            )
+            .unwrap();
+        action_events(&response.events)
+    };
+    for _ in 0..5 {
+        let _ = capture.action_started(click(), None, None);
+    }
+    engine.flush().unwrap();
+    for _ in 0..5 {
+        let _ = capture.action_started(click(), None, None);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while actions(&engine) < 10 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(actions(&engine), 10);
+    clock.advance(Duration::from_secs(CHUNK_MAX_AGE_SECS + 1));
+    storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
+    engine.check_rotation_now();
+    while storage.injected() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        storage.injected(),
+        1,
+        "the rotation's closing sync met the fault"
+    );
+    assert!(engine.status().unwrap().dropped_events >= 5);
+    assert_eq!(
+        actions(&engine),
+        5,
+        "a query returned what the failed sync lost"
+    );
+    engine.shutdown();
+    drop(storage);
+    assert_eq!(action_events(&s.events()), 5);
+}
+
 /// A journal sync that fails loses what it covered from disk: the journal appends those
 /// events again (here at shutdown), so the lifetime drop total still survives a restart.
 #[test]

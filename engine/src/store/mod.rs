@@ -56,8 +56,8 @@ pub use read::{
 };
 pub use stream::{History, RecordIdentity, Stream};
 pub use write::{
-    AppendError, AppendReceipt, ClosedChunk, EARLY_ROTATION_HEADROOM_FRACTION, OpenWriterError,
-    RecordLocation, SealedChunk, StoreWriter, TornTailFound, WriterConfig,
+    AppendError, AppendReceipt, CHUNK_MAX_AGE_SECS, ClosedChunk, EARLY_ROTATION_HEADROOM_FRACTION,
+    OpenWriterError, RecordLocation, SealedChunk, StoreWriter, TornTailFound, WriterConfig,
 };
 
 use crate::profile::ChunkId;
