@@ -1067,14 +1067,22 @@ impl WriterState {
             Ok(AppendReceipt {
                 records,
                 events,
+                recovered,
+                recovered_events,
                 closed,
                 ..
             }) => {
                 open.unsynced_since
                     .get_or_insert_with(tokio::time::Instant::now);
-                let written: u64 = records.iter().map(|r| r.len).sum();
+                // A failed append's durable part (reported now) counts and is indexed too,
+                // before this batch (its sequences are lower).
+                let written: u64 = recovered.iter().chain(&records).map(|r| r.len).sum();
                 if let Some(query) = &self.query {
-                    let appended = records.into_iter().zip(events).collect();
+                    let appended = recovered
+                        .into_iter()
+                        .zip(recovered_events)
+                        .chain(records.into_iter().zip(events))
+                        .collect();
                     let _ = query.cast(crate::query::QueryMsg::Appended(appended));
                 }
                 if !self.tick_armed {

@@ -370,10 +370,27 @@ fn a_chunk_closed_by_a_failed_append_is_reported_by_the_next_receipt() {
     assert_eq!(receipt.closed.len(), 1, "{receipt:?}");
     assert_eq!(receipt.closed[0].first_sequence, 1);
     assert_eq!(receipt.closed[0].last_sequence, closed_through);
+    // The failed batch's durable part is reported too, apart from the new batch's record
+    // (whose sequence follows the burned ones), with its events, so the shell can index it.
+    let sequences = |records: &[annal_engine::store::RecordLocation]| -> Vec<u64> {
+        records.iter().map(|r| r.sequence).collect()
+    };
+    assert_eq!(sequences(&receipt.records), [33]);
+    let want: Vec<u64> = (17..=closed_through).collect();
+    assert_eq!(sequences(&receipt.recovered), want);
+    assert_eq!(
+        receipt
+            .recovered_events
+            .iter()
+            .map(|e| e.data.sequence.get())
+            .collect::<Vec<_>>(),
+        want
+    );
     assert_eq!(receipt.created.len(), 1);
     // Reported once.
     let receipt = w.append(drafts[..1].to_vec()).unwrap();
     assert!(receipt.closed.is_empty(), "{receipt:?}");
+    assert!(receipt.recovered.is_empty(), "{receipt:?}");
 }
 
 /// A rotation whose closing sync fails: that file is never synced again (no salvage of it),

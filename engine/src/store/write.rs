@@ -392,6 +392,12 @@ pub struct AppendReceipt<E = annal_schema::Event> {
     /// the writer rather than dropped: the query path's hot cache keeps them, so the newest
     /// events are answered without decrypting anything.
     pub events: Vec<E>,
+    /// Records of an earlier append that failed but wrote them durably all the same (to a
+    /// chunk it closed before failing), in sequence order, all below this batch's: reported
+    /// once, here, so the shell can index them in this life too.
+    pub recovered: Vec<RecordLocation>,
+    /// The events of [`AppendReceipt::recovered`], in the same order.
+    pub recovered_events: Vec<E>,
     /// Chunks closed (rotated away from, synced) during this append, after any that an earlier,
     /// failed append closed before it failed (complete and synced all the same, so they are
     /// reported here, to be sealed, rather than lost with that append's receipt).
@@ -405,6 +411,8 @@ impl<E> Default for AppendReceipt<E> {
         Self {
             records: Vec::new(),
             events: Vec::new(),
+            recovered: Vec::new(),
+            recovered_events: Vec::new(),
             closed: Vec::new(),
             created: Vec::new(),
         }
@@ -492,6 +500,10 @@ pub struct StoreWriter<S: Stream> {
     /// Chunks closed by appends that then failed (say, the next chunk could not be created):
     /// reported by the next successful append's receipt.
     closed_unreported: Vec<ClosedChunk>,
+    /// Records of appends that then failed which are durable all the same (written to a chunk
+    /// the append closed), with their events: the next successful append's receipt reports
+    /// them ([`AppendReceipt::recovered`]).
+    written_unreported: (Vec<RecordLocation>, Vec<EventOf<S>>),
     /// The torn tails found at open, for the shell to record.
     torn_tails_at_open: Vec<TornTailFound>,
     /// Complete chunks of earlier generations that no seal covers, found by
@@ -686,6 +698,7 @@ impl<S: Stream> StoreWriter<S> {
             ids: Vec::new(),
             batch: Vec::new(),
             closed_unreported: Vec::new(),
+            written_unreported: (Vec::new(), Vec::new()),
             torn_tails_at_open,
             unsealed_at_open: Vec::new(),
         })
@@ -751,10 +764,27 @@ impl<S: Stream> StoreWriter<S> {
             .ok_or(AppendError::SequencesExhausted)?;
         self.high_water = Some(last);
         let batch = first.get()..=last.get();
-        match self.write_batch(drafts, first.get()) {
-            Ok(receipt) => Ok(receipt),
+        let mut receipt = AppendReceipt::default();
+        match self.write_batch(drafts, first.get(), &mut receipt) {
+            Ok(()) => {
+                (receipt.recovered, receipt.recovered_events) =
+                    std::mem::take(&mut self.written_unreported);
+                Ok(receipt)
+            }
             Err(error) => {
                 self.salvage_written();
+                // What this append wrote and is durable now (a chunk it closed, or the salvage)
+                // waits for the next receipt; what is not, is in `lost` below.
+                let durable = self.durable_through.map_or(0, |d| d.get());
+                let kept = receipt
+                    .records
+                    .iter()
+                    .take_while(|r| r.sequence <= durable)
+                    .count();
+                receipt.records.truncate(kept);
+                receipt.events.truncate(kept);
+                self.written_unreported.0.append(&mut receipt.records);
+                self.written_unreported.1.append(&mut receipt.events);
                 let unsynced = self.abandon();
                 // What is durable is not lost: the chunks this append closed were synced on
                 // close, and the salvage made what was whole in the current one durable.
@@ -903,8 +933,8 @@ impl<S: Stream> StoreWriter<S> {
         &mut self,
         drafts: Vec<S::Draft>,
         first: u64,
-    ) -> Result<AppendReceipt<EventOf<S>>, AppendError> {
-        let mut receipt = AppendReceipt::default();
+        receipt: &mut AppendReceipt<EventOf<S>>,
+    ) -> Result<(), AppendError> {
         let mut pending: Vec<RecordLocation> = Vec::with_capacity(drafts.len());
         let mut pending_events: Vec<EventOf<S>> = Vec::with_capacity(drafts.len());
         self.batch.clear();
@@ -937,7 +967,7 @@ impl<S: Stream> StoreWriter<S> {
             }
             let bound = self.plaintext.len() as u64 + RECORD_OVERHEAD_MAX_BYTES;
             if !self.fits(bound, aged) {
-                self.flush(&mut pending, &mut pending_events, &mut receipt)?;
+                self.flush(&mut pending, &mut pending_events, receipt)?;
                 if let Some(closed) = self.close_current()? {
                     // Kept by the writer until the receipt is returned, so a failure below
                     // (the next chunk not created) does not lose it.
@@ -970,9 +1000,9 @@ impl<S: Stream> StoreWriter<S> {
             });
             pending_events.push(event);
         }
-        self.flush(&mut pending, &mut pending_events, &mut receipt)?;
+        self.flush(&mut pending, &mut pending_events, receipt)?;
         receipt.closed = std::mem::take(&mut self.closed_unreported);
-        Ok(receipt)
+        Ok(())
     }
 
     /// Whether a record of at most `bound` bytes still goes into the current chunk (`aged`:
