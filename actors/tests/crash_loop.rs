@@ -60,9 +60,19 @@ fn main() {
     }
 }
 
+/// One generation's outcome.
+#[derive(Default)]
+struct Generation {
+    /// Bundle ids of the actions a flush acknowledged, each one admitted when it started.
+    acknowledged: Vec<String>,
+    /// Actions the daemon answered but did not admit (`not_admitted`: the store reached its
+    /// quota; `dropped`: the capture queue was full): never stored, so never expected back.
+    not_admitted: u64,
+}
+
 /// One generation: a daemon, a stream of batches each closed by a flush, a SIGKILL at a random
-/// moment. Returns the bundle ids a flush acknowledged.
-fn generation(sandbox: &Sandbox, rng: &mut SeededEntropy, next_action: &mut u64) -> Vec<String> {
+/// moment.
+fn generation(sandbox: &Sandbox, rng: &mut SeededEntropy, next_action: &mut u64) -> Generation {
     let mut child = Killed(
         sandbox
             .annal(&["serve"])
@@ -77,7 +87,7 @@ fn generation(sandbox: &Sandbox, rng: &mut SeededEntropy, next_action: &mut u64)
         std::thread::sleep(kill_after);
         let _ = Command::new("kill").args(["-KILL", &pid]).status();
     });
-    let mut acknowledged = Vec::new();
+    let mut outcome = Generation::default();
     'stream: loop {
         let batch = 1 + rng.below(BATCH_MAX_ACTIONS);
         let mut pending = Vec::new();
@@ -108,16 +118,22 @@ fn generation(sandbox: &Sandbox, rng: &mut SeededEntropy, next_action: &mut u64)
             if completed.is_none() {
                 break 'stream;
             }
-            pending.push(id);
+            if started["ok"]["admission"] == "accepted" {
+                pending.push(id);
+            } else {
+                outcome.not_admitted += 1;
+            }
         }
         match ask(&mut raw, json!({"op": "flush"})) {
-            Some(reply) if reply["ok"]["status"].is_object() => acknowledged.extend(pending),
+            Some(reply) if reply["ok"]["status"].is_object() => {
+                outcome.acknowledged.extend(pending);
+            }
             _ => break 'stream,
         }
     }
     killer.join().unwrap();
     let _ = child.0.wait();
-    acknowledged
+    outcome
 }
 
 /// A daemon child that is killed and reaped on drop, so a failing generation leaves none.
@@ -171,8 +187,20 @@ fn run(seed: u64, kills: u64) -> usize {
     let mut rng = SeededEntropy::new(seed);
     let mut next_action = 1;
     let mut acknowledged = Vec::new();
+    let mut not_admitted = 0;
     for _ in 0..kills {
-        acknowledged.extend(generation(&sandbox, &mut rng, &mut next_action));
+        let outcome = generation(&sandbox, &mut rng, &mut next_action);
+        acknowledged.extend(outcome.acknowledged);
+        not_admitted += outcome.not_admitted;
+    }
+    if not_admitted > 0 {
+        // Only the quota stops admission in this loop (long runs reach the default 100 MiB).
+        let status = sandbox.json(&["status"]);
+        assert_eq!(
+            status["status"]["health"], "quota_reached",
+            "{not_admitted} not admitted: {status}"
+        );
+        println!("crash loop: {not_admitted} actions not admitted (the store reached its quota)");
     }
     // Read everything back (a daemon is started on demand for the reads).
     let events = all_events(&sandbox);
