@@ -581,12 +581,38 @@ fn a_batch_split_by_a_rotation_that_fails_reports_only_its_unwritten_part_droppe
     assert_strictly_increasing(&events);
 }
 
-/// What a failed sync lost is reported dropped, and no query returns it afterwards (nor fails
-/// on a record no longer on disk): the Query actor forgets what the store reports lost, from
-/// its hot cache and its index alike.
+/// The action events the owner's query answers (one page: the tests below stay under it).
+fn answered_actions(engine: &Engine) -> usize {
+    let response = engine
+        .query(
+            request(serde_json::json!({"limit": 200})),
+            annal_schema::AccessOperation::LocalCli,
+        )
+        .unwrap();
+    action_events(&response.events)
+}
+
+/// Five actions flushed, then five more appended (the drain's tick) and not synced, which the
+/// Query actor answers from its hot cache.
+fn five_durable_and_five_unsynced(engine: &Engine, capture: &annal_engine::capture::CaptureHandle) {
+    for _ in 0..5 {
+        let _ = capture.action_started(click(), None, None);
+    }
+    engine.flush().unwrap();
+    for _ in 0..5 {
+        let _ = capture.action_started(click(), None, None);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while answered_actions(engine) < 10 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(answered_actions(engine), 10);
+}
+
+/// What a failed sync lost is reported dropped, and no query returns it afterwards: the Query
+/// actor forgets what the store reports lost, from its hot cache and its index alike.
 #[test]
 fn a_query_never_returns_an_event_a_failed_sync_lost() {
-    use annal_schema::AccessOperation;
     let s = setup();
     let storage = faulty_setup(&s);
     let mut config = s.config();
@@ -595,28 +621,8 @@ fn a_query_never_returns_an_event_a_failed_sync_lost() {
     let engine = start_faulty_configured(&s, config, &storage);
     engine.enable().unwrap();
     let capture = engine.capture();
-    let actions = |engine: &Engine| {
-        let response = engine
-            .query(
-                request(serde_json::json!({"limit": 200})),
-                AccessOperation::LocalCli,
-            )
-            .unwrap();
-        action_events(&response.events)
-    };
-    for _ in 0..5 {
-        let _ = capture.action_started(click(), None, None);
-    }
-    engine.flush().unwrap();
-    for _ in 0..5 {
-        let _ = capture.action_started(click(), None, None);
-    }
-    // The five are appended (the drain's tick) and answered from the hot cache, unsynced.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while actions(&engine) < 10 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert_eq!(actions(&engine), 10);
+    let actions = answered_actions;
+    five_durable_and_five_unsynced(&engine, &capture);
     storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
     assert!(engine.flush().is_err());
     assert!(engine.status().unwrap().dropped_events >= 5);
@@ -643,7 +649,6 @@ fn a_query_never_returns_an_event_a_failed_sync_lost() {
 fn a_failed_closing_sync_of_a_rotation_by_age_is_counted_and_forgotten() {
     use annal_engine::clock::ManualClock;
     use annal_engine::store::CHUNK_MAX_AGE_SECS;
-    use annal_schema::AccessOperation;
     let s = setup();
     let storage = faulty_setup(&s);
     let clock = ManualClock::new(Duration::from_secs(1_764_000_000));
@@ -652,27 +657,9 @@ fn a_failed_closing_sync_of_a_rotation_by_age_is_counted_and_forgotten() {
     let engine = start_faulty_with(&s, config, Arc::new(clock.clone()), &storage);
     engine.enable().unwrap();
     let capture = engine.capture();
-    let actions = |engine: &Engine| {
-        let response = engine
-            .query(
-                request(serde_json::json!({"limit": 200})),
-                AccessOperation::LocalCli,
-            )
-            .unwrap();
-        action_events(&response.events)
-    };
-    for _ in 0..5 {
-        let _ = capture.action_started(click(), None, None);
-    }
-    engine.flush().unwrap();
-    for _ in 0..5 {
-        let _ = capture.action_started(click(), None, None);
-    }
+    let actions = answered_actions;
+    five_durable_and_five_unsynced(&engine, &capture);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while actions(&engine) < 10 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert_eq!(actions(&engine), 10);
     clock.advance(Duration::from_secs(CHUNK_MAX_AGE_SECS + 1));
     storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
     engine.check_rotation_now();
