@@ -6,6 +6,12 @@
 //! from them: what a failed append or sync reports lost (the store's exact `lost` range, which
 //! leaves out what is durable all the same) goes back in front of the held events, in order, to
 //! be appended again.
+//!
+//! That is at least once, not exactly once: after a failed `fsync` the kernel may still have
+//! written some of those records, which a later open then finds beside their second copy. The
+//! projection applies such a record twice; for the drop total and a child's restart history
+//! that counts more, never less (drops over-reported, a give-up sooner), which is the side to
+//! err on.
 
 use std::ops::RangeInclusive;
 
