@@ -97,7 +97,7 @@ pub enum Drained<T> {
     },
 }
 
-/// The outcome of one [`Channel::drain_final`] round.
+/// The outcome of one `Channel::drain_final` round (`CaptureDrain::drain_final`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FinalDrain {
     /// How many entries (items and markers) this round appended.

@@ -367,7 +367,7 @@ impl Serialize for Refusal {
 pub const CURSOR_ARGUMENT_MAX_LEN_CHARS: usize = 512;
 
 /// Parses `history_query` arguments with the paging extension: the contract's closed fields
-/// (through [`QueryRequest::parse`], which refuses anything else) and an optional `cursor`
+/// (through [`QueryRequest::parse`](annal_schema::tools::QueryRequest::parse), which refuses anything else) and an optional `cursor`
 /// string. A `cursor` that is not a string of at most [`CURSOR_ARGUMENT_MAX_LEN_CHARS`] is
 /// `invalid_history_query`.
 pub fn parse_query_arguments(

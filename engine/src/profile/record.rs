@@ -5,7 +5,7 @@
 //! ChaCha20-Poly1305 (chosen over RustCrypto's `chacha20poly1305` for speed on small records in
 //! a default build; docs/benchmarks.md has both measurements). The same algorithm, so the bytes
 //! are the same: the interop test re-seals the reference chunk byte for byte. What is constant for a chunk is computed once per chunk in
-//! [`ChunkCipher`]: the Enc_structure bytes (they hold the exact header bytes), the nonce prefix
+//! `ChunkCipher`: the Enc_structure bytes (they hold the exact header bytes), the nonce prefix
 //! and the AEAD key schedule. A record is then sealed straight into the caller's buffer
 //! ([`RecordSealer::seal_into`]) and opened by checking its fixed framing against the bytes the
 //! writer would have written, without decoding it into a CBOR value; only an item that fails

@@ -185,7 +185,7 @@ impl QueryService {
     /// An event the writer just appended at `location` (in sequence order): indexed, and
     /// cached. One the index already holds (read from disk at load) is only cached. When it
     /// is the first of a new chunk, the previous one was closed: its index file is returned,
-    /// for the caller to write ([`write_index_file`], off its hot path).
+    /// for the caller to write ([`write_index_file`](crate::index::write_index_file), off its hot path).
     pub fn appended(&mut self, location: RecordLocation, event: Event) -> Option<ChunkIndex> {
         let closed = match &self.appending {
             Some((chunk, _)) if *chunk == location.chunk_id => None,

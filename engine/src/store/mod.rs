@@ -1,6 +1,6 @@
 //! The on-disk store: the contract store the reference can open in place, annal's sidecar beside
 //! it, the chunk writer and the store-wide reader. All file I/O goes through a
-//! [`Storage`](crate::storage::Storage).
+//! [`Storage`].
 //!
 //! ```text
 //! <namespace dir>/                 0700

@@ -61,8 +61,8 @@ const EXIT_CODES_HELP: &str = "Exit codes: 0 success; 1 the command ran and foun
 #[derive(Debug, Parser)]
 #[command(name = "annal", version, about, after_help = EXIT_CODES_HELP)]
 struct Cli {
-    /// The store directory (default: $XDG_STATE_HOME/annal/<namespace>, else
-    /// ~/.local/state/annal/<namespace>).
+    /// The store directory (default: `$XDG_STATE_HOME/annal/<namespace>`, else
+    /// `~/.local/state/annal/<namespace>`).
     #[arg(long, global = true, value_name = "DIR")]
     store: Option<PathBuf>,
     /// The namespace: names the store's key and its default directory.
@@ -73,7 +73,7 @@ struct Cli {
     /// created with.
     #[arg(long, global = true, default_value_t = KeyStoreChoice::Auto, value_parser = parse_choice)]
     key_store: KeyStoreChoice,
-    /// The daemon's socket (default: $XDG_RUNTIME_DIR/annal/<hash of the store path>.sock).
+    /// The daemon's socket (default: `$XDG_RUNTIME_DIR/annal/<hash of the store path>.sock`).
     #[arg(long, global = true, value_name = "PATH")]
     socket: Option<PathBuf>,
     /// Open the store in this process (taking its writer lock) instead of through the daemon.
