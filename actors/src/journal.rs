@@ -144,7 +144,7 @@ impl JournalState {
                 event,
             })
             .collect();
-        let first = writer.high_water().map_or(0, |s| s.get()) + 1;
+        let first = writer.next_sequence().map_or(u64::MAX, |s| s.get());
         match writer.append(entries) {
             Ok(receipt) => self
                 .outbox

@@ -1040,7 +1040,9 @@ impl WriterState {
             self.lost_unreported += lost_if_failed;
             return;
         };
-        let next_last = open.history.high_water().map_or(0, |s| s.get()) + count;
+        // The batch's sequences, as the store will assign them (none left: the append refuses).
+        let first = open.history.next_sequence().map_or(u64::MAX, |s| s.get());
+        let next_last = first.saturating_add(count - 1);
         if next_last > open.reserved_through {
             let reserve = next_last + SEQUENCE_RESERVE_BLOCK;
             // Durable before any history record uses one of these sequences.
@@ -1103,7 +1105,6 @@ impl WriterState {
                 self.storage_ok();
             }
             Err(error) => {
-                let first = next_last + 1 - count;
                 let lost = if error.is_refused() {
                     // None of it is on disk.
                     Some(first..=next_last)
@@ -1231,20 +1232,16 @@ impl WriterState {
             seal_failed |= outcome.seal_failed;
             match outcome.checkpoint {
                 CheckpointOutcome::Untouched => {}
-                CheckpointOutcome::Kept => {
-                    if std::mem::take(&mut self.key_failing) {
-                        self.signal(SignalKind::KeyRecovered);
-                    }
-                }
-                CheckpointOutcome::Verified => {
+                CheckpointOutcome::Kept | CheckpointOutcome::Verified => {
                     if std::mem::take(&mut self.key_failing) {
                         self.signal(SignalKind::KeyRecovered);
                     }
                     // A rollback an earlier life reported no longer holds (the newer copy is
                     // back): the only thing that clears it. Signalled only then.
-                    if self
-                        .projection
-                        .holds(HealthCategory::StorageCorrupt, true, 0)
+                    if outcome.checkpoint == CheckpointOutcome::Verified
+                        && self
+                            .projection
+                            .holds(HealthCategory::StorageCorrupt, true, 0)
                     {
                         self.signal(SignalKind::CheckpointVerified);
                     }

@@ -602,12 +602,21 @@ fn five_durable_and_five_unsynced(engine: &Engine, capture: &annal_engine::captu
     for _ in 0..5 {
         let _ = capture.action_started(click(), None, None);
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while answered_actions(engine) < 10 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    eventually(|| answered_actions(engine) >= 10);
     assert_eq!(answered_actions(engine), 10);
 }
+
+/// Polls `ready` until it holds or [`EVENTUALLY_DEADLINE`] passed (what the engine does on
+/// its own time: a drain tick, a journal tick, a cast); the caller asserts the outcome.
+fn eventually(mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + EVENTUALLY_DEADLINE;
+    while !ready() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// How long [`eventually`] waits: far above a loaded CI machine's delays.
+const EVENTUALLY_DEADLINE: Duration = Duration::from_secs(10);
 
 /// What a failed sync lost is reported dropped, and no query returns it afterwards: the Query
 /// actor forgets what the store reports lost, from its hot cache and its index alike.
@@ -659,13 +668,10 @@ fn a_failed_closing_sync_of_a_rotation_by_age_is_counted_and_forgotten() {
     let capture = engine.capture();
     let actions = answered_actions;
     five_durable_and_five_unsynced(&engine, &capture);
-    let deadline = Instant::now() + Duration::from_secs(10);
     clock.advance(Duration::from_secs(CHUNK_MAX_AGE_SECS + 1));
     storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
     engine.check_rotation_now();
-    while storage.injected() == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    eventually(|| storage.injected() > 0);
     assert_eq!(
         storage.injected(),
         1,
@@ -701,10 +707,7 @@ fn a_failed_journal_sync_loses_no_journal_event() {
     // The marker is durable in the history; its drops went to the journal, not synced yet.
     assert_eq!(engine.flush().unwrap().dropped_events, 84);
     storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while storage.injected() == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    eventually(|| storage.injected() > 0);
     assert_eq!(
         storage.injected(),
         1,

@@ -446,11 +446,17 @@ const fn key_index(fault: KeyFault) -> usize {
 
 /// Health after `signals` (in journal order), with the non-signal facts `inputs`: a pure fold.
 pub fn replay(inputs: HealthInputs, signals: &[Signal]) -> HealthCategory {
+    fold(signals).category(&inputs)
+}
+
+/// Every signal of `signals` (in journal order) folded: what [`replay`] ranks, and what a
+/// caller asks [`HealthFold::holds`] of one category.
+pub fn fold(signals: &[Signal]) -> HealthFold {
     let mut fold = HealthFold::default();
     for signal in signals {
         fold.apply(signal);
     }
-    fold.category(&inputs)
+    fold
 }
 
 #[cfg(test)]

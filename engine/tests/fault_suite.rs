@@ -185,7 +185,7 @@ fn workload(
             run.failures += 1;
             continue;
         };
-        let first = w.high_water().map_or(0, |s| s.get()) + 1;
+        let first = w.next_sequence().unwrap().get();
         let batch_len = batch.len() as u64;
         match w.append(batch.clone()) {
             Ok(receipt) => {

@@ -258,11 +258,8 @@ impl State {
     /// Whether `category` holds after this state's signals, whatever outranks it in
     /// [`State::health`] (a writer asks whether a rollback is still shown).
     pub fn holds(&self, category: HealthCategory, admitted: bool, pending_drops: u64) -> bool {
-        let mut fold = crate::health::HealthFold::default();
-        for signal in &self.signals {
-            fold.apply(signal);
-        }
-        fold.holds(category, &self.health_inputs(admitted, pending_drops))
+        crate::health::fold(&self.signals)
+            .holds(category, &self.health_inputs(admitted, pending_drops))
     }
 
     /// `child`'s restart history, for [`crate::supervision::decide`].

@@ -140,24 +140,19 @@ impl QueryService {
     /// location that may no longer hold its record.
     pub fn forget_lost(&mut self, lost: &std::ops::RangeInclusive<u64>) {
         self.index.index.forget_sequences(lost);
-        let mut freed = 0usize;
-        self.hot.retain(|(sequence, _, bytes)| {
-            let keep = !lost.contains(sequence);
-            if !keep {
-                freed = freed.saturating_add(*bytes);
-            }
-            keep
-        });
-        self.hot_bytes = self.hot_bytes.saturating_sub(freed);
-        let mut freed = 0usize;
-        self.read.retain(|sequence, (_, bytes)| {
-            let keep = !lost.contains(sequence);
-            if !keep {
-                freed = freed.saturating_add(*bytes);
-            }
-            keep
-        });
-        self.read_bytes = self.read_bytes.saturating_sub(freed);
+        // The byte counts are recounted from what stays (a rare path: a storage fault).
+        self.hot.retain(|(sequence, _, _)| !lost.contains(sequence));
+        self.hot_bytes = self
+            .hot
+            .iter()
+            .map(|(_, _, bytes)| *bytes)
+            .fold(0, usize::saturating_add);
+        self.read.retain(|sequence, _| !lost.contains(sequence));
+        self.read_bytes = self
+            .read
+            .values()
+            .map(|(_, bytes)| *bytes)
+            .fold(0, usize::saturating_add);
     }
 
     /// Sets the hot cache's budget in bytes (0: no cache at all, every event read from disk;

@@ -714,6 +714,15 @@ impl<S: Stream> StoreWriter<S> {
         self.high_water
     }
 
+    /// The sequence the next append's first record gets (`None`: none is left), so a caller
+    /// can tell which of its events a failed append's `lost` range names.
+    pub fn next_sequence(&self) -> Option<Sequence> {
+        match self.high_water {
+            None => Some(Sequence::FIRST),
+            Some(mark) => mark.next(),
+        }
+    }
+
     /// The highest sequence made durable by this writer. Every record this writer wrote with a
     /// sequence at or below it is durable, except those an error reported `lost`.
     pub fn durable_through(&self) -> Option<Sequence> {
@@ -752,11 +761,9 @@ impl<S: Stream> StoreWriter<S> {
         let Some(count) = NonZeroU64::new(drafts.len() as u64) else {
             return Ok(AppendReceipt::default());
         };
-        let first = match self.high_water {
-            None => Some(Sequence::FIRST),
-            Some(mark) => mark.next(),
-        }
-        .ok_or(AppendError::SequencesExhausted)?;
+        let first = self
+            .next_sequence()
+            .ok_or(AppendError::SequencesExhausted)?;
         let last = first
             .get()
             .checked_add(count.get() - 1)
@@ -788,10 +795,9 @@ impl<S: Stream> StoreWriter<S> {
                 let unsynced = self.abandon();
                 // What is durable is not lost: the chunks this append closed were synced on
                 // close, and the salvage made what was whole in the current one durable.
-                let durable_next = self.durable_through.map_or(0, |d| d.get()) + 1;
                 let lost_first = unsynced
                     .map_or(*batch.start(), |u| u.min(*batch.start()))
-                    .max(durable_next);
+                    .max(durable + 1);
                 Err(error
                     .with_lost((lost_first <= *batch.end()).then(|| lost_first..=*batch.end())))
             }
