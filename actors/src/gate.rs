@@ -152,7 +152,8 @@ pub struct GateState {
     /// The arguments.
     args: GateArgs,
     /// The policy, once read from the journal; then kept current by the events this actor
-    /// journals (it is the only one that journals policy facts).
+    /// journals (it is the only one that journals policy facts), and read again after a
+    /// commit that failed.
     policy: Option<PolicyState>,
     /// The outstanding cursors, once the cursor key is loaded.
     cursors: Option<CursorBook>,
@@ -202,16 +203,17 @@ impl GateState {
         journal: &ActorRef<JournalMsg>,
         events: Vec<PolicyEvent>,
     ) -> Result<(), JournalUnavailable> {
-        // Applied whatever the outcome, as the journal applies them: an event it could not
-        // write is held and written with its next append, so the gate's policy and the
-        // journal's projection never disagree.
+        // Applied as the journal applies them when the commit succeeds. When it fails, the
+        // journal keeps what narrows the policy and withdraws what widens it (`Widenings`):
+        // the copy is dropped and read again from the journal, so the two never disagree (and
+        // with no journal to read, every call is refused).
         if let Some(policy) = self.policy.as_mut() {
             for event in &events {
                 policy.apply(event);
             }
         }
         let journaled = events.iter().cloned().map(JournalEvent::Policy).collect();
-        ractor::call_t!(
+        let committed = ractor::call_t!(
             journal,
             |reply| JournalMsg::Commit {
                 events: journaled,
@@ -219,8 +221,12 @@ impl GateState {
             },
             CHILD_CALL_DEADLINE_MS
         )
-        .map_err(|_| JournalUnavailable)??;
-        Ok(())
+        .map_err(|_| JournalUnavailable)
+        .and_then(|committed| committed);
+        if committed.is_err() {
+            self.policy = None;
+        }
+        committed
     }
 
     /// Journals `events` with the next group commit (a completion record).

@@ -9,7 +9,7 @@
 use std::sync::{Arc, OnceLock};
 
 use annal_engine::clock::Clock;
-use annal_engine::journal::{Journal, JournalEntry, JournalEvent, Outbox, State};
+use annal_engine::journal::{Journal, JournalEntry, JournalEvent, Outbox, State, Widenings};
 use annal_engine::storage::Storage;
 use annal_engine::store::{StoreReader, StoreWriter, WriterConfig};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -25,6 +25,15 @@ pub type StorageSlot = Arc<OnceLock<Arc<dyn Storage>>>;
 #[error("the engine journal could not be written")]
 pub struct JournalUnavailable;
 
+/// An append the journal could not make durable, with the projection it left: a narrowing
+/// stays in effect, a widening is withdrawn (`Widenings`), so the sender adopts it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the engine journal could not be written")]
+pub struct JournalFailed {
+    /// The projection after the failure.
+    pub projection: State,
+}
+
 /// What the journal can be asked.
 pub enum JournalMsg {
     /// Open the journal writer with `keys` (the store's storage is in the slot) and replay it.
@@ -35,18 +44,20 @@ pub enum JournalMsg {
         /// The replayed projection.
         reply: RpcReplyPort<Result<State, JournalUnavailable>>,
     },
-    /// Append `events` and apply them; with `durable`, sync before replying.
+    /// Append `events` and apply them; with `durable`, sync before replying (a commit: if it
+    /// fails, what widens is withdrawn, `Widenings`).
     Append {
         /// What happened.
         events: Vec<JournalEvent>,
         /// Whether the reply waits for the sync.
         durable: bool,
-        /// The projection after them.
-        reply: RpcReplyPort<Result<State, JournalUnavailable>>,
+        /// The projection after them, or after the failure.
+        reply: RpcReplyPort<Result<State, JournalFailed>>,
     },
     /// Append `events`, apply them and sync before replying (an audit record or a policy
-    /// change that must be durable before anything depends on it). Replies without the
-    /// projection, which the sender does not need.
+    /// change that must be durable before anything depends on it; if it fails, what widens is
+    /// withdrawn, `Widenings`). Replies without the projection: a sender that keeps a copy of
+    /// part of it reads it again after a failure.
     Commit {
         /// What happened.
         events: Vec<JournalEvent>,
@@ -119,11 +130,46 @@ pub struct JournalActor;
 impl JournalState {
     /// Applies `events` and appends them (with any held ones first).
     fn record(&mut self, events: Vec<JournalEvent>) -> Result<(), JournalUnavailable> {
+        self.apply_and_hold(events);
+        self.flush_held()
+    }
+
+    /// Applies `events` to the projection and holds them for the next append. Returns what
+    /// they widen, for a commit that fails.
+    fn apply_and_hold(&mut self, events: Vec<JournalEvent>) -> Widenings {
+        let mut widenings = Widenings::default();
         for event in &events {
+            widenings.note(&self.projection, event);
             self.projection.apply(event);
         }
         self.outbox.hold(events);
-        self.flush_held()
+        widenings
+    }
+
+    /// A commit: applies `events`, appends them and syncs. When that fails, what they widen
+    /// is withdrawn and undone, and what they narrow stays in effect, held for the next append
+    /// (`Widenings`): the caller is told the change failed, and it never happens later.
+    fn commit(&mut self, events: Vec<JournalEvent>) -> Result<(), JournalUnavailable> {
+        let widenings = self.apply_and_hold(events);
+        let result = self.flush_held().and_then(|()| self.sync());
+        if result.is_err() {
+            if !widenings.is_empty() {
+                widenings.withdraw(&mut self.projection, &mut self.outbox);
+            }
+            // What stays held (a narrowing, the undo) is appended again on the tick, not only
+            // with the next event, which may never come before a crash.
+            self.arm_tick();
+        }
+        result
+    }
+
+    /// Arms the sync tick unless one is armed.
+    fn arm_tick(&mut self) {
+        if !self.tick_armed {
+            self.tick_armed = true;
+            self.myself
+                .send_after(self.sync_interval, || JournalMsg::Tick);
+        }
     }
 
     fn flush_held(&mut self) -> Result<(), JournalUnavailable> {
@@ -155,11 +201,7 @@ impl JournalState {
                 return Err(JournalUnavailable);
             }
         }
-        if !self.tick_armed {
-            self.tick_armed = true;
-            self.myself
-                .send_after(self.sync_interval, || JournalMsg::Tick);
-        }
+        self.arm_tick();
         Ok(())
     }
 
@@ -249,15 +291,20 @@ impl Actor for JournalActor {
                 durable,
                 reply,
             } => {
-                let mut result = state.record(events);
-                if durable && result.is_ok() {
-                    result = state.sync();
-                }
-                let _ = reply.send(result.map(|()| state.projection.clone()));
+                let result = if durable {
+                    state.commit(events)
+                } else {
+                    state.record(events)
+                };
+                let _ = reply.send(match result {
+                    Ok(()) => Ok(state.projection.clone()),
+                    Err(JournalUnavailable) => Err(JournalFailed {
+                        projection: state.projection.clone(),
+                    }),
+                });
             }
             JournalMsg::Commit { events, reply } => {
-                let result = state.record(events).and_then(|()| state.sync());
-                let _ = reply.send(result);
+                let _ = reply.send(state.commit(events));
             }
             JournalMsg::Record(events) => {
                 let _ = state.record(events);

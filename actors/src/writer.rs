@@ -561,7 +561,12 @@ impl WriterState {
                 self.projection = projection;
                 Ok(())
             }
-            _ => Err(self.storage_fault(HealthCategory::StorageUnavailable)),
+            Ok(Err(failed)) => {
+                // What the failure left in effect: a narrowing stays, a widening is withdrawn.
+                self.projection = failed.projection;
+                Err(self.storage_fault(HealthCategory::StorageUnavailable))
+            }
+            Err(_) => Err(self.storage_fault(HealthCategory::StorageUnavailable)),
         }
     }
 
@@ -1393,14 +1398,20 @@ impl WriterState {
             caller,
         )
         .map_err(|_| ControlError::Refused)?;
-        self.journal(events, true).await?;
+        // What the journal left in effect, even when the commit failed: a smaller quota
+        // applies at once, a larger one (or another mode) only once durable.
+        let journaled = self.journal(events, true).await;
+        let quota_bytes = self.projection.quota_bytes;
         if let Some(open) = self.open.as_mut() {
             open.history
-                .set_chunk_size_limit(annal_engine::store::chunk_size_limit_for_quota(bytes));
+                .set_chunk_size_limit(annal_engine::store::chunk_size_limit_for_quota(quota_bytes));
         }
-        self.prune().await;
+        if journaled.is_ok() {
+            self.prune().await;
+        }
         self.check_quota();
         self.update_capture();
+        journaled?;
         Ok(self.status().await)
     }
 
@@ -1426,7 +1437,12 @@ impl WriterState {
         let events =
             decide(&self.projection, command, caller).map_err(|_| ControlError::Refused)?;
         let applied = !events.is_empty();
-        self.journal(events, true).await?;
+        if let Err(error) = self.journal(events, true).await {
+            // A failed `disable` or `pause` is in effect all the same (a failed `enable` or
+            // `resume` is not): the caller's handler closes capture; the mirror follows too.
+            self.mirror_state();
+            return Err(error);
+        }
         // The contract's v0 control event, in the history stream too.
         if (applied || operation == ControlOperation::Flush)
             && let Some(draft) = self.draft("control", Payload::Control { operation })

@@ -720,6 +720,133 @@ fn a_failed_journal_sync_loses_no_journal_event() {
     engine.shutdown();
 }
 
+/// Arms the next sync to fail: with the bytes it covered lost, or (`keeps_data`) on disk all
+/// the same, so a later open reads what the caller was told failed.
+fn fail_next_sync(storage: &FaultyStorage, keeps_data: bool) {
+    if keeps_data {
+        storage.fail_sync_keeping_data_nth(1);
+    } else {
+        storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
+    }
+}
+
+/// Whether a new action is admitted now (a start that is not admitted is not counted).
+fn admits(engine: &Engine) -> bool {
+    engine
+        .capture()
+        .action_started(click(), None, None)
+        .admission()
+        == annal_engine::capture::Admission::Accepted
+}
+
+/// The owner is told an `enable` (or `resume`) whose journal commit failed did not happen, so
+/// it never happens behind their back: not in status, not in capture, not once the journal
+/// writes what it held, not after a restart that finds the failed record on disk after all (a
+/// failed `fsync` does not unwrite it).
+#[test]
+fn an_enable_or_resume_whose_commit_fails_never_takes_effect() {
+    for (resume, keeps_data) in [(false, false), (false, true), (true, false), (true, true)] {
+        let s = setup();
+        let storage = faulty_setup(&s);
+        let mut config = s.config();
+        // The journal retries what it holds on its tick: make the tick quick.
+        config.sync_interval = Duration::from_millis(20);
+        let engine = start_faulty_configured(&s, config.clone(), &storage);
+        engine.enable().unwrap();
+        if resume {
+            engine.pause().unwrap();
+        } else {
+            engine.disable().unwrap();
+        }
+        fail_next_sync(&storage, keeps_data);
+        let widened = if resume {
+            engine.resume()
+        } else {
+            engine.enable()
+        };
+        assert!(
+            widened.is_err(),
+            "the journal's sync failed (resume: {resume})"
+        );
+        assert_eq!(storage.injected(), 1, "it met the failed sync");
+        let narrow = |status: annal_schema::tools::StatusResponse| {
+            status.enabled == resume && status.paused == resume
+        };
+        assert!(
+            narrow(engine.status().unwrap()),
+            "status shows the failed change"
+        );
+        assert!(!admits(&engine), "capture opened (resume: {resume})");
+        // Several ticks: the journal writes what it holds.
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(narrow(engine.status().unwrap()));
+        assert!(!admits(&engine), "the held change was written later");
+        engine.shutdown();
+        drop(storage);
+        let engine = s.start(config);
+        assert!(
+            narrow(engine.status().unwrap()),
+            "the failed change holds after a restart (resume: {resume}, keeps_data: {keeps_data})"
+        );
+        assert!(!admits(&engine));
+        // The same change, when it succeeds, is like any other.
+        if resume {
+            engine.resume().unwrap();
+        } else {
+            engine.enable().unwrap();
+        }
+        assert!(admits(&engine));
+        engine.shutdown();
+    }
+}
+
+/// A `disable` (or `pause`) whose journal commit failed narrows capture at once: capture
+/// closes and status shows it, and the journal keeps the change and writes it once it can,
+/// so it holds after a restart too. The owner is told it failed (it may not survive a crash
+/// until then), never that capture goes on.
+#[test]
+fn a_disable_or_pause_whose_commit_fails_closes_capture_at_once_and_is_journaled_later() {
+    for (pause, keeps_data) in [(false, false), (false, true), (true, false), (true, true)] {
+        let s = setup();
+        let storage = faulty_setup(&s);
+        let mut config = s.config();
+        config.sync_interval = Duration::from_millis(20);
+        let engine = start_faulty_configured(&s, config.clone(), &storage);
+        engine.enable().unwrap();
+        assert!(admits(&engine));
+        engine.flush().unwrap();
+        fail_next_sync(&storage, keeps_data);
+        let narrowed = if pause {
+            engine.pause()
+        } else {
+            engine.disable()
+        };
+        assert!(
+            narrowed.is_err(),
+            "the journal's sync failed (pause: {pause})"
+        );
+        assert_eq!(storage.injected(), 1);
+        assert!(!admits(&engine), "capture went on (pause: {pause})");
+        let status = engine.status().unwrap();
+        assert!(
+            status.paused == pause && status.enabled == pause,
+            "{status:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!admits(&engine));
+        engine.shutdown();
+        drop(storage);
+        let engine = s.start(config);
+        let status = engine.status().unwrap();
+        assert!(
+            status.paused == pause && status.enabled == pause,
+            "not journaled (pause: {pause}): {status:?}"
+        );
+        assert!(!admits(&engine));
+        engine.shutdown();
+    }
+}
+
 /// The group-commit deadline runs from the oldest record not yet synced: a flush in between
 /// moves it, so the tick armed before the flush does not sync the younger records early (one
 /// sync fewer), and they are still synced within the interval.

@@ -588,6 +588,107 @@ fn a_call_whose_pre_execution_record_cannot_be_made_durable_does_not_run() {
     );
 }
 
+/// The owner is told a grant (or switching agents back on) whose journal commit failed did
+/// not happen, so no agent reads on it: not at once, not once the journal writes what it held,
+/// not after a restart that finds the failed record on disk after all. A revocation whose
+/// commit failed takes effect at once and is journaled once the journal can.
+#[test]
+fn a_grant_whose_commit_fails_is_never_in_effect_and_a_failed_revocation_is() {
+    for keeps_data in [false, true] {
+        // Arms the next sync to fail: with its bytes lost, or on disk all the same.
+        let fail_next_sync = |storage: &FaultyStorage| {
+            if keeps_data {
+                storage.fail_sync_keeping_data_nth(1);
+            } else {
+                storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
+            }
+        };
+        let s = setup();
+        annal_engine::store::create_store(&s.layout).unwrap();
+        let storage = FaultyStorage::new(open_store(&s.layout, Access::Write).unwrap());
+        let mut config = s.config();
+        // The journal retries what it holds on its tick: make the tick quick.
+        config.sync_interval = Duration::from_millis(20);
+        let engine = s.start_with(config.clone(), Some(Arc::new(storage.clone())));
+        engine.enable().unwrap();
+        let _ = engine.capture().action_started(
+            Capability::new("input.pointer.click").unwrap(),
+            None,
+            None,
+        );
+        engine.flush().unwrap();
+        let denied = |engine: &Engine, name: &str| {
+            query(engine, &agent(name), json!({}))
+                .err()
+                .and_then(|refusal| match refusal {
+                    Refusal::Denied(reason) => Some(reason),
+                    _ => None,
+                })
+        };
+        // "a" is granted and then revoked while the journal fails; "b" is granted while it fails.
+        grant(&engine, "a", Operation::Query);
+        assert!(query(&engine, &agent("a"), json!({})).is_ok());
+        fail_next_sync(&storage);
+        let revoked = engine.change_policy(PolicyChange::Revoke {
+            actor: ActorId::new("a").unwrap(),
+        });
+        assert!(revoked.is_err(), "the journal's sync failed");
+        assert_eq!(denied(&engine, "a"), Some(DenyReason::Revoked));
+        fail_next_sync(&storage);
+        let granted = engine.change_policy(PolicyChange::Grant {
+            actor: ActorId::new("b").unwrap(),
+            operation: Operation::Query,
+            terms: GrantTerms::DEFAULT,
+        });
+        assert!(granted.is_err(), "the journal's sync failed");
+        assert_eq!(storage.injected(), 2);
+        assert_eq!(
+            denied(&engine, "b"),
+            Some(DenyReason::NotGranted),
+            "read on a failed grant"
+        );
+        // Several ticks: the journal writes what it holds.
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(denied(&engine, "b"), Some(DenyReason::NotGranted));
+        assert_eq!(denied(&engine, "a"), Some(DenyReason::Revoked));
+        // The agents switch: switched off and on again, the second while the journal fails.
+        engine
+            .change_policy(PolicyChange::SwitchAgents { enabled: false })
+            .unwrap();
+        fail_next_sync(&storage);
+        assert!(
+            engine
+                .change_policy(PolicyChange::SwitchAgents { enabled: true })
+                .is_err()
+        );
+        grant(&engine, "c", Operation::Query);
+        assert_eq!(denied(&engine, "c"), Some(DenyReason::AgentsDisabled));
+        engine.shutdown();
+        drop(storage);
+        let engine = s.start_with(config, None);
+        assert_eq!(
+            denied(&engine, "c"),
+            Some(DenyReason::AgentsDisabled),
+            "after a restart"
+        );
+        engine
+            .change_policy(PolicyChange::SwitchAgents { enabled: true })
+            .unwrap();
+        assert_eq!(
+            denied(&engine, "a"),
+            Some(DenyReason::Revoked),
+            "after a restart"
+        );
+        assert_eq!(
+            denied(&engine, "b"),
+            Some(DenyReason::NotGranted),
+            "after a restart"
+        );
+        assert!(query(&engine, &agent("c"), json!({})).is_ok());
+        engine.shutdown();
+    }
+}
+
 #[test]
 fn invalid_arguments_are_refused_with_the_contracts_codes_after_the_gate() {
     let s = setup();

@@ -188,6 +188,8 @@ pub fn policy_event() -> impl Strategy<Value = PolicyEvent> {
                     }
                 }
             ),
+        (actor(), policy_operation())
+            .prop_map(|(actor, operation)| PolicyEvent::GrantWithdrawn { actor, operation }),
         actor().prop_map(|actor| PolicyEvent::ActorRevoked { actor }),
         any::<bool>().prop_map(|enabled| PolicyEvent::AgentsSwitched { enabled }),
         (

@@ -10,13 +10,17 @@
 //!
 //! - [`outbox`]: [`Outbox`], the events applied but not durable yet, and what a failed append
 //!   or sync puts back to be appended again.
+//! - [`failed_commit`](mod@failed_commit): what a commit that could not be made durable leaves
+//!   in effect (never a widening; a narrowing at once).
 //!
 //! All are pure: no I/O, no clock reads (times arrive in the entries and signals).
 
+pub mod failed_commit;
 pub mod outbox;
 pub mod schema;
 pub mod state;
 
+pub use failed_commit::Widenings;
 pub use outbox::{OUTBOX_HELD_MAX_EVENTS, Outbox};
 pub use schema::{
     BoundViolation, CallerKind, JOURNAL_DATASCHEMA_V1, JOURNAL_TIME_MAX_MS, Journal, JournalEntry,

@@ -73,6 +73,17 @@ impl Outbox {
         self.requeue(lost);
     }
 
+    /// Takes `events` (one occurrence each, the newest) out of the held ones: the widening
+    /// events of a commit that failed, never to be appended ([`super::Widenings`]). One that
+    /// is not held (already durable) is left alone: its undo covers it.
+    pub fn withdraw(&mut self, events: &[JournalEvent]) {
+        for event in events {
+            if let Some(at) = self.held.iter().rposition(|held| held == event) {
+                self.held.remove(at);
+            }
+        }
+    }
+
     /// The sync succeeded: everything appended is durable.
     pub fn synced(&mut self) {
         self.unsynced.clear();

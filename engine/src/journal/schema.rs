@@ -535,6 +535,10 @@ enum WireEvent {
         expires_at_ms: u64,
         idle_timeout_ms: u64,
     },
+    GrantWithdrawn {
+        actor: ActorId,
+        operation: Operation,
+    },
     ActorRevoked {
         actor: ActorId,
     },
@@ -671,6 +675,9 @@ impl WireEvent {
                 expires_at_ms,
                 idle_timeout_ms,
             },
+            PolicyEvent::GrantWithdrawn { actor, operation } => {
+                Self::GrantWithdrawn { actor, operation }
+            }
             PolicyEvent::ActorRevoked { actor } => Self::ActorRevoked { actor },
             PolicyEvent::AgentsSwitched { enabled } => Self::AgentsSwitched { enabled },
             PolicyEvent::AuditStarted {
@@ -760,6 +767,9 @@ impl WireEvent {
                 expires_at_ms,
                 idle_timeout_ms,
             }),
+            Self::GrantWithdrawn { actor, operation } => {
+                JournalEvent::Policy(PolicyEvent::GrantWithdrawn { actor, operation })
+            }
             Self::ActorRevoked { actor } => {
                 JournalEvent::Policy(PolicyEvent::ActorRevoked { actor })
             }

@@ -688,6 +688,13 @@ fn golden() -> Vec<(JournalEvent, &'static str)> {
             }),
             r#"{"kind":"supervisor_signalled","at_ms":14,"signal":{"kind":"checkpoint_verified"}}"#,
         ),
+        (
+            JournalEvent::Policy(PolicyEvent::GrantWithdrawn {
+                actor: ActorId::new("agent-a").expect("valid"),
+                operation: Operation::Status,
+            }),
+            r#"{"kind":"grant_withdrawn","actor":"agent-a","operation":"status"}"#,
+        ),
     ]
 }
 
@@ -768,6 +775,9 @@ fn the_schema_is_closed() {
         edited(15, r#""records":6096"#, r#""records":1048577"#),
         edited(15, "1764540843753", "16756761600000"),
         edited(15, r#","records":6096"#, ""),
+        edited(golden().len() - 1, r#""status""#, r#""delete""#),
+        edited(golden().len() - 1, r#","operation":"status""#, ""),
+        edited(golden().len() - 1, "agent-a", "-agent"),
         edited(0, r#""sequence":7"#, r#""sequence":0"#),
         edited(0, "1764540843753", "16756761600000"),
         edited(0, "1764540843753", "-1"),

@@ -564,6 +564,16 @@ pub enum PolicyEvent {
         /// How long it may go unused, in ms.
         idle_timeout_ms: u64,
     },
+    /// One grant was withdrawn: the undo of a [`PolicyEvent::GrantIssued`] whose commit failed
+    /// where the actor had no grant for the operation before (`journal::failed_commit`).
+    /// Unlike [`PolicyEvent::ActorRevoked`] it leaves the actor's other grants alone and does
+    /// not mark the actor revoked: the policy is again what it was before the grant.
+    GrantWithdrawn {
+        /// From whom.
+        actor: ActorId,
+        /// For what.
+        operation: Operation,
+    },
     /// Every grant of an actor was revoked.
     ActorRevoked {
         /// Whom.
@@ -617,7 +627,9 @@ impl PolicyEvent {
                     && (GRANT_DURATION_MIN_SECS * MS_PER_SEC..=GRANT_LIFETIME_MAX_SECS * MS_PER_SEC)
                         .contains(idle_timeout_ms)
             }
-            Self::ActorRevoked { .. } | Self::AgentsSwitched { .. } => true,
+            Self::GrantWithdrawn { .. }
+            | Self::ActorRevoked { .. }
+            | Self::AgentsSwitched { .. } => true,
             Self::AuditStarted { audit, at_ms, .. } => *audit >= 1 && *at_ms <= time_max_ms,
             Self::AuditFinished {
                 audit,
@@ -690,6 +702,45 @@ impl Default for PolicyState {
 }
 
 impl PolicyState {
+    /// When `event` widens what agents may do against this state (the one before it): the
+    /// events that restore this state exactly, for a commit of `event` that failed
+    /// (`journal::failed_commit`). `None` when it narrows that or leaves it alone.
+    pub fn undo_widening(&self, event: &PolicyEvent) -> Option<Vec<PolicyEvent>> {
+        match event {
+            PolicyEvent::GrantIssued {
+                actor, operation, ..
+            } => {
+                let actor = actor.clone();
+                let operation = *operation;
+                // A revoked actor holds no grant (a revocation removes them all), so revoking
+                // again restores it; an earlier grant is issued again with its own terms and
+                // idle clock; otherwise the one grant goes and nothing else changes.
+                Some(vec![if self.revoked.contains(&actor) {
+                    PolicyEvent::ActorRevoked { actor }
+                } else if let Some(grant) = self.grants.get(&(actor.clone(), operation)) {
+                    PolicyEvent::GrantIssued {
+                        actor,
+                        operation,
+                        source: grant.source,
+                        issued_at_ms: grant.last_used_ms.min(grant.expires_at_ms),
+                        expires_at_ms: grant.expires_at_ms,
+                        idle_timeout_ms: grant.idle_timeout_ms,
+                    }
+                } else {
+                    PolicyEvent::GrantWithdrawn { actor, operation }
+                }])
+            }
+            PolicyEvent::AgentsSwitched { enabled: true } if !self.agents_enabled => {
+                Some(vec![PolicyEvent::AgentsSwitched { enabled: false }])
+            }
+            PolicyEvent::GrantWithdrawn { .. }
+            | PolicyEvent::ActorRevoked { .. }
+            | PolicyEvent::AgentsSwitched { .. }
+            | PolicyEvent::AuditStarted { .. }
+            | PolicyEvent::AuditFinished { .. } => None,
+        }
+    }
+
     /// Applies one journaled policy fact.
     pub fn apply(&mut self, event: &PolicyEvent) {
         match event {
@@ -711,6 +762,9 @@ impl PolicyState {
                         last_used_ms: *issued_at_ms,
                     },
                 );
+            }
+            PolicyEvent::GrantWithdrawn { actor, operation } => {
+                self.grants.remove(&(actor.clone(), *operation));
             }
             PolicyEvent::ActorRevoked { actor } => {
                 for operation in Operation::ALL {

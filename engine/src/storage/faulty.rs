@@ -11,7 +11,10 @@
 //! - a failed write may leave any prefix of its bytes in the file;
 //! - a failed sync loses every byte written since the last successful sync (the kernel may
 //!   drop dirty pages it could not write back: retrying the sync would then "succeed" without
-//!   them), so the file is cut back to its synced length at once;
+//!   them), so the file is cut back to its synced length at once; or, armed with
+//!   [`FaultyStorage::fail_sync_keeping_data_nth`], it reports the error with every byte on
+//!   disk all the same (an error from other pages' writeback, or one reported late), so what a
+//!   caller was told failed is read back by the next open;
 //! - a crash keeps, per file, the synced bytes and a prefix of the rest; directory entries are
 //!   assumed durable once the operation returned (the writer syncs directories anyway).
 
@@ -86,6 +89,8 @@ struct Armed {
     sticky: bool,
     /// For a write: how many of its bytes reach the file before the error.
     short_write_bytes: Option<u64>,
+    /// For a sync: its bytes are durable although it reports the error.
+    keeps_data: bool,
 }
 
 /// A file created through this storage, for the crash model.
@@ -164,15 +169,21 @@ impl FaultyStorage {
     }
 
     fn arm(&self, op: FaultOp, nth: u64, kind: FaultKind, sticky: bool, short: Option<u64>) {
-        let mut state = self.state();
-        let at = state.counts[op.index()] + nth.max(1);
-        state.armed.push(Armed {
+        self.arm_with(Armed {
             op,
-            at,
+            at: nth,
             kind,
             sticky,
             short_write_bytes: short,
+            keeps_data: false,
         });
+    }
+
+    /// Arms `fault`, its `at` counted from now.
+    fn arm_with(&self, mut fault: Armed) {
+        let mut state = self.state();
+        fault.at = state.counts[fault.op.index()] + fault.at.max(1);
+        state.armed.push(fault);
     }
 
     /// The `nth` (1 = the next) `op` from now fails once with `kind`.
@@ -184,6 +195,19 @@ impl FaultyStorage {
     /// [`Self::clear_faults`] (a full disk that stays full).
     pub fn fail_from_nth(&self, op: FaultOp, nth: u64, kind: FaultKind) {
         self.arm(op, nth, kind, true, None);
+    }
+
+    /// The `nth` sync from now fails with `EIO` although the file's bytes are durable: the
+    /// file is not cut back, and the next open reads what the caller was told failed.
+    pub fn fail_sync_keeping_data_nth(&self, nth: u64) {
+        self.arm_with(Armed {
+            op: FaultOp::Sync,
+            at: nth,
+            kind: FaultKind::Eio,
+            sticky: false,
+            short_write_bytes: None,
+            keeps_data: true,
+        });
     }
 
     /// The `nth` write from now puts only its first `keep_bytes` bytes into the file, then
@@ -372,6 +396,13 @@ impl WriteFile for FaultyFile {
 
     fn sync(&mut self) -> Result<(), StorageError> {
         let fault = self.storage.state().tick(FaultOp::Sync);
+        if let Some(fault) = fault.filter(|f| f.keeps_data) {
+            self.inner.sync()?;
+            if let Some(file) = self.storage.state().files.get_mut(self.index) {
+                file.synced_bytes = file.written_bytes;
+            }
+            return Err(fault.kind.error());
+        }
         if let Some(fault) = fault {
             // The page-cache-dropped case: what was not synced is gone.
             let tracked = self.storage.state().files.get(self.index).cloned();
