@@ -46,7 +46,8 @@ pub enum QueryMsg {
     /// returns an event the history reports dropped.
     Lost(std::ops::RangeInclusive<u64>),
     /// The writer is about to remove these pruned chunks' files: forget them (now, and in a
-    /// reader opened later in this actor's life), then answer, so no page reads a removed file.
+    /// reader opened later in this actor's life) and let every index-file write still running
+    /// finish, then answer, so no page reads a removed file and no index file comes back.
     Pruned {
         /// The chunks.
         chunks: Vec<annal_engine::profile::ChunkId>,
@@ -278,6 +279,12 @@ impl Actor for QueryActor {
                 state.pruned.extend(chunks);
                 if let Some(reader) = state.reader.as_mut() {
                     reader.forget_chunks(&state.pruned);
+                }
+                // The writer removes the chunks' index files once this answers: a write still
+                // running (a chunk that closed just before it was pruned) would put its file
+                // back after the removal, encrypted metadata of pruned events left on disk.
+                for write in state.index_writes.drain(..) {
+                    let _ = write.await;
                 }
                 let _ = reply.send(());
             }
