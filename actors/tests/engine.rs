@@ -668,8 +668,14 @@ fn a_failed_closing_sync_of_a_rotation_by_age_is_counted_and_forgotten() {
     let capture = engine.capture();
     let actions = answered_actions;
     five_durable_and_five_unsynced(&engine, &capture);
-    clock.advance(Duration::from_secs(CHUNK_MAX_AGE_SECS + 1));
+    // The journal takes the last query's completion record now (a status asks it, after
+    // that record): appended later, past the clock's jump, it would rotate the journal's
+    // own chunk by age, and that chunk's sync would meet the fault instead.
+    engine.status().unwrap();
+    // Armed before the chunk is old enough: the writer's own periodic check may be the one
+    // that rotates it, and its closing sync must meet the fault as this one's would.
     storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
+    clock.advance(Duration::from_secs(CHUNK_MAX_AGE_SECS + 1));
     engine.check_rotation_now();
     eventually(|| storage.injected() > 0);
     assert_eq!(
