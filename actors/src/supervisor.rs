@@ -496,8 +496,11 @@ impl SupervisorState {
     async fn child_ended(&mut self, myself: &ActorRef<SupervisorMsg>, child: Child) {
         match child {
             Child::Writer => {
+                // Capture keeps accepting while the writer restarts: the queue holds what
+                // comes meanwhile (a full one counts drops) and the new writer drains it.
+                // Closing it would lose those actions uncounted. It closes below if no writer
+                // comes back.
                 self.writer = None;
-                self.capture.set_accepting(false);
                 if let Some(ingress) = &self.ingress {
                     let _ = ingress.cast(IngressMsg::Writer(None));
                 }
@@ -549,6 +552,10 @@ impl SupervisorState {
                 }
             }
             Decision::GiveUp => self.signal(SignalKind::RestartLimitReached { child }),
+        }
+        if child == Child::Writer && self.writer.is_none() {
+            // No writer came back (`writer_stopped`): nothing would drain the queue.
+            self.capture.set_accepting(false);
         }
     }
 

@@ -384,16 +384,38 @@ fn a_writer_panic_is_contained_restarted_on_a_new_generation_and_recovers() {
     let capture = engine.capture();
     let mut captured = 0u64;
     for _ in 0..10 {
-        let _ = capture.action_started(click(), None, None);
+        let token = capture.action_started(click(), None, None);
+        assert_ne!(
+            token.admission(),
+            annal_engine::capture::Admission::NotAdmitted,
+            "capture stopped accepting while the writer restarted"
+        );
         captured += 1;
     }
     engine.flush().unwrap();
     engine.inject_writer_panic();
-    // Capture keeps being called (no caller ever sees the panic) until a new writer generation
-    // has written to disk.
+    // Capture keeps being called (no caller ever sees the panic) through the restart, and
+    // keeps admitting: what comes while no writer runs waits in the queue (or is counted).
+    let restarting = Instant::now();
+    while restarting.elapsed() < Duration::from_millis(100) {
+        let token = capture.action_started(click(), None, None);
+        assert_ne!(
+            token.admission(),
+            annal_engine::capture::Admission::NotAdmitted,
+            "capture stopped accepting while the writer restarted"
+        );
+        captured += 1;
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    // Then until a new writer generation has written to disk.
     let started = Instant::now();
     loop {
-        let _ = capture.action_started(click(), None, None);
+        let token = capture.action_started(click(), None, None);
+        assert_ne!(
+            token.admission(),
+            annal_engine::capture::Admission::NotAdmitted,
+            "capture stopped accepting while the writer restarted"
+        );
         captured += 1;
         let _ = engine.flush();
         if streams(&s.events()) >= 2 {
@@ -413,7 +435,12 @@ fn a_writer_panic_is_contained_restarted_on_a_new_generation_and_recovers() {
     );
     assert!(status.enabled);
     for _ in 0..10 {
-        let _ = capture.action_started(click(), None, None);
+        let token = capture.action_started(click(), None, None);
+        assert_ne!(
+            token.admission(),
+            annal_engine::capture::Admission::NotAdmitted,
+            "capture stopped accepting while the writer restarted"
+        );
         captured += 1;
     }
     engine.flush().unwrap();
