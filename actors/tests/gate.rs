@@ -419,7 +419,10 @@ fn pages_are_disjoint_cursors_are_single_use_and_bound_to_their_actor() {
     let (page1, cursor1) = events_of(&first);
     let cursor1 = cursor1.expect("more remain");
 
-    // Another actor, other filters, or a tampered cursor: refused, and nothing is read.
+    // Another actor, other filters, or a tampered cursor: refused, and nothing is read. The
+    // first page's `access` event is durable before counting (it is appended after the
+    // answer, and a flush after the refusals would otherwise count it among them).
+    engine.flush().unwrap();
     let accesses = s.access_events().len();
     assert_eq!(
         query(
