@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use annal_actors::{Engine, EngineConfig, EngineError};
 use annal_engine::entropy::SeededEntropy;
 use annal_engine::keys::{HistoryKeys, InMemoryProvider, KeyProvider, Namespace, RootKey};
-use annal_engine::storage::{Access, FaultKind, FaultOp, FaultyStorage, Storage, StoreLayout};
+use annal_engine::storage::{
+    Access, FaultKind, FaultOp, FaultyStorage, Storage, StoreLayout, SyncFailure,
+};
 use annal_engine::store::{History, StoreReader, open_store};
 use annal_schema::{ActionOutcome, Capability, Effect, Event, HealthCategory, Payload, Route};
 
@@ -642,6 +644,17 @@ fn eventually(mut ready: impl FnMut() -> bool) {
     }
 }
 
+/// After [`five_durable_and_five_unsynced`] and a failed sync: the five unsynced are counted
+/// as dropped, and no query answers them any more.
+fn assert_the_five_unsynced_are_dropped_and_forgotten(engine: &Engine) {
+    assert!(engine.status().unwrap().dropped_events >= 5);
+    assert_eq!(
+        answered_actions(engine),
+        5,
+        "a query returned what the failed sync lost"
+    );
+}
+
 /// How long [`eventually`] waits: far above a loaded CI machine's delays.
 const EVENTUALLY_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -661,12 +674,7 @@ fn a_query_never_returns_an_event_a_failed_sync_lost() {
     five_durable_and_five_unsynced(&engine, &capture);
     storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
     assert!(engine.flush().is_err());
-    assert!(engine.status().unwrap().dropped_events >= 5);
-    assert_eq!(
-        actions(&engine),
-        5,
-        "a query returned what the failed sync lost"
-    );
+    assert_the_five_unsynced_are_dropped_and_forgotten(&engine);
     // The disk recovers: what comes next is answered beside the five that stayed.
     storage.clear_faults();
     for _ in 0..2 {
@@ -693,7 +701,6 @@ fn a_failed_closing_sync_of_a_rotation_by_age_is_counted_and_forgotten() {
     let engine = start_faulty_with(&s, config, Arc::new(clock.clone()), &storage);
     engine.enable().unwrap();
     let capture = engine.capture();
-    let actions = answered_actions;
     five_durable_and_five_unsynced(&engine, &capture);
     // The journal takes the last query's completion record now (a status asks it, after
     // that record): appended later, past the clock's jump, it would rotate the journal's
@@ -710,12 +717,7 @@ fn a_failed_closing_sync_of_a_rotation_by_age_is_counted_and_forgotten() {
         1,
         "the rotation's closing sync met the fault"
     );
-    assert!(engine.status().unwrap().dropped_events >= 5);
-    assert_eq!(
-        actions(&engine),
-        5,
-        "a query returned what the failed sync lost"
-    );
+    assert_the_five_unsynced_are_dropped_and_forgotten(&engine);
     engine.shutdown();
     drop(storage);
     assert_eq!(action_events(&s.events()), 5);
@@ -753,14 +755,14 @@ fn a_failed_journal_sync_loses_no_journal_event() {
     engine.shutdown();
 }
 
-/// Arms the next sync to fail: with the bytes it covered lost, or (`keeps_data`) on disk all
-/// the same, so a later open reads what the caller was told failed.
-fn fail_next_sync(storage: &FaultyStorage, keeps_data: bool) {
-    if keeps_data {
-        storage.fail_sync_keeping_data_nth(1);
-    } else {
-        storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
-    }
+/// An enabled engine on a fresh faulty store whose journal retries what it holds on a quick
+/// tick, and its configuration (to restart on the same store).
+fn enabled_faulty_with_quick_journal(s: &Setup, storage: &FaultyStorage) -> (Engine, EngineConfig) {
+    let mut config = s.config();
+    config.sync_interval = Duration::from_millis(20);
+    let engine = start_faulty_configured(s, config.clone(), storage);
+    engine.enable().unwrap();
+    (engine, config)
 }
 
 /// Whether a new action is admitted now (a start that is not admitted is not counted).
@@ -778,20 +780,19 @@ fn admits(engine: &Engine) -> bool {
 /// failed `fsync` does not unwrite it).
 #[test]
 fn an_enable_or_resume_whose_commit_fails_never_takes_effect() {
-    for (resume, keeps_data) in [(false, false), (false, true), (true, false), (true, true)] {
+    for (resume, failure) in [false, true]
+        .into_iter()
+        .flat_map(|resume| SyncFailure::ALL.map(|failure| (resume, failure)))
+    {
         let s = setup();
         let storage = faulty_setup(&s);
-        let mut config = s.config();
-        // The journal retries what it holds on its tick: make the tick quick.
-        config.sync_interval = Duration::from_millis(20);
-        let engine = start_faulty_configured(&s, config.clone(), &storage);
-        engine.enable().unwrap();
+        let (engine, config) = enabled_faulty_with_quick_journal(&s, &storage);
         if resume {
             engine.pause().unwrap();
         } else {
             engine.disable().unwrap();
         }
-        fail_next_sync(&storage, keeps_data);
+        storage.fail_sync_nth(1, failure);
         let widened = if resume {
             engine.resume()
         } else {
@@ -819,7 +820,7 @@ fn an_enable_or_resume_whose_commit_fails_never_takes_effect() {
         let engine = s.start(config);
         assert!(
             narrow(engine.status().unwrap()),
-            "the failed change holds after a restart (resume: {resume}, keeps_data: {keeps_data})"
+            "the failed change holds after a restart (resume: {resume}, {failure:?})"
         );
         assert!(!admits(&engine));
         // The same change, when it succeeds, is like any other.
@@ -839,16 +840,16 @@ fn an_enable_or_resume_whose_commit_fails_never_takes_effect() {
 /// until then), never that capture goes on.
 #[test]
 fn a_disable_or_pause_whose_commit_fails_closes_capture_at_once_and_is_journaled_later() {
-    for (pause, keeps_data) in [(false, false), (false, true), (true, false), (true, true)] {
+    for (pause, failure) in [false, true]
+        .into_iter()
+        .flat_map(|pause| SyncFailure::ALL.map(|failure| (pause, failure)))
+    {
         let s = setup();
         let storage = faulty_setup(&s);
-        let mut config = s.config();
-        config.sync_interval = Duration::from_millis(20);
-        let engine = start_faulty_configured(&s, config.clone(), &storage);
-        engine.enable().unwrap();
+        let (engine, config) = enabled_faulty_with_quick_journal(&s, &storage);
         assert!(admits(&engine));
         engine.flush().unwrap();
-        fail_next_sync(&storage, keeps_data);
+        storage.fail_sync_nth(1, failure);
         let narrowed = if pause {
             engine.pause()
         } else {

@@ -21,7 +21,9 @@ use annal_engine::policy::{
     ActorId, AuditOutcome, CursorRefusal, DenyReason, GrantTerms, Operation, PolicyEvent,
     Principal, Refusal, Verdict,
 };
-use annal_engine::storage::{Access, FaultKind, FaultOp, FaultyStorage, Storage, StoreLayout};
+use annal_engine::storage::{
+    Access, FaultKind, FaultOp, FaultyStorage, Storage, StoreLayout, SyncFailure,
+};
 use annal_engine::store::{History, StoreReader, open_store};
 use annal_schema::{Capability, ErrorCode, Event, Payload};
 use serde_json::json;
@@ -86,6 +88,22 @@ impl Setup {
         }
         engine.flush().unwrap();
         engine
+    }
+
+    /// An enabled engine over a [`FaultyStorage`] of a fresh store (kept to arm faults), with
+    /// one captured action, flushed.
+    fn started_faulty(&self, config: EngineConfig) -> (Engine, FaultyStorage) {
+        annal_engine::store::create_store(&self.layout).unwrap();
+        let storage = FaultyStorage::new(open_store(&self.layout, Access::Write).unwrap());
+        let engine = self.start_with(config, Some(Arc::new(storage.clone())));
+        engine.enable().unwrap();
+        let _ = engine.capture().action_started(
+            Capability::new("input.pointer.click").unwrap(),
+            None,
+            None,
+        );
+        engine.flush().unwrap();
+        (engine, storage)
     }
 
     fn history(&self) -> Vec<Event> {
@@ -565,16 +583,7 @@ fn pages_are_disjoint_cursors_are_single_use_and_bound_to_their_actor() {
 #[test]
 fn a_call_whose_pre_execution_record_cannot_be_made_durable_does_not_run() {
     let s = setup();
-    annal_engine::store::create_store(&s.layout).unwrap();
-    let storage = FaultyStorage::new(open_store(&s.layout, Access::Write).unwrap());
-    let engine = s.start_with(s.config(), Some(Arc::new(storage.clone())));
-    engine.enable().unwrap();
-    let _ = engine.capture().action_started(
-        Capability::new("input.pointer.click").unwrap(),
-        None,
-        None,
-    );
-    engine.flush().unwrap();
+    let (engine, storage) = s.started_faulty(s.config());
     grant(&engine, "a", Operation::Query);
     storage.fail_from_nth(FaultOp::Sync, 1, FaultKind::Eio);
     assert_eq!(
@@ -597,29 +606,13 @@ fn a_call_whose_pre_execution_record_cannot_be_made_durable_does_not_run() {
 /// commit failed takes effect at once and is journaled once the journal can.
 #[test]
 fn a_grant_whose_commit_fails_is_never_in_effect_and_a_failed_revocation_is() {
-    for keeps_data in [false, true] {
-        // Arms the next sync to fail: with its bytes lost, or on disk all the same.
-        let fail_next_sync = |storage: &FaultyStorage| {
-            if keeps_data {
-                storage.fail_sync_keeping_data_nth(1);
-            } else {
-                storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
-            }
-        };
+    for failure in SyncFailure::ALL {
         let s = setup();
-        annal_engine::store::create_store(&s.layout).unwrap();
-        let storage = FaultyStorage::new(open_store(&s.layout, Access::Write).unwrap());
         let mut config = s.config();
         // The journal retries what it holds on its tick: make the tick quick.
         config.sync_interval = Duration::from_millis(20);
-        let engine = s.start_with(config.clone(), Some(Arc::new(storage.clone())));
-        engine.enable().unwrap();
-        let _ = engine.capture().action_started(
-            Capability::new("input.pointer.click").unwrap(),
-            None,
-            None,
-        );
-        engine.flush().unwrap();
+        let (engine, storage) = s.started_faulty(config.clone());
+        let fail_next_sync = |storage: &FaultyStorage| storage.fail_sync_nth(1, failure);
         let denied = |engine: &Engine, name: &str| {
             query(engine, &agent(name), json!({}))
                 .err()

@@ -30,24 +30,22 @@ use annal_schema::ControlOperation;
 /// no copy of the projection.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Widenings {
-    /// The commit's widening events, in commit order.
-    withdrawn: Vec<JournalEvent>,
-    /// For each of them, the events that restore the projection before it.
-    undo: Vec<Vec<JournalEvent>>,
+    /// The commit's widening events, in commit order, each with the events that restore the
+    /// projection before it.
+    noted: Vec<(JournalEvent, Vec<JournalEvent>)>,
 }
 
 impl Widenings {
     /// Notes `event`, about to be applied to `before` (the projection right before it).
     pub fn note(&mut self, before: &State, event: &JournalEvent) {
         if let Some(undo) = undo_widening(before, event) {
-            self.withdrawn.push(event.clone());
-            self.undo.push(undo);
+            self.noted.push((event.clone(), undo));
         }
     }
 
     /// Whether the commit widens anything (only then does a failure change what it left).
     pub fn is_empty(&self) -> bool {
-        self.withdrawn.is_empty()
+        self.noted.is_empty()
     }
 
     /// The commit failed: takes its widening events back out of the events `outbox` holds for
@@ -55,8 +53,9 @@ impl Widenings {
     /// of what the event changed, so what the narrowing events did stays) and holds the undo
     /// behind everything else, to be appended like any event.
     pub fn withdraw(self, state: &mut State, outbox: &mut Outbox) {
-        outbox.withdraw(&self.withdrawn);
-        let undo: Vec<JournalEvent> = self.undo.into_iter().rev().flatten().collect();
+        let (withdrawn, undo): (Vec<_>, Vec<_>) = self.noted.into_iter().unzip();
+        outbox.withdraw(&withdrawn);
+        let undo: Vec<JournalEvent> = undo.into_iter().rev().flatten().collect();
         for event in &undo {
             state.apply(event);
         }
@@ -152,7 +151,11 @@ mod tests {
         }
         let mut outbox = Outbox::default();
         outbox.hold(events.to_vec());
-        let withdrawn = widenings.withdrawn.clone();
+        let withdrawn = widenings
+            .noted
+            .iter()
+            .map(|(event, _)| event.clone())
+            .collect();
         widenings.withdraw(&mut state, &mut outbox);
         (state, outbox.held().to_vec(), withdrawn)
     }

@@ -12,7 +12,7 @@
 //! - a failed sync loses every byte written since the last successful sync (the kernel may
 //!   drop dirty pages it could not write back: retrying the sync would then "succeed" without
 //!   them), so the file is cut back to its synced length at once; or, armed with
-//!   [`FaultyStorage::fail_sync_keeping_data_nth`], it reports the error with every byte on
+//!   [`FaultyStorage::fail_sync_nth`] and [`SyncFailure::DataKept`], it reports the error with every byte on
 //!   disk all the same (an error from other pages' writeback, or one reported late), so what a
 //!   caller was told failed is read back by the next open;
 //! - a crash keeps, per file, the synced bytes and a prefix of the rest; directory entries are
@@ -74,6 +74,20 @@ impl FaultKind {
             FaultKind::NoSpace => StorageError::NoSpace,
         }
     }
+}
+
+/// What a failed sync leaves of the bytes it covered (the module doc's fault model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SyncFailure {
+    /// Gone: the file is cut back to its synced length (what `fail_nth` of a sync does).
+    DataLost,
+    /// On disk all the same: the next open reads what the caller was told failed.
+    DataKept,
+}
+
+impl SyncFailure {
+    /// Both kinds, for tests that must survive either.
+    pub const ALL: [SyncFailure; 2] = [SyncFailure::DataLost, SyncFailure::DataKept];
 }
 
 /// One armed fault.
@@ -197,16 +211,16 @@ impl FaultyStorage {
         self.arm(op, nth, kind, true, None);
     }
 
-    /// The `nth` sync from now fails with `EIO` although the file's bytes are durable: the
-    /// file is not cut back, and the next open reads what the caller was told failed.
-    pub fn fail_sync_keeping_data_nth(&self, nth: u64) {
+    /// The `nth` sync from now fails once with `EIO`, losing what it covered or keeping it
+    /// on disk as `failure` says ([`SyncFailure`]).
+    pub fn fail_sync_nth(&self, nth: u64, failure: SyncFailure) {
         self.arm_with(Armed {
             op: FaultOp::Sync,
             at: nth,
             kind: FaultKind::Eio,
             sticky: false,
             short_write_bytes: None,
-            keeps_data: true,
+            keeps_data: failure == SyncFailure::DataKept,
         });
     }
 
@@ -396,14 +410,7 @@ impl WriteFile for FaultyFile {
 
     fn sync(&mut self) -> Result<(), StorageError> {
         let fault = self.storage.state().tick(FaultOp::Sync);
-        if let Some(fault) = fault.filter(|f| f.keeps_data) {
-            self.inner.sync()?;
-            if let Some(file) = self.storage.state().files.get_mut(self.index) {
-                file.synced_bytes = file.written_bytes;
-            }
-            return Err(fault.kind.error());
-        }
-        if let Some(fault) = fault {
+        if let Some(fault) = fault.filter(|f| !f.keeps_data) {
             // The page-cache-dropped case: what was not synced is gone.
             let tracked = self.storage.state().files.get(self.index).cloned();
             if let Some(file) = tracked.filter(|f| f.live) {
@@ -420,6 +427,7 @@ impl WriteFile for FaultyFile {
         if let Some(file) = self.storage.state().files.get_mut(self.index) {
             file.synced_bytes = file.written_bytes;
         }
-        Ok(())
+        // A fault that keeps the data reports its error with every byte durable.
+        fault.map_or(Ok(()), |fault| Err(fault.kind.error()))
     }
 }
