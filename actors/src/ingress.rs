@@ -8,13 +8,15 @@
 //! unbounded mailbox. A batch the writer did not acknowledge (it failed with the batch in its
 //! mailbox) is not redelivered, which could duplicate events: it is counted, and the next batch
 //! to any writer starts with a `Dropped` marker for it. While no writer runs (a restart), nothing
-//! is drained: the queue fills and capture counts drops.
+//! is drained: the queue fills and capture counts drops; each tick that finds it holding
+//! something tells the supervisor, which counts it all as dropped once it gave up on the writer.
 
 use std::sync::{Arc, Mutex};
 
 use annal_engine::capture::{CaptureControl, CaptureDrain, Captured, DrainWakeup, Drained};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
+use crate::supervisor::SupervisorMsg;
 use crate::writer::{ControlError, StatusReply, WriterMsg, hand_on};
 
 /// Most items drained into one batch. Bounds one message to the writer (and one append), and
@@ -74,6 +76,9 @@ pub struct IngressState {
     lost_events: u64,
     /// Readings of the queue (whether anything waits).
     control: CaptureControl,
+    /// Told when the queue holds something and no writer takes it (the supervisor counts it as
+    /// dropped once it gave up on the writer).
+    supervisor: ActorRef<SupervisorMsg>,
     /// The ticker thread; it ends when this is dropped (the ingress stopped).
     ticker: Option<Ticker>,
     /// Set while a `Drain` is queued for this actor: at most one ever waits in its mailbox, so
@@ -85,6 +90,8 @@ pub struct IngressState {
 pub struct IngressArgs {
     /// The capture queue's consumer side.
     pub drain: Arc<Mutex<CaptureDrain>>,
+    /// The supervisor, told when the queue holds something and no writer takes it.
+    pub supervisor: ActorRef<SupervisorMsg>,
     /// How often to look at the queue while events flow.
     pub tick: std::time::Duration,
     /// How often to look once the queue stayed empty for a while.
@@ -160,13 +167,7 @@ impl IngressState {
                 },
             );
         }
-        let in_batch: u64 = items
-            .iter()
-            .map(|item| match item {
-                Drained::Captured(_) => 1,
-                Drained::Dropped { count } => *count,
-            })
-            .sum();
+        let in_batch: u64 = items.iter().map(Drained::events).sum();
         let acknowledged = ractor::call_t!(
             writer,
             |reply| WriterMsg::Batch { items, reply },
@@ -265,6 +266,7 @@ impl Actor for IngressActor {
             writer: None,
             batch: Vec::with_capacity(INGRESS_BATCH_MAX_EVENTS),
             lost_events: 0,
+            supervisor: args.supervisor,
             control,
             ticker: Some(ticker),
             drain_queued,
@@ -278,6 +280,10 @@ impl Actor for IngressActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
+            IngressMsg::Drain if state.writer.is_none() => {
+                state.drain_queued.release();
+                let _ = state.supervisor.cast(SupervisorMsg::Undrained);
+            }
             IngressMsg::Drain => {
                 state.drain_queued.release();
                 if state.drain_once().await.1 && state.drain_queued.try_claim() {

@@ -97,6 +97,9 @@ pub enum SupervisorMsg {
         /// `Ok` once durable.
         reply: RpcReplyPort<Result<(), ControlError>>,
     },
+    /// The ingress found the capture queue with no writer to drain it: once the writer was
+    /// given up on, what it holds is counted as dropped.
+    Undrained,
     /// Drain, sync and stop every child (reverse start order).
     Shutdown {
         /// Replies when the children stopped.
@@ -161,8 +164,13 @@ pub struct SupervisorState {
     ingress: Option<ActorRef<IngressMsg>>,
     /// Restart times of each child (ms since the epoch), for the intensity window.
     restarts: HashMap<Child, Vec<u64>>,
-    /// Signals raised while no journal could take them.
-    pending_signals: Vec<Signal>,
+    /// Journal events (signals, drops lost with no writer) raised while no journal could take
+    /// them; the next journal generation starts with them.
+    unjournaled: Vec<JournalEvent>,
+    /// Set once no writer came back within the restart intensity (`writer_stopped`): from then
+    /// on nothing will take what reaches the capture queue, so the supervisor counts it as
+    /// dropped ([`SupervisorState::discard_undrainable`]).
+    writer_given_up: bool,
     /// The last status the writer gave, for answering while it restarts.
     last_status: Option<StatusResponse>,
     /// The credential store (for restarting key custody).
@@ -180,16 +188,84 @@ impl SupervisorState {
             at_ms: self.clock.now_ms(),
             kind,
         };
-        let delivered = self.journal.as_ref().is_some_and(|journal| {
-            journal
-                .cast(JournalMsg::Record(vec![JournalEvent::SupervisorSignalled(
-                    signal,
-                )]))
-                .is_ok()
-        });
-        if !delivered {
-            self.pending_signals.push(signal);
+        self.record(JournalEvent::SupervisorSignalled(signal));
+    }
+
+    /// Hands `event` to the journal (durable with its next tick), or keeps it for the next
+    /// journal generation while none runs.
+    fn record(&mut self, event: JournalEvent) {
+        match &self.journal {
+            Some(journal) => {
+                if let Err(ractor::MessagingErr::SendErr(JournalMsg::Record(events))) =
+                    journal.cast(JournalMsg::Record(vec![event]))
+                {
+                    self.unjournaled.extend(events);
+                }
+            }
+            None => self.unjournaled.push(event),
         }
+    }
+
+    /// Once the writer was given up on: takes everything the capture queue holds (completions
+    /// of admitted starts keep arriving) and the drops pending, and journals them as dropped,
+    /// so the lifetime total is exact and survives a restart. No history marker is written
+    /// for them: no writer runs.
+    fn discard_undrainable(&mut self) {
+        if !self.writer_given_up {
+            return;
+        }
+        let capacity = self.config.capture_capacity_events;
+        let lost = self
+            .drain
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .discard(capacity);
+        self.record_lost(lost);
+    }
+
+    /// The shutdown's end of [`SupervisorState::discard_undrainable`]: closes the queue and
+    /// takes what is left until nothing more can arrive (a producer inside a capture call
+    /// keeps it unsettled), within `deadline`.
+    async fn discard_undrainable_for_good(&mut self, deadline: Duration) {
+        if !self.writer_given_up {
+            return;
+        }
+        let capacity = self.config.capture_capacity_events;
+        let _ = tokio::time::timeout(deadline, async {
+            loop {
+                let (lost, round) = self
+                    .drain
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .discard_final(capacity);
+                self.record_lost(lost);
+                if round.settled {
+                    break;
+                }
+                if round.appended == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        })
+        .await;
+    }
+
+    /// Journals `count` events lost with no writer to mark them (nothing when 0).
+    fn record_lost(&mut self, count: u64) {
+        if count > 0 {
+            self.record(JournalEvent::DropsRecorded { count });
+        }
+    }
+
+    /// Drops journaled by the supervisor but held for want of a journal.
+    fn unjournaled_drops(&self) -> u64 {
+        self.unjournaled
+            .iter()
+            .map(|event| match event {
+                JournalEvent::DropsRecorded { count } => *count,
+                _ => 0,
+            })
+            .sum()
     }
 
     fn name(&self, child: &str) -> String {
@@ -226,6 +302,7 @@ impl SupervisorState {
     async fn spawn_ingress(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
         let args = IngressArgs {
             drain: Arc::clone(&self.drain),
+            supervisor: myself.clone(),
             tick: self.config.drain_tick,
             idle_tick: self.config.drain_idle_tick,
         };
@@ -243,10 +320,7 @@ impl SupervisorState {
             storage: Arc::clone(&self.storage),
             clock: Arc::clone(&self.clock),
             sync_interval: self.config.sync_interval,
-            pending: std::mem::take(&mut self.pending_signals)
-                .into_iter()
-                .map(JournalEvent::SupervisorSignalled)
-                .collect(),
+            pending: std::mem::take(&mut self.unjournaled),
         };
         self.journal = spawn_child(myself, self.name("journal"), JournalActor, args).await;
         self.started(Child::AuditJournal, self.journal.is_some())
@@ -554,15 +628,19 @@ impl SupervisorState {
             Decision::GiveUp => self.signal(SignalKind::RestartLimitReached { child }),
         }
         if child == Child::Writer && self.writer.is_none() {
-            // No writer came back (`writer_stopped`): nothing would drain the queue.
+            // No writer came back (`writer_stopped`): nothing would drain the queue. Nothing
+            // new is admitted; what it holds, and the completions still to come, are dropped.
             self.capture.set_accepting(false);
+            self.writer_given_up = true;
+            self.discard_undrainable();
         }
     }
 
     /// The status while no writer answers: from the journal's projection (its health folds
     /// the persisted signals, the writer's failure and restart limit included), else the last
     /// one seen with the writer stopped.
-    async fn fallback_status(&self) -> StatusResponse {
+    async fn fallback_status(&mut self) -> StatusResponse {
+        self.discard_undrainable();
         let pending = self.capture.pending_drops();
         let admitted = self.config.admitted;
         if let Some(journal) = &self.journal
@@ -578,7 +656,12 @@ impl SupervisorState {
             .await
         {
             let bytes_used = self.last_status.as_ref().map_or(0, |s| s.bytes_used);
-            return status_from(&self.config, reading, bytes_used, pending);
+            return status_from(
+                &self.config,
+                reading,
+                bytes_used,
+                pending + self.unjournaled_drops(),
+            );
         }
         let mut status = self.last_status.clone().unwrap_or(StatusResponse {
             supported: true,
@@ -593,7 +676,7 @@ impl SupervisorState {
             dropped_events: 0,
             health: HealthCategory::WriterStopped,
         });
-        status.dropped_events += pending;
+        status.dropped_events += pending + self.unjournaled_drops();
         status.health = if self.config.admitted {
             HealthCategory::WriterStopped
         } else {
@@ -670,7 +753,8 @@ impl Actor for SupervisorActor {
             writer: None,
             ingress: None,
             restarts: HashMap::new(),
-            pending_signals: Vec::new(),
+            unjournaled: Vec::new(),
+            writer_given_up: false,
             last_status: None,
             provider: args.provider,
             stopping: false,
@@ -792,6 +876,7 @@ impl Actor for SupervisorActor {
                 };
                 let _ = reply.send(result);
             }
+            SupervisorMsg::Undrained => state.discard_undrainable(),
             SupervisorMsg::Shutdown { reply } => {
                 state.stopping = true;
                 let deadline = annal_engine::clock::millis(state.config.shutdown_deadline);
@@ -801,6 +886,9 @@ impl Actor for SupervisorActor {
                         .stop_and_wait(None, Some(state.config.shutdown_deadline))
                         .await;
                 }
+                state
+                    .discard_undrainable_for_good(state.config.shutdown_deadline)
+                    .await;
                 if let Some(writer) = state.writer.take() {
                     let _ = ask(&writer, |reply| WriterMsg::Sync { reply }, deadline).await;
                     let _ = writer

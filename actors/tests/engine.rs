@@ -1250,6 +1250,109 @@ fn past_the_restart_limit_the_writer_stays_stopped_and_the_journal_replays_that_
     assert!(replayed.enabled);
 }
 
+/// Makes the writer panic with no restart allowed, and waits until status shows it stopped.
+fn give_up_on_the_writer(engine: &Engine) {
+    engine.inject_writer_panic();
+    let started = Instant::now();
+    while engine.status().unwrap().health != HealthCategory::WriterStopped {
+        assert!(started.elapsed() < Duration::from_secs(10), "never gave up");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A config whose writer is given up on at its first failure.
+fn no_writer_restart(mut config: EngineConfig) -> EngineConfig {
+    config.restart_policy = annal_engine::supervision::RestartPolicy {
+        max_restarts: 0,
+        window: Duration::from_secs(600),
+    };
+    config
+}
+
+#[test]
+fn what_no_writer_will_take_once_given_up_is_counted_dropped_and_the_total_survives_a_restart() {
+    let s = setup();
+    let engine = s.start(no_writer_restart(s.config_drained_by_flush_only()));
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    let mut durable: Vec<_> = (0..5)
+        .map(|_| capture.action_started(click(), None, None))
+        .collect();
+    let completed_at_shutdown = durable.split_off(3);
+    engine.flush().unwrap();
+    // Still in the queue when the writer goes (nothing drains but a flush).
+    let queued: Vec<_> = (0..10)
+        .map(|_| capture.action_started(click(), None, None))
+        .collect();
+    assert_eq!(engine.queued_events(), 10);
+    give_up_on_the_writer(&engine);
+    assert_eq!(engine.status().unwrap().dropped_events, 10);
+    // Completions of admitted starts still reach the queue; nothing will write them.
+    for token in durable.into_iter().chain(queued) {
+        assert_eq!(
+            token.admission(),
+            annal_engine::capture::Admission::Accepted
+        );
+        capture.action_completed(token, outcome());
+    }
+    assert_eq!(engine.status().unwrap().dropped_events, 10 + 13);
+    assert_eq!(engine.queued_events(), 0);
+    // A new start is not admitted, so not counted either.
+    let refused = capture.action_started(click(), None, None);
+    assert_eq!(
+        refused.admission(),
+        annal_engine::capture::Admission::NotAdmitted
+    );
+    capture.action_completed(refused, outcome());
+    // Still queued when shutdown begins (no tick, no status call): its final round counts them.
+    for token in completed_at_shutdown {
+        capture.action_completed(token, outcome());
+    }
+    assert_eq!(engine.queued_events(), 2);
+    engine.shutdown();
+
+    // The total was journaled: a new engine on the store shows it.
+    let engine = s.start(s.config());
+    assert_eq!(engine.status().unwrap().dropped_events, 25);
+    engine.shutdown();
+    // Nothing after the give-up reached the history: the 5 durable starts, no completion.
+    let events = s.events();
+    assert_eq!(action_events(&events), 5);
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.data.payload, Payload::ActionCompleted(_))),
+        "{events:#?}"
+    );
+}
+
+#[test]
+fn once_the_writer_is_given_up_on_the_ingress_tick_empties_the_queue_without_a_status_call() {
+    let s = setup();
+    let engine = s.start(no_writer_restart(s.config()));
+    engine.enable().unwrap();
+    let capture = engine.capture();
+    let tokens: Vec<_> = (0..20)
+        .map(|_| capture.action_started(click(), None, None))
+        .collect();
+    engine.flush().unwrap();
+    give_up_on_the_writer(&engine);
+    for token in tokens {
+        capture.action_completed(token, outcome());
+    }
+    let started = Instant::now();
+    while engine.queued_events() > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the queue was left holding {}",
+            engine.queued_events()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(engine.status().unwrap().dropped_events, 20);
+    engine.shutdown();
+}
+
 fn request(value: serde_json::Value) -> annal_schema::tools::QueryRequest {
     annal_schema::tools::QueryRequest::parse(&value).unwrap()
 }

@@ -97,6 +97,16 @@ pub enum Drained<T> {
     },
 }
 
+impl<T> Drained<T> {
+    /// How many events this entry stands for: one item, or the drops a marker reports.
+    pub fn events(&self) -> u64 {
+        match self {
+            Self::Captured(_) => 1,
+            Self::Dropped { count } => *count,
+        }
+    }
+}
+
 /// The outcome of one `Channel::drain_final` round (`CaptureDrain::drain_final`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FinalDrain {

@@ -694,6 +694,24 @@ impl CaptureDrain {
         self.take_from_channel(out, |channel, queued| channel.drain_final(max, queued))
     }
 
+    /// Once no writer will ever take what is queued (the supervisor gave up on it): takes up
+    /// to `max` items off the queue, with the drops pending, and returns how many events that
+    /// is, every one of them lost, for the caller to count as dropped. A completion's kept
+    /// start context is released on the way. Never blocks.
+    pub fn discard(&mut self, max: usize) -> u64 {
+        let mut lost = Vec::new();
+        self.drain(max, &mut lost);
+        lost.iter().map(Drained::events).sum()
+    }
+
+    /// [`CaptureDrain::discard`] as one round of the shutdown drain ([`CaptureDrain::drain_final`]):
+    /// closes the channel first; repeat until `settled`. Returns the events lost this round.
+    pub fn discard_final(&mut self, max: usize) -> (u64, FinalDrain) {
+        let mut lost = Vec::new();
+        let round = self.drain_final(max, &mut lost);
+        (lost.iter().map(Drained::events).sum(), round)
+    }
+
     /// The gate switch and status readings, for the engine.
     pub fn control(&self) -> CaptureControl {
         CaptureControl {

@@ -398,6 +398,45 @@ fn drain_final_is_not_settled_until_the_queue_is_drained() {
 }
 
 #[test]
+fn discard_counts_every_queued_item_and_pending_drop_and_leaves_nothing_to_drain() {
+    let (handle, mut drain, _clock) = channel(2);
+    let kept = handle.action_started(capability("a"), None, None);
+    let _second = handle.action_started(capability("b"), None, None);
+    // Full: this start and its completion are counted as dropped.
+    let dropped = handle.action_started(capability("c"), None, None);
+    assert_eq!(dropped.admission(), Admission::Dropped);
+    handle.action_completed(dropped, outcome());
+    assert_eq!(drain.discard(usize::MAX), 2 + 2);
+    assert_eq!(drain.pending_drops(), 0);
+    assert!(drain_all(&mut drain).is_empty());
+    // The completion of a discarded start still reaches the queue (its start was accepted),
+    // so the next discard counts it and releases its start's context (the second start's is
+    // kept until its completion comes).
+    assert_eq!(drain.open.kept_starts(), 2);
+    handle.action_completed(kept, outcome());
+    assert_eq!(drain.discard(usize::MAX), 1);
+    assert_eq!(drain.open.kept_starts(), 1);
+    assert_eq!(drain.discard(usize::MAX), 0);
+}
+
+#[test]
+fn discard_final_closes_and_settles_counting_what_it_took() {
+    let (handle, mut drain, _clock) = channel(4);
+    for _ in 0..3 {
+        let _t = handle.action_started(capability("a"), None, None);
+    }
+    let (lost, round) = drain.discard_final(2);
+    assert_eq!((lost, round.settled), (2, false));
+    let (lost, round) = drain.discard_final(2);
+    assert_eq!((lost, round.settled), (1, true));
+    // Closed: nothing is admitted or counted any more.
+    let late = handle.action_started(capability("a"), None, None);
+    assert_eq!(late.admission(), Admission::NotAdmitted);
+    assert_eq!(drain.discard_final(2).0, 0);
+    assert_eq!(drain.pending_drops(), 0);
+}
+
+#[test]
 fn capacity_is_bounded() {
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(START));
     assert_eq!(
