@@ -857,12 +857,24 @@ impl WriterState {
         // What may be pruned; a chunk recorded pruned in an earlier life and still present (a
         // crash between its record and its removal) is removed by the pass below. A pruner that
         // cannot be built prunes nothing in this life.
+        // A crash's torn chunks are never sealed: what the open read of them lets retention
+        // and eviction take them all the same (module `store::prune`).
         let pruner = annal_engine::store::Pruner::at_open(
             &storage,
             &seals,
             &projection.pruned,
             &keys.journal,
         )
+        .map(|mut pruner| {
+            for torn in history
+                .torn_tails_at_open()
+                .iter()
+                .filter_map(|t| t.prunable)
+            {
+                pruner.add_torn(torn, &seals);
+            }
+            pruner
+        })
         .unwrap_or_default();
         self.bytes_used = store_bytes(storage.as_ref());
         self.projection = projection;

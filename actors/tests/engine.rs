@@ -1744,6 +1744,129 @@ fn retention_prunes_sealed_chunks_by_their_seals_time_records_them_and_verify_st
     );
 }
 
+/// The last chunk of a generation that crashed mid-append is torn and never sealed; once all
+/// its records are past retention it goes like a sealed one (before, it stayed on disk for
+/// good, its events outliving retention and its bytes counting against the quota).
+#[test]
+fn retention_prunes_a_crashed_generations_torn_chunk_by_its_records_times() {
+    use annal_engine::clock::ManualClock;
+    use annal_engine::journal::PruneReason;
+    const DAY_SECS: u64 = 86_400;
+    let s = setup();
+    let storage = faulty_setup(&s);
+    let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
+    let engine = start_faulty_with(&s, s.config(), Arc::new(clock.clone()), &storage);
+    engine.enable().unwrap();
+    capture_accepted(&engine, 10);
+    engine.flush().unwrap();
+    let torn = chunk_ids(&s);
+    assert_eq!(torn.len(), 1, "{torn:?}");
+    // The process dies (everything was synced, so the chunk is complete and unsealed), then
+    // a partial record reaches its end: torn.
+    crash(engine, storage, &mut |unsynced| unsynced);
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(chunk_file(&s, torn[0]))
+        .unwrap();
+    std::io::Write::write_all(&mut file, &[0xA5; 37]).unwrap();
+    drop(file);
+    let torn_len = std::fs::metadata(chunk_file(&s, torn[0])).unwrap().len();
+
+    let start = |clock: &ManualClock| {
+        Engine::start_with(
+            s.config(),
+            Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
+            Arc::new(clock.clone()),
+            None,
+        )
+        .unwrap()
+    };
+    // Within retention it stays, and its records read.
+    let engine = start(&clock);
+    capture_accepted(&engine, 5);
+    engine.flush().unwrap();
+    assert!(engine.shutdown().drained);
+    assert!(chunk_file(&s, torn[0]).exists());
+    assert_eq!(
+        std::fs::metadata(chunk_file(&s, torn[0])).unwrap().len(),
+        torn_len,
+        "a torn chunk is never written to again"
+    );
+    assert_eq!(action_events(&s.events()), 15);
+    assert!(pruned_in_journal(&s).is_empty());
+
+    // Eight days on, a new life prunes it by retention, recorded first.
+    clock.advance(Duration::from_secs(8 * DAY_SECS));
+    let engine = start(&clock);
+    capture_accepted(&engine, 10);
+    engine.flush().unwrap();
+    assert!(engine.shutdown().drained);
+    let pruned = pruned_in_journal(&s);
+    let torn_pruned: Vec<_> = pruned.iter().filter(|(c, _, _)| *c == torn[0]).collect();
+    assert_eq!(torn_pruned.len(), 1, "{pruned:?}");
+    assert_eq!(torn_pruned[0].1, PruneReason::Retention);
+    assert!(!chunk_file(&s, torn[0]).exists());
+    assert_eq!(action_events(&s.events()), 10, "the newest life's only");
+    // verify has nothing to say of it: no seal ever named the torn chunk. Without the
+    // journal, only the sealed chunks pruned with it (the second life's) are missing.
+    let (plain, told) = verify_reports(&s);
+    assert!(told.is_clean(), "{told:#?}");
+    let not_ok: Vec<&str> = plain
+        .findings()
+        .map(|(_, f)| f.as_str())
+        .filter(|f| *f != "ok")
+        .collect();
+    assert_eq!(not_ok, vec!["missing"; pruned.len() - 1], "{plain:#?}");
+}
+
+/// A sealed chunk with bytes past its seal's length also reads as torn; it is `verify`'s to
+/// report, never retention's to remove.
+#[test]
+fn retention_never_prunes_a_sealed_chunk_with_bytes_past_its_seal() {
+    use annal_engine::clock::ManualClock;
+    const DAY_SECS: u64 = 86_400;
+    let s = setup();
+    let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
+    let start = |clock: &ManualClock| {
+        Engine::start_with(
+            s.config(),
+            Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
+            Arc::new(clock.clone()),
+            None,
+        )
+        .unwrap()
+    };
+    let engine = start(&clock);
+    engine.enable().unwrap();
+    capture_accepted(&engine, 10);
+    // A clean stop seals the last chunk.
+    assert!(engine.shutdown().drained);
+    let sealed = chunk_ids(&s);
+    assert_eq!(sealed.len(), 1, "{sealed:?}");
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(chunk_file(&s, sealed[0]))
+        .unwrap();
+    std::io::Write::write_all(&mut file, &[0xA5; 37]).unwrap();
+    drop(file);
+    clock.advance(Duration::from_secs(8 * DAY_SECS));
+    let engine = start(&clock);
+    capture_accepted(&engine, 10);
+    engine.flush().unwrap();
+    assert!(engine.shutdown().drained);
+    assert!(chunk_file(&s, sealed[0]).exists());
+    assert!(
+        pruned_in_journal(&s)
+            .iter()
+            .all(|(c, _, _)| *c != sealed[0])
+    );
+    let (_, told) = verify_reports(&s);
+    assert!(
+        told.findings().any(|(_, f)| f.as_str() == "replaced"),
+        "{told:#?}"
+    );
+}
+
 /// The chunk files of the history store now.
 fn chunk_ids(s: &Setup) -> Vec<annal_engine::profile::ChunkId> {
     let mut ids: Vec<_> = std::fs::read_dir(s.layout.history_root().join("chunks"))

@@ -174,13 +174,28 @@ fn a_short_write_leaves_a_torn_tail_in_the_abandoned_chunk_only() {
         unreachable!()
     };
     assert_eq!(report.chunks[0].len_bytes, valid_len + 300);
-    // The next writer finds that tail (and only it) for the journal to record.
+    // The next writer finds that tail (and only it) for the journal to record, with what
+    // pruning needs of the chunk from its three authenticated records and its whole length.
     let w = writer_on(&storage);
+    let times: Vec<_> = report.chunks[0]
+        .verdict
+        .records()
+        .iter()
+        .map(|r| r.event.time.since_epoch())
+        .collect();
     assert_eq!(
         w.torn_tails_at_open(),
         [TornTailFound {
             chunk_id: report.chunks[0].chunk_id.unwrap(),
             bytes_left_out: 300,
+            prunable: Some(annal_engine::store::PruneCandidate {
+                chunk_id: report.chunks[0].chunk_id.unwrap(),
+                last_sequence: 3,
+                last_time: times[2],
+                latest_time: times.iter().max().copied(),
+                records: 3,
+                len_bytes: valid_len + 300,
+            }),
         }]
     );
 }

@@ -1,11 +1,11 @@
-//! Physical retention and `on_quota = evict_oldest`: which sealed history chunks may go, and
-//! removing them with the journal's record first.
+//! Physical retention and `on_quota = evict_oldest`: which sealed (or torn) history chunks may
+//! go, and removing them with the journal's record first.
 //!
 //! # Which chunks
 //!
-//! Only a chunk with a **verified seal**, present in `chunks/`, and not the chunk the writer is
-//! appending to. Its seal alone decides, never the file's times (an mtime is anyone's to set,
-//! and a restored backup has fresh ones):
+//! Only a chunk with a **verified seal**, or a **torn** one (below), present in `chunks/`, and
+//! not the chunk the writer is appending to. Its seal alone decides, never the file's times (an
+//! mtime is anyone's to set, and a restored backup has fresh ones):
 //!
 //! - **retention**: the latest event time among the chunk's records is strictly older than the
 //!   retention cutoff ([`RetentionCutoff`], the one queries apply), so nothing in the chunk is
@@ -23,7 +23,15 @@
 //!   with `stop_capture`.
 //!
 //! An unsealed chunk is never pruned: without a seal nothing vouches for what it holds, and
-//! `verify` could not tell its absence from a deletion. Just before its record, each chosen
+//! `verify` could not tell its absence from a deletion. The one exception is a **torn** chunk,
+//! the last chunk of a writer generation that crashed mid-append ([`Pruner::add_torn`]): no seal
+//! will ever be written for it (its file holds bytes past its last record), so without it the
+//! events it holds would outlive retention on disk and its bytes would count against the quota
+//! for good. The writer that opens the store reads every one of its authenticated records
+//! (a torn chunk is never vouched for by a seal, so the open reads it whole), and those facts
+//! stand in for a seal's: its last sequence, its latest event time, its file's length. `verify`
+//! loses nothing: no seal names a torn chunk, so it never reported its absence either. Just
+//! before its record, each chosen
 //! chunk's file is checked to still have its seal's length: a chunk already gone, or no longer
 //! what its seal says, is left alone (recording it pruned would hide what `verify` must
 //! report).
@@ -237,7 +245,8 @@ pub enum PruneError {
 /// only for the chunks it chose.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pruner {
-    /// Present in `chunks/`, sealed, not recorded as pruned: the candidates.
+    /// Present in `chunks/`, sealed (or torn, [`Pruner::add_torn`]), not recorded as pruned:
+    /// the candidates.
     sealed: BTreeMap<ChunkId, PruneCandidate>,
     /// Closed since open, their seals being written: never pruned before the seal is found, but
     /// they tell [`Pruner::due`] a pass is worth its I/O.
@@ -286,6 +295,20 @@ impl Pruner {
         }
         let durable = pruned_chunks(storage, journal_keys).map_err(|_| PruneError::Journal)?;
         Ok(Self::new(verified(), &present, &durable))
+    }
+
+    /// A torn chunk the opening writer found (`TornTailFound::prunable`, the facts of its
+    /// authenticated records) becomes a candidate like a sealed one. Not when any file in
+    /// `seals` names it: a sealed chunk with bytes past its seal's length reads as torn too,
+    /// and that is `verify`'s to report as replaced, never to be pruned away. Nor when the
+    /// journal already records it pruned (its file is then removed by the next pass,
+    /// [`Pruner::pending`]). Retention takes it once its latest event time is past the cutoff;
+    /// eviction in sequence order.
+    pub fn add_torn(&mut self, torn: PruneCandidate, seals: &[SealRead]) {
+        let sealed = seals.iter().any(|s| s.chunk_id == Some(torn.chunk_id));
+        if !sealed && !self.recorded.contains(&torn.chunk_id) {
+            self.sealed.insert(torn.chunk_id, torn);
+        }
     }
 
     /// A chunk the writer closed: its seal is being written. Until [`Pruner::seal_found`] it is

@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use annal_schema::{HealthCategory, OpaqueId, Sequence, SourceUrn, WriteRuleViolation};
 
+use super::prune::PruneCandidate;
 use super::read::{ReadStoreError, StoreReader, StoreReport};
 use super::stream::{EventOf, RecordIdentity, Stream};
 use super::{
@@ -279,6 +280,10 @@ pub struct TornTailFound {
     pub chunk_id: ChunkId,
     /// How many bytes follow its last authenticated record (>= 1).
     pub bytes_left_out: u64,
+    /// What pruning needs of it, from its authenticated records as the open read them (`None`
+    /// when it has none): no seal will ever vouch for a torn chunk, so this scan is what lets
+    /// retention and eviction take it ([`super::Pruner::add_torn`]).
+    pub prunable: Option<PruneCandidate>,
 }
 
 /// The complete, non-empty chunks of `report` that no seal in `sealed` names, as closed chunks
@@ -337,6 +342,28 @@ fn unsealed_complete_chunks<S: Stream>(
         .collect();
     closed.sort_by_key(|c| c.first_sequence);
     closed
+}
+
+/// A torn chunk's facts for pruning, from its authenticated `records` (none: `None`);
+/// `len_bytes` is its whole file, torn tail included (what eviction frees, and what the pass
+/// checks the file still has before recording it).
+fn torn_prune_candidate<S: Stream>(
+    chunk_id: ChunkId,
+    records: &[crate::profile::Record<EventOf<S>>],
+    len_bytes: u64,
+) -> Option<PruneCandidate> {
+    let time = |r: &crate::profile::Record<EventOf<S>>| {
+        <S::Schema as RecordSchema>::time_since_epoch(&r.event)
+    };
+    let last = records.last()?;
+    Some(PruneCandidate {
+        chunk_id,
+        last_sequence: <S::Schema as RecordSchema>::sequence(&last.event),
+        last_time: time(last),
+        latest_time: records.iter().map(time).max(),
+        records: records.len() as u64,
+        len_bytes,
+    })
 }
 
 /// What a verified seal says of its chunk: enough for a writer to open the store without
@@ -673,10 +700,20 @@ impl<S: Stream> StoreWriter<S> {
             .chunks
             .iter()
             .filter_map(|chunk| match chunk.verdict {
-                ChunkVerdict::TornTail { valid_len, .. } => Some(TornTailFound {
-                    chunk_id: chunk.chunk_id?,
-                    bytes_left_out: chunk.len_bytes.checked_sub(valid_len).filter(|&n| n > 0)?,
-                }),
+                ChunkVerdict::TornTail {
+                    ref records,
+                    valid_len,
+                } => {
+                    let chunk_id = chunk.chunk_id?;
+                    Some(TornTailFound {
+                        chunk_id,
+                        bytes_left_out: chunk
+                            .len_bytes
+                            .checked_sub(valid_len)
+                            .filter(|&n| n > 0)?,
+                        prunable: torn_prune_candidate::<S>(chunk_id, records, chunk.len_bytes),
+                    })
+                }
                 _ => None,
             })
             .collect();

@@ -386,3 +386,41 @@ fn a_chunk_whose_latest_record_is_still_visible_is_kept_whatever_its_last_record
             .is_empty()
     );
 }
+
+#[test]
+fn a_torn_chunk_is_a_candidate_unless_a_seal_names_it_or_the_journal_recorded_it() {
+    let old = NOW.as_secs() - 30 * DAY_SECS;
+    let sealed = [chunk(2, 8, NOW.as_secs(), 100)];
+    let seals: Vec<Seal> = sealed.iter().map(seal_of).collect();
+    let reads: Vec<SealRead> = seals
+        .iter()
+        .map(|s| SealRead {
+            file_name: String::new(),
+            chunk_id: Some(s.chunk_id),
+            seal: Ok(s.clone()),
+        })
+        .collect();
+    let present: BTreeSet<ChunkId> = [id(1), id(2), id(3)].into();
+    let recorded: BTreeSet<ChunkId> = [id(3)].into();
+    let mut pruner = Pruner::new(&seals, &present, &recorded);
+    // Torn chunk 1 (old): a candidate. Chunk 2 read as torn but sealed: not replaced by its
+    // scan. Chunk 3: recorded already, only its removal is pending.
+    pruner.add_torn(chunk(1, 4, old, 150), &reads);
+    pruner.add_torn(chunk(2, 8, old, 170), &reads);
+    pruner.add_torn(chunk(3, 12, old, 100), &reads);
+    assert_eq!(
+        chosen(&pruner.plan(None, week(), None)),
+        [(id(1), PruneReason::Retention)]
+    );
+    assert_eq!(pruner.pending(), [id(3)]);
+    // Eviction takes it in sequence order too, with its whole file's length.
+    let mut recent = Pruner::new(&seals, &present, &BTreeSet::new());
+    recent.add_torn(chunk(1, 4, NOW.as_secs(), 150), &reads);
+    let at_quota = Some(Eviction {
+        used_bytes: 1_000,
+        quota_bytes: 1_000,
+    });
+    let plan = recent.plan(None, week(), at_quota);
+    assert_eq!(chosen(&plan), [(id(1), PruneReason::EvictOldest)]);
+    assert_eq!(plan.choices()[0].chunk.len_bytes, 150);
+}
