@@ -165,17 +165,19 @@ pub enum JournalEvent {
         /// Who ran the repair.
         caller: CallerKind,
     },
-    /// A sealed history chunk was pruned: recorded before its file is removed, so a chunk is
-    /// never gone without this record (its seal stays, and `verify` reports it as pruned).
+    /// A sealed (or a crashed generation's torn) history chunk was pruned: recorded before its
+    /// file is removed, so a chunk is never gone without this record (a seal stays, and
+    /// `verify` reports its chunk as pruned).
     ChunkPruned {
         /// The chunk.
         chunk: ChunkId,
         /// Why.
         reason: PruneReason,
-        /// Event time of its last record, in milliseconds since the Unix epoch (from its seal;
-        /// at most [`JOURNAL_TIME_MAX_MS`]).
+        /// Event time of its last record, in milliseconds since the Unix epoch (from its seal,
+        /// or a torn chunk's records; at most [`JOURNAL_TIME_MAX_MS`]).
         last_time_ms: u64,
-        /// How many records it held (from its seal; 1..=`MAX_RECORDS_PER_CHUNK`).
+        /// How many records it held (from its seal, or a torn chunk's records;
+        /// 1..=`MAX_RECORDS_PER_CHUNK`).
         records: u64,
     },
     /// A policy fact: a grant, a revocation, the agents switch, an audit record.

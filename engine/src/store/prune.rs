@@ -87,8 +87,8 @@ pub fn eviction_target_bytes(quota_bytes: u64) -> u64 {
     quota_bytes.saturating_mul(EVICTION_LOW_WATER_PERCENT) / 100
 }
 
-/// What pruning knows of a sealed chunk: its verified seal's facts, nothing of its file's
-/// metadata.
+/// What pruning knows of a sealed chunk: its verified seal's facts (for a torn chunk, its
+/// authenticated records', `Pruner::add_torn`), nothing of its file's metadata.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PruneCandidate {
     /// The chunk.
@@ -131,14 +131,14 @@ pub struct Eviction {
 /// One chunk a plan prunes, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PruneChoice {
-    /// The chunk, as its seal describes it.
+    /// The chunk, as its seal (or a torn chunk's records) describe it.
     pub chunk: PruneCandidate,
     /// Retention or eviction.
     pub reason: PruneReason,
 }
 
 impl PruneChoice {
-    /// Its journal record (the seal's last time in whole milliseconds).
+    /// Its journal record (its last record's time in whole milliseconds).
     pub fn event(&self) -> JournalEvent {
         JournalEvent::ChunkPruned {
             chunk: self.chunk.chunk_id,
