@@ -82,6 +82,12 @@ pub enum JournalMsg {
         /// Where it goes.
         reply: RpcReplyPort<u32>,
     },
+    /// The history sequences reported lost ([`annal_engine::journal::State::lost`]), for a
+    /// reader opening (without copying the whole projection).
+    Lost {
+        /// Where it goes.
+        reply: RpcReplyPort<Vec<std::ops::RangeInclusive<u64>>>,
+    },
     /// The current projection.
     Snapshot {
         /// Where it goes.
@@ -318,6 +324,9 @@ impl Actor for JournalActor {
             }
             JournalMsg::Retention { reply } => {
                 let _ = reply.send(state.projection.retention_days);
+            }
+            JournalMsg::Lost { reply } => {
+                let _ = reply.send(state.projection.lost.clone());
             }
             JournalMsg::Snapshot { reply } => {
                 let _ = reply.send(state.projection.clone());

@@ -1331,10 +1331,49 @@ impl WriterState {
     /// Records the store reports lost (`lost`; never durable): `events` more to report by the
     /// next drop marker, and the Query actor told to forget them, so no page returns an event
     /// the history reports dropped (it answered appended, unsynced events from its cache).
+    /// The range is journaled too: a failed sync may have left those records on disk, and a
+    /// later reader forgets them on the journal's word (`State::lost`).
     fn records_lost(&mut self, lost: Option<RangeInclusive<u64>>, events: u64) {
         self.lost_unreported += events;
-        if let (Some(lost), Some(query)) = (lost, &self.query) {
+        let Some(lost) = lost else { return };
+        let recorded = JournalEvent::RecordsLost {
+            first_sequence: *lost.start(),
+            last_sequence: *lost.end(),
+        };
+        if recorded.check_bounds().is_ok() {
+            self.projection.apply(&recorded);
+            let _ = self.journal.cast(JournalMsg::Record(vec![recorded]));
+        }
+        if let Some(query) = &self.query {
             let _ = query.cast(crate::query::QueryMsg::Lost(lost));
+        }
+    }
+
+    /// Drops no event followed (their marker waits for the next event, and at a stop none is
+    /// to come): the marker is written alone, and its drops join the lifetime total with it.
+    /// With history disabled nothing is written: the drops are journaled without a marker,
+    /// so the total stays exact across the restart.
+    async fn mark_trailing_drops(&mut self) {
+        let count = std::mem::take(&mut self.lost_unreported);
+        if count == 0 {
+            return;
+        }
+        let marker = self.draft(
+            "writer",
+            Payload::Health {
+                category: HealthCategory::EventsDropped,
+                count,
+            },
+        );
+        match marker {
+            Some(marker) if self.projection.enabled && self.open.is_some() => {
+                self.append_history(vec![marker]).await;
+            }
+            _ => {
+                let recorded = JournalEvent::DropsRecorded { count };
+                self.projection.apply(&recorded);
+                let _ = self.journal.cast(JournalMsg::Record(vec![recorded]));
+            }
         }
     }
 
@@ -1636,6 +1675,7 @@ impl Actor for WriterActor {
         // A clean stop makes everything durable and closes and seals the current chunk, so the
         // next open reads no chunk of this generation (the seals being written included);
         // capture stays closed until a new writer opens.
+        state.mark_trailing_drops().await;
         let _ = state.sync();
         let closed = state.open.as_mut().map(|open| open.history.close());
         match closed {

@@ -687,6 +687,51 @@ fn a_query_never_returns_an_event_a_failed_sync_lost() {
     assert_eq!(action_events(&s.events()), 7);
 }
 
+/// A failed sync may leave its records on disk all the same: they were reported dropped, so
+/// no later life answers them either (before, a restart's reader found them in their chunk
+/// and returned them beside the marker counting them dropped). And drops no event followed
+/// are marked at the stop, so the lifetime total survives it (before, it fell back to 0).
+/// Run with both kinds of failed sync, over two later lives. (The same in a sealed chunk
+/// loaded lazily: `lost_sequences_stay_forgotten_in_chunks_loaded_later`.)
+#[test]
+fn what_a_failed_sync_reported_lost_is_never_answered_after_a_restart() {
+    for failure in SyncFailure::ALL {
+        let s = setup();
+        let storage = faulty_setup(&s);
+        let mut config = s.config();
+        config.sync_interval = Duration::from_secs(600);
+        let engine = start_faulty_configured(&s, config, &storage);
+        engine.enable().unwrap();
+        let capture = engine.capture();
+        five_durable_and_five_unsynced(&engine, &capture);
+        storage.fail_sync_nth(1, failure);
+        assert!(engine.flush().is_err());
+        assert_the_five_unsynced_are_dropped_and_forgotten(&engine);
+        storage.clear_faults();
+        let dropped = engine.status().unwrap().dropped_events;
+        engine.shutdown();
+        drop(storage);
+        let on_disk = action_events(&s.events());
+        match failure {
+            SyncFailure::DataKept => assert_eq!(on_disk, 10, "the failed sync kept its data"),
+            SyncFailure::DataLost => assert_eq!(on_disk, 5),
+        }
+        for life in 0..2 {
+            let engine = s.start(s.config());
+            assert_eq!(
+                answered_actions(&engine),
+                5 + life,
+                "{failure:?}, life {life}: a query returned what a failed sync lost"
+            );
+            assert_eq!(engine.status().unwrap().dropped_events, dropped);
+            // One more action in each life.
+            let _ = engine.capture().action_started(click(), None, None);
+            engine.flush().unwrap();
+            engine.shutdown();
+        }
+    }
+}
+
 /// A rotation by age whose closing sync fails: what the chunk held unsynced is counted as
 /// dropped (never lost silently) and no query answers it any more.
 #[test]

@@ -117,6 +117,12 @@ pub fn event() -> impl Strategy<Value = JournalEvent> {
         signal().prop_map(JournalEvent::SupervisorSignalled),
         (1..=u64::MAX).prop_map(|count| JournalEvent::DropsRecorded { count }),
         (1..=u64::MAX).prop_map(|high_water| JournalEvent::SequenceMarked { high_water }),
+        (1..=u64::MAX, 0..=1_000u64).prop_map(|(first_sequence, more)| {
+            JournalEvent::RecordsLost {
+                first_sequence,
+                last_sequence: first_sequence.saturating_add(more),
+            }
+        }),
         (chunk(), 1..=TORN_TAIL_MAX_BYTES).prop_map(|(chunk, bytes_left_out)| {
             JournalEvent::TornTailRecorded {
                 chunk,

@@ -763,6 +763,41 @@ fn sequences(page: &annal_engine::query::EventPage) -> Vec<u64> {
     page.events.iter().map(|e| e.data.sequence.get()).collect()
 }
 
+/// Sequences reported lost stay forgotten in the sealed chunks a page loads later (a failed
+/// sync may have left their records on disk, and a later life's reader defers that chunk).
+#[test]
+fn lost_sequences_stay_forgotten_in_chunks_loaded_later() {
+    use annal_engine::query::RetentionCutoff;
+    let (_dir, layout, _s, _checkpoints) = sealed_store(2);
+    let mut reader = reader(&layout);
+    assert_eq!(reader.deferred_chunks(), 7);
+    // 9..=10 sit in a deferred chunk, 31 in the loaded newest one.
+    reader.forget_lost(&(9..=10));
+    reader.forget_lost(&(31..=31));
+    let all = reader
+        .page(
+            &query(serde_json::json!({"limit": 200})),
+            RetentionCutoff::NONE,
+            None,
+        )
+        .unwrap();
+    assert_eq!(reader.deferred_chunks(), 0, "the page loaded every chunk");
+    let answered = sequences(&all);
+    assert_eq!(answered.len(), 32 - 3);
+    assert!(
+        !answered.iter().any(|s| [9, 10, 31].contains(s)),
+        "{answered:?}"
+    );
+    let slice = reader
+        .page(
+            &query(serde_json::json!({"since_sequence": 8, "until_sequence": 11})),
+            RetentionCutoff::NONE,
+            None,
+        )
+        .unwrap();
+    assert_eq!(sequences(&slice), [8, 11]);
+}
+
 #[test]
 fn the_query_reader_defers_sealed_chunks_and_loads_them_newest_first_as_pages_reach_back() {
     use annal_engine::query::RetentionCutoff;

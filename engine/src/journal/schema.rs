@@ -150,6 +150,15 @@ pub enum JournalEvent {
         /// The highest sequence handed out (>= 1).
         high_water: u64,
     },
+    /// The history records of these sequences were reported lost by a failed append or sync,
+    /// and counted as dropped. A failed sync may have left them on disk all the same: no query
+    /// answers them, in this life or a later one ([`super::State::lost`]).
+    RecordsLost {
+        /// The first lost sequence (>= 1).
+        first_sequence: u64,
+        /// The last lost sequence (>= `first_sequence`).
+        last_sequence: u64,
+    },
     /// A chunk's torn tail (what follows its last authenticated record after a crash) was left
     /// out of it.
     TornTailRecorded {
@@ -203,6 +212,9 @@ pub enum BoundViolation {
     /// `high_water` is 0.
     #[error("`high_water` is 0")]
     HighWater,
+    /// A lost range starts at 0 or ends before it starts.
+    #[error("a lost range is empty or starts at 0")]
+    LostRange,
     /// `bytes_left_out` is 0 or above [`TORN_TAIL_MAX_BYTES`].
     #[error("`bytes_left_out` is outside its bounds")]
     TornTailBytes,
@@ -235,6 +247,13 @@ impl JournalEvent {
             Self::SequenceMarked { high_water } => {
                 ok_if(*high_water >= 1, BoundViolation::HighWater)
             }
+            Self::RecordsLost {
+                first_sequence,
+                last_sequence,
+            } => ok_if(
+                *first_sequence >= 1 && first_sequence <= last_sequence,
+                BoundViolation::LostRange,
+            ),
             Self::TornTailRecorded { bytes_left_out, .. } => ok_if(
                 (1..=TORN_TAIL_MAX_BYTES).contains(bytes_left_out),
                 BoundViolation::TornTailBytes,
@@ -512,6 +531,10 @@ enum WireEvent {
     SequenceMarked {
         high_water: u64,
     },
+    RecordsLost {
+        first_sequence: u64,
+        last_sequence: u64,
+    },
     TornTailRecorded {
         #[serde(with = "chunk_hex")]
         chunk: ChunkId,
@@ -634,6 +657,13 @@ impl WireEvent {
             JournalEvent::SequenceMarked { high_water } => Self::SequenceMarked {
                 high_water: *high_water,
             },
+            JournalEvent::RecordsLost {
+                first_sequence,
+                last_sequence,
+            } => Self::RecordsLost {
+                first_sequence: *first_sequence,
+                last_sequence: *last_sequence,
+            },
             JournalEvent::TornTailRecorded {
                 chunk,
                 bytes_left_out,
@@ -733,6 +763,13 @@ impl WireEvent {
             }
             Self::DropsRecorded { count } => JournalEvent::DropsRecorded { count },
             Self::SequenceMarked { high_water } => JournalEvent::SequenceMarked { high_water },
+            Self::RecordsLost {
+                first_sequence,
+                last_sequence,
+            } => JournalEvent::RecordsLost {
+                first_sequence,
+                last_sequence,
+            },
             Self::TornTailRecorded {
                 chunk,
                 bytes_left_out,

@@ -88,6 +88,10 @@ pub struct State {
     pub signals: Vec<Signal>,
     /// Chunks quarantined by a repair, in the order they were quarantined.
     pub quarantined: Vec<ChunkId>,
+    /// History sequences reported lost (a failed append or sync), in sequence order, adjacent
+    /// and overlapping ranges merged: counted as dropped, so no query answers them even where a
+    /// failed sync left them on disk. One range per failure, so a handful in a store's life.
+    pub lost: Vec<std::ops::RangeInclusive<u64>>,
     /// Chunks whose torn tail was recorded, once each, in the order they were recorded (so a
     /// restart does not record the same tear again).
     pub torn_tails: Vec<ChunkId>,
@@ -114,6 +118,7 @@ impl Default for State {
             key_epoch: None,
             signals: Vec::new(),
             quarantined: Vec::new(),
+            lost: Vec::new(),
             torn_tails: Vec::new(),
             pruned: BTreeSet::new(),
             policy: PolicyState::default(),
@@ -193,6 +198,10 @@ impl State {
                         .map_or(*high_water, |h| h.max(*high_water)),
                 );
             }
+            JournalEvent::RecordsLost {
+                first_sequence,
+                last_sequence,
+            } => self.note_lost(*first_sequence..=*last_sequence),
             JournalEvent::TornTailRecorded { chunk, .. } => {
                 if !self.torn_tails.contains(chunk) {
                     self.torn_tails.push(*chunk);
@@ -208,6 +217,31 @@ impl State {
                 self.pruned.insert(*chunk);
             }
         }
+    }
+
+    /// Adds `range` to [`State::lost`], merged with a range it overlaps or touches (a lost
+    /// range is recorded again when the journal retries what a failed sync of its own lost).
+    fn note_lost(&mut self, range: std::ops::RangeInclusive<u64>) {
+        if range.is_empty() {
+            return;
+        }
+        let (mut start, mut end) = range.into_inner();
+        self.lost.retain(|kept| {
+            let apart =
+                *kept.end() < start.saturating_sub(1) || *kept.start() > end.saturating_add(1);
+            if !apart {
+                start = start.min(*kept.start());
+                end = end.max(*kept.end());
+            }
+            apart
+        });
+        let at = self.lost.partition_point(|kept| *kept.start() < start);
+        self.lost.insert(at, start..=end);
+    }
+
+    /// Whether `sequence` was reported lost ([`State::lost`]).
+    pub fn is_lost(&self, sequence: u64) -> bool {
+        self.lost.iter().any(|range| range.contains(&sequence))
     }
 
     /// The state after `events`, from the defaults.

@@ -689,6 +689,13 @@ fn golden() -> Vec<(JournalEvent, &'static str)> {
             r#"{"kind":"supervisor_signalled","at_ms":14,"signal":{"kind":"checkpoint_verified"}}"#,
         ),
         (
+            JournalEvent::RecordsLost {
+                first_sequence: 6,
+                last_sequence: 10,
+            },
+            r#"{"kind":"records_lost","first_sequence":6,"last_sequence":10}"#,
+        ),
+        (
             JournalEvent::Policy(PolicyEvent::GrantWithdrawn {
                 actor: ActorId::new("agent-a").expect("valid"),
                 operation: Operation::Status,
@@ -775,6 +782,17 @@ fn the_schema_is_closed() {
         edited(15, r#""records":6096"#, r#""records":1048577"#),
         edited(15, "1764540843753", "16756761600000"),
         edited(15, r#","records":6096"#, ""),
+        edited(
+            golden().len() - 2,
+            r#""first_sequence":6"#,
+            r#""first_sequence":0"#,
+        ),
+        edited(
+            golden().len() - 2,
+            r#""last_sequence":10"#,
+            r#""last_sequence":5"#,
+        ),
+        edited(golden().len() - 2, r#","last_sequence":10"#, ""),
         edited(golden().len() - 1, r#""status""#, r#""delete""#),
         edited(golden().len() - 1, r#","operation":"status""#, ""),
         edited(golden().len() - 1, "agent-a", "-agent"),
@@ -981,4 +999,26 @@ proptest! {
             Err(CommandError::CallerNotPermitted { caller: CallerKind::Agent })
         );
     }
+}
+
+#[test]
+fn lost_ranges_merge_when_they_touch_or_overlap_and_refuse_an_empty_or_zero_range() {
+    let lost = |first_sequence, last_sequence| JournalEvent::RecordsLost {
+        first_sequence,
+        last_sequence,
+    };
+    let state = State::replay(&[
+        lost(20, 25),
+        lost(6, 10),
+        lost(11, 12),
+        lost(24, 30),
+        lost(40, 40),
+        lost(6, 10),
+    ]);
+    assert_eq!(state.lost, [6..=12, 20..=30, 40..=40]);
+    assert!(state.is_lost(12) && state.is_lost(40) && state.is_lost(20));
+    assert!(!state.is_lost(13) && !state.is_lost(39) && !state.is_lost(5));
+    assert_eq!(lost(0, 3).check_bounds(), Err(BoundViolation::LostRange));
+    assert_eq!(lost(5, 4).check_bounds(), Err(BoundViolation::LostRange));
+    assert_eq!(lost(5, 5).check_bounds(), Ok(()));
 }

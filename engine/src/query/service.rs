@@ -99,6 +99,9 @@ pub struct QueryService {
     /// The chunk the writer appended to last, and its stream id (its index file is due when
     /// it closes).
     appending: Option<(ChunkId, String)>,
+    /// Sequences reported lost ([`QueryService::forget_lost`]): forgotten again in every
+    /// chunk loaded later, where a failed sync may have left them.
+    lost: Vec<std::ops::RangeInclusive<u64>>,
 }
 
 impl QueryService {
@@ -124,6 +127,7 @@ impl QueryService {
             read_bytes: 0,
             chunks: HashMap::new(),
             appending: None,
+            lost: Vec::new(),
         })
     }
 
@@ -135,10 +139,15 @@ impl QueryService {
     }
 
     /// The writer reports the records of `lost` lost (a failed append or sync: never durable,
-    /// and after a failed sync most likely gone from the disk): forgets them, in the index and
-    /// in both caches, so no page returns an event the history reports dropped, nor reads a
-    /// location that may no longer hold its record.
+    /// and after a failed sync most likely gone from the disk), now or in an earlier life (the
+    /// journal's `State::lost`): forgets them, in the index and in both caches, and in every
+    /// older chunk loaded from now on, so no page returns an event the history reports dropped
+    /// (a failed sync may have left it on disk), nor reads a location that may no longer hold
+    /// its record.
     pub fn forget_lost(&mut self, lost: &std::ops::RangeInclusive<u64>) {
+        if !self.lost.contains(lost) {
+            self.lost.push(lost.clone());
+        }
         self.index.index.forget_sequences(lost);
         // The byte counts are recounted from what stays (a rare path: a storage fault).
         self.hot.retain(|(sequence, _, _)| !lost.contains(sequence));
@@ -331,6 +340,9 @@ impl QueryService {
             self.index
                 .load_older(&self.storage, &self.keys.history, &self.keys.index)
                 .map_err(|_| ErrorCode::HistoryStorageUnavailable)?;
+            for lost in &self.lost {
+                self.index.index.forget_sequences(lost);
+            }
         }
     }
 
