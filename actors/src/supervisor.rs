@@ -250,10 +250,12 @@ impl SupervisorState {
         .await;
     }
 
-    /// Journals `count` events lost with no writer to mark them (nothing when 0).
+    /// Journals `count` events lost with no writer to mark them (nothing when 0): in the
+    /// lifetime total, and observed without a marker, which the next writer writes.
     fn record_lost(&mut self, count: u64) {
         if count > 0 {
             self.record(JournalEvent::DropsRecorded { count });
+            self.signal(SignalKind::DropsObserved { count });
         }
     }
 

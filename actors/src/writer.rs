@@ -892,6 +892,7 @@ impl WriterState {
         }
         self.prune().await;
         self.check_quota();
+        self.mark_owed_drops().await;
         Ok(())
     }
 
@@ -1044,15 +1045,24 @@ impl WriterState {
     /// Appends history drafts, reserving sequences first. A failure is a signal, and what it
     /// lost is counted (reported by the next drop marker): [`BatchMarkers::lost`].
     async fn append_history(&mut self, drafts: Vec<EventDraft>) {
+        self.append_history_counted(drafts, 0).await;
+    }
+
+    /// [`WriterState::append_history`] where `counted` of the drops the batch's markers
+    /// report are in the lifetime total already (owed a marker, [`WriterState::mark_owed_drops`]):
+    /// once their marker is written they are signalled marked, not counted again; while it
+    /// is not, they stay owed (not reported again by the next marker).
+    async fn append_history_counted(&mut self, drafts: Vec<EventDraft>, counted: u64) {
         if drafts.is_empty() {
             return;
         }
         let count = drafts.len() as u64;
         let markers = BatchMarkers::of(&drafts);
         let marked_drops = markers.drops();
+        let counted = counted.min(marked_drops);
         // If nothing of this batch can be appended, its events and the drops its markers
-        // reported are reported again by the next marker.
-        let lost_if_failed = count - markers.count() + marked_drops;
+        // reported are reported again by the next marker (those owed a marker stay owed).
+        let lost_if_failed = count - markers.count() + marked_drops - counted;
         let Some(open) = self.open.as_ref() else {
             self.lost_unreported += lost_if_failed;
             return;
@@ -1111,14 +1121,7 @@ impl WriterState {
                 self.seal(&closed).await;
                 self.prune().await;
                 self.check_quota();
-                if marked_drops > 0 {
-                    // The lifetime total, durable with the journal's next tick.
-                    let recorded = JournalEvent::DropsRecorded {
-                        count: marked_drops,
-                    };
-                    self.projection.apply(&recorded);
-                    let _ = self.journal.cast(JournalMsg::Record(vec![recorded]));
-                }
+                self.drops_marked(marked_drops, counted);
                 self.storage_ok();
             }
             Err(error) => {
@@ -1129,18 +1132,51 @@ impl WriterState {
                     error.lost().cloned()
                 };
                 let outcome = markers.lost(first, count, lost.as_ref());
-                self.records_lost(lost, outcome.lost_events);
-                if outcome.durable_drops > 0 {
-                    // Markers that reached a chunk the failed append closed (synced) are in
-                    // the history: their drops join the lifetime total as on success.
-                    let recorded = JournalEvent::DropsRecorded {
-                        count: outcome.durable_drops,
-                    };
-                    self.projection.apply(&recorded);
-                    let _ = self.journal.cast(JournalMsg::Record(vec![recorded]));
-                }
+                // Markers that reached a chunk the failed append closed (synced) are in the
+                // history: their drops count as on success. Owed drops whose marker was lost
+                // stay owed, not reported again.
+                let counted_durable = counted.min(outcome.durable_drops);
+                let counted_lost = counted - counted_durable;
+                self.records_lost(lost, outcome.lost_events.saturating_sub(counted_lost));
+                self.drops_marked(outcome.durable_drops, counted_durable);
                 self.append_failed(&error);
             }
+        }
+    }
+
+    /// `marked` drops were written in history markers, `counted` of them already in the
+    /// lifetime total: the rest join it, durable with the journal's next tick, and the
+    /// counted ones are signalled marked.
+    fn drops_marked(&mut self, marked: u64, counted: u64) {
+        let new = marked.saturating_sub(counted);
+        if new > 0 {
+            let recorded = JournalEvent::DropsRecorded { count: new };
+            self.projection.apply(&recorded);
+            let _ = self.journal.cast(JournalMsg::Record(vec![recorded]));
+        }
+        if counted > 0 {
+            self.signal(SignalKind::DropsMarked { count: counted });
+        }
+    }
+
+    /// Drops an earlier life counted with no marker (what the supervisor took off the queue
+    /// once it gave up on the writer: `State::unmarked_drops`): the marker the history owes
+    /// them, written alone as this writer opens, before any event it takes. Nothing while
+    /// history is disabled; a marker that fails stays owed, for the next open.
+    async fn mark_owed_drops(&mut self) {
+        let owed = self.projection.unmarked_drops();
+        if owed == 0 || !self.projection.enabled {
+            return;
+        }
+        let marker = self.draft(
+            "writer",
+            Payload::Health {
+                category: HealthCategory::EventsDropped,
+                count: owed,
+            },
+        );
+        if let Some(marker) = marker {
+            self.append_history_counted(vec![marker], owed).await;
         }
     }
 

@@ -1356,13 +1356,22 @@ fn what_no_writer_will_take_once_given_up_is_counted_dropped_and_the_total_survi
     assert_eq!(engine.queued_events(), 2);
     engine.shutdown();
 
-    // The total was journaled: a new engine on the store shows it.
+    // The total was journaled: a new engine on the store shows it, and its writer writes the
+    // marker the history owes those drops as it opens (so the markers sum to the total, and
+    // health is back to ready once it is written).
     let engine = s.start(s.config());
-    assert_eq!(engine.status().unwrap().dropped_events, 25);
+    let status = engine.status().unwrap();
+    assert_eq!(status.dropped_events, 25);
+    assert_eq!(status.health, HealthCategory::Ready);
     engine.shutdown();
-    // Nothing after the give-up reached the history: the 5 durable starts, no completion.
+    let engine = s.start(s.config());
+    assert_eq!(engine.status().unwrap().dropped_events, 25, "counted once");
+    engine.shutdown();
+    // Nothing after the give-up reached the history: the 5 durable starts, no completion;
+    // then one marker for the 25, written once.
     let events = s.events();
     assert_eq!(action_events(&events), 5);
+    assert_eq!(drop_markers(&events), [25]);
     assert!(
         !events
             .iter()

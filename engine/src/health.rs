@@ -51,10 +51,11 @@
 //!   copy, so only `CheckpointVerified` (the seal chain compared with the credential-store
 //!   checkpoint and found not older) clears it.
 //! - `QuotaReached` / `QuotaCleared`: capture is at the quota, or no longer.
-//! - `DropsObserved { count }` / `DropsMarked { count }`: the writer took `count` drops from the
-//!   capture counter; later it wrote the history `health{events_dropped}` event marking them.
-//!   `events_dropped` shows while any drop is pending: observed and not yet marked, or still in
-//!   the capture counter ([`HealthInputs::pending_drops`]). The lifetime total is a separate
+//! - `DropsObserved { count }` / `DropsMarked { count }`: `count` drops were counted in the
+//!   lifetime total with no history `health{events_dropped}` event marking them yet (what the
+//!   supervisor took off the capture queue once it gave up on the writer); later a writer wrote
+//!   that event. `events_dropped` shows while any drop is pending: observed and not yet marked,
+//!   or still in the capture counter ([`HealthInputs::pending_drops`]). The lifetime total is a separate
 //!   figure (`dropped_events`, from the journal's state), so health returns to `ready` once
 //!   every drop is marked.
 //!
@@ -315,7 +316,8 @@ pub enum SignalKind {
     QuotaReached,
     /// Capture is below the quota again (eviction, a larger quota, a prune).
     QuotaCleared,
-    /// The writer took this many drops from the capture counter; they are pending until marked.
+    /// This many drops are in the lifetime total with no history marker yet (the supervisor
+    /// took them off the capture queue once it gave up on the writer); pending until marked.
     DropsObserved {
         /// How many events were dropped (>= 1).
         count: u64,
@@ -359,6 +361,11 @@ pub struct HealthFold {
 }
 
 impl HealthFold {
+    /// Drops observed and not yet marked: what the next writer owes the history a marker for.
+    pub fn unmarked_drops(&self) -> u64 {
+        self.pending_drops
+    }
+
     /// Folds one signal in.
     pub fn apply(&mut self, signal: &Signal) {
         match signal.kind {

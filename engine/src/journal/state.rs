@@ -239,6 +239,12 @@ impl State {
         self.lost.insert(at, start..=end);
     }
 
+    /// Drops in the lifetime total that no history marker reports yet (signalled observed, not
+    /// yet marked): the next writer writes their marker ([`crate::health::HealthFold::unmarked_drops`]).
+    pub fn unmarked_drops(&self) -> u64 {
+        crate::health::fold(&self.signals).unmarked_drops()
+    }
+
     /// Whether `sequence` was reported lost ([`State::lost`]).
     pub fn is_lost(&self, sequence: u64) -> bool {
         self.lost.iter().any(|range| range.contains(&sequence))
