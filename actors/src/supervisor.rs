@@ -208,8 +208,8 @@ impl SupervisorState {
 
     /// Once the writer was given up on: takes everything the capture queue holds (completions
     /// of admitted starts keep arriving) and the drops pending, and journals them as dropped,
-    /// so the lifetime total is exact and survives a restart. No history marker is written
-    /// for them: no writer runs.
+    /// so the lifetime total is exact and survives a restart. Their history marker waits for
+    /// the next writer to open ([`SupervisorState::record_lost`]).
     fn discard_undrainable(&mut self) {
         if !self.writer_given_up {
             return;
