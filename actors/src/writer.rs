@@ -855,10 +855,10 @@ impl WriterState {
             .cloned()
             .collect();
         // What may be pruned; a chunk recorded pruned in an earlier life and still present (a
-        // crash between its record and its removal) is removed by the pass below. A pruner that
-        // cannot be built prunes nothing in this life.
-        // A crash's torn chunks are never sealed: what the open read of them lets retention
-        // and eviction take them all the same (module `store::prune`).
+        // crash between its record and its removal) is removed by the pass below. A crash's
+        // torn chunks are never sealed: what the open read of them lets retention and eviction
+        // take them all the same (module `store::prune`). A pruner that cannot be built prunes
+        // nothing in this life.
         let pruner = annal_engine::store::Pruner::at_open(
             &storage,
             &seals,
