@@ -24,7 +24,7 @@ use ractor::{Actor, ActorRef, RpcReplyPort};
 use crate::config::{CONTROL_DEADLINE_MS, EngineConfig};
 use crate::gate::{PolicyChange, ToolAnswer, ToolCall};
 use crate::supervisor::{SupervisorActor, SupervisorArgs, SupervisorMsg};
-use crate::writer::ControlError;
+use crate::writer::{ControlError, Setting};
 use annal_engine::policy::{Operation, Principal, Refusal};
 
 /// Worker threads of the engine's own runtime: one for the writer's blocking file I/O, one so
@@ -333,19 +333,47 @@ impl Engine {
     }
 
     /// The owner sets the encrypted-byte quota (default 100 MiB) and what capture does at it.
-    /// At the quota capture stops (`quota_reached`); reads and their access records keep
-    /// working.
+    /// At the quota capture stops (`quota_reached`), or with `evict_oldest` the oldest sealed
+    /// chunks go; reads and their access records keep working.
     pub fn set_quota(
         &self,
         bytes: u64,
         on_quota: annal_engine::journal::OnQuota,
     ) -> Result<StatusResponse, EngineError> {
-        Ok(self.ask_blocking(move |reply| SupervisorMsg::SetQuota {
-            bytes,
-            on_quota,
+        self.set(Setting::Quota { bytes, on_quota })
+    }
+
+    /// The owner sets query-visible retention in days (default 7): no query returns an older
+    /// event from then on, and pruning removes the chunks that hold only such events.
+    pub fn set_retention(&self, days: u32) -> Result<StatusResponse, EngineError> {
+        self.set(Setting::Retention { days })
+    }
+
+    /// The owner changes a setting; returns once it is durable. A value outside its bounds is
+    /// refused (`ControlError::OutOfBounds`), never clamped, and nothing is sent.
+    pub fn set(&self, setting: Setting) -> Result<StatusResponse, EngineError> {
+        if !setting.in_bounds() {
+            return Err(ControlError::OutOfBounds.into());
+        }
+        Ok(self.ask_blocking(move |reply| SupervisorMsg::Set {
+            setting,
             caller: CallerKind::Embedder,
             reply,
         })??)
+    }
+
+    /// [`Engine::set`] from inside an async runtime.
+    pub async fn set_async(&self, setting: Setting) -> Result<StatusResponse, EngineError> {
+        if !setting.in_bounds() {
+            return Err(ControlError::OutOfBounds.into());
+        }
+        Ok(self
+            .ask_async(move |reply| SupervisorMsg::Set {
+                setting,
+                caller: CallerKind::Embedder,
+                reply,
+            })
+            .await??)
     }
 
     /// Everything captured before this call is durable when it returns.

@@ -87,4 +87,4 @@ pub mod writer;
 
 pub use config::EngineConfig;
 pub use engine::{Engine, EngineError, QueryError, ShutdownReport};
-pub use writer::ControlError;
+pub use writer::{ControlError, Setting};

@@ -32,7 +32,7 @@ use crate::journal::{JournalActor, JournalArgs, JournalMsg, StorageSlot};
 use crate::key_custody::{KeyCustodyActor, KeyCustodyArgs, KeyCustodyMsg};
 use crate::query::{QueryActor, QueryArgs, QueryMsg};
 use crate::writer::{
-    ControlError, StatusReply, WriterActor, WriterArgs, WriterMsg, hand_on, status_from,
+    ControlError, Setting, StatusReply, WriterActor, WriterArgs, WriterMsg, hand_on, status_from,
 };
 use annal_engine::policy::{Admission, AuditOutcome, Operation, Principal, Refusal};
 
@@ -50,12 +50,10 @@ pub enum SupervisorMsg {
         /// The status after it.
         reply: StatusReply,
     },
-    /// The owner sets the quota; durable before the reply.
-    SetQuota {
-        /// The quota, in bytes.
-        bytes: u64,
-        /// What capture does at the quota.
-        on_quota: annal_engine::journal::OnQuota,
+    /// The owner changes a setting; durable before the reply.
+    Set {
+        /// Which setting, and its new value.
+        setting: Setting,
         /// Who asked.
         caller: CallerKind,
         /// The status after it.
@@ -790,16 +788,14 @@ impl Actor for SupervisorActor {
                     .await;
                 let _ = reply.send(result);
             }
-            SupervisorMsg::SetQuota {
-                bytes,
-                on_quota,
+            SupervisorMsg::Set {
+                setting,
                 caller,
                 reply,
             } => {
                 let result = state
-                    .control_through_writer(|reply| WriterMsg::SetQuota {
-                        bytes,
-                        on_quota,
+                    .control_through_writer(|reply| WriterMsg::Set {
+                        setting,
                         caller,
                         reply,
                     })

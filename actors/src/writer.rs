@@ -73,12 +73,10 @@ pub enum WriterMsg {
         /// The status after it, or why it failed.
         reply: StatusReply,
     },
-    /// The owner sets the quota (and what capture does at it); replies after it is durable.
-    SetQuota {
-        /// The quota, in bytes (`journal::QUOTA_MIN_BYTES..=QUOTA_MAX_BYTES`).
-        bytes: u64,
-        /// What capture does at the quota.
-        on_quota: annal_engine::journal::OnQuota,
+    /// The owner changes a setting; replies after it is durable.
+    Set {
+        /// Which setting, and its new value.
+        setting: Setting,
         /// Who asked.
         caller: CallerKind,
         /// The status after it, or why it failed.
@@ -119,10 +117,50 @@ impl WriterMsg {
     /// (for [`hand_on`] to answer a message that never arrived).
     pub(crate) fn status_reply(self) -> Option<StatusReply> {
         match self {
-            Self::Control { reply, .. } | Self::SetQuota { reply, .. } | Self::Sync { reply } => {
+            Self::Control { reply, .. } | Self::Set { reply, .. } | Self::Sync { reply } => {
                 Some(reply)
             }
             _ => None,
+        }
+    }
+}
+
+/// An owner's setting, journaled and durable before it is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Setting {
+    /// Query-visible retention, in days (`journal::RETENTION_MIN_DAYS..=RETENTION_MAX_DAYS`):
+    /// no query returns an older event, and pruning removes the chunks holding only such
+    /// events.
+    Retention {
+        /// In days.
+        days: u32,
+    },
+    /// The encrypted-byte quota (`journal::QUOTA_MIN_BYTES..=QUOTA_MAX_BYTES`) and what capture
+    /// does at it.
+    Quota {
+        /// In bytes.
+        bytes: u64,
+        /// Stop capture, or evict the oldest sealed chunks.
+        on_quota: annal_engine::journal::OnQuota,
+    },
+}
+
+impl Setting {
+    /// The journal command that sets it.
+    fn command(self) -> Command {
+        match self {
+            Self::Retention { days } => Command::SetRetention { days },
+            Self::Quota { bytes, on_quota } => Command::SetQuota { bytes, on_quota },
+        }
+    }
+
+    /// Whether the value is within its bounds (checked before anything is sent, and by the
+    /// journal's rules again).
+    pub fn in_bounds(self) -> bool {
+        match self {
+            Self::Retention { days } => annal_engine::journal::retention_in_bounds(days),
+            Self::Quota { bytes, .. } => annal_engine::journal::quota_in_bounds(bytes),
         }
     }
 }
@@ -140,6 +178,9 @@ pub enum ControlError {
     /// The operation is not allowed in this state (for example pause while disabled).
     #[error("the operation is not allowed now")]
     Refused,
+    /// A setting's value is outside its bounds (nothing was changed; it is never clamped).
+    #[error("the value is outside the setting's bounds")]
+    OutOfBounds,
     /// The engine did not answer in time or is shutting down.
     #[error("the engine did not answer in time")]
     Unavailable,
@@ -1470,23 +1511,24 @@ impl WriterState {
         }
     }
 
-    async fn set_quota(
+    /// An owner's setting: journaled and synced, then applied (the chunk size follows the
+    /// quota; a shorter retention or a smaller quota prunes at once).
+    async fn set(
         &mut self,
-        bytes: u64,
-        on_quota: annal_engine::journal::OnQuota,
+        setting: Setting,
         caller: CallerKind,
     ) -> Result<StatusResponse, ControlError> {
+        if !setting.in_bounds() {
+            return Err(ControlError::OutOfBounds);
+        }
         if self.open.is_none() {
             return Err(ControlError::Refused);
         }
-        let events = decide(
-            &self.projection,
-            Command::SetQuota { bytes, on_quota },
-            caller,
-        )
-        .map_err(|_| ControlError::Refused)?;
-        // What the journal left in effect, even when the commit failed: a smaller quota
-        // applies at once, a larger one (or another mode) only once durable.
+        let events = decide(&self.projection, setting.command(), caller)
+            .map_err(|_| ControlError::Refused)?;
+        // What the journal left in effect, even when the commit failed: a smaller quota or a
+        // shorter retention applies at once, a larger one (or another mode) only once
+        // durable.
         let journaled = self.journal(events, true).await;
         let quota_bytes = self.projection.quota_bytes;
         if let Some(open) = self.open.as_mut() {
@@ -1640,13 +1682,12 @@ impl Actor for WriterActor {
                 state.update_capture();
                 let _ = reply.send(result);
             }
-            WriterMsg::SetQuota {
-                bytes,
-                on_quota,
+            WriterMsg::Set {
+                setting,
                 caller,
                 reply,
             } => {
-                let result = state.set_quota(bytes, on_quota, caller).await;
+                let result = state.set(setting, caller).await;
                 state.update_capture();
                 let _ = reply.send(result);
             }

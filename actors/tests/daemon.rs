@@ -302,6 +302,46 @@ fn one_daemon_per_store_and_no_daemon_refuses_while_one_runs() {
     assert!(String::from_utf8_lossy(&in_process.stderr).contains("a daemon serves this store"));
 }
 
+/// `annal retention` and `annal quota` through the daemon: durable, in status, kept by the
+/// next daemon; out-of-bounds values and malformed sizes are usage errors (exit 2) that
+/// change nothing, and a raw request out of bounds is an invalid request.
+#[test]
+fn the_owner_sets_retention_and_quota_from_the_cli() {
+    let sandbox = Sandbox::new();
+    let (daemon, socket) = Daemon::start(&sandbox, &[]);
+    sandbox.ok(&["enable"]);
+    let set = sandbox.json(&["retention", "30"]);
+    assert_eq!(set["status"]["retention_days"], 30);
+    let set = sandbox.json(&["quota", "2MiB", "--evict-oldest"]);
+    assert_eq!(set["status"]["quota_bytes"], 2 * 1_048_576);
+    let text = sandbox.ok(&["quota", "3MiB"]);
+    assert!(
+        text.contains("quota set to 3145728 bytes; at it, capture stops."),
+        "{text}"
+    );
+    for refused in [
+        &["retention", "0"][..],
+        &["retention", "3651"],
+        &["quota", "1023KiB"],
+        &["quota", "2XB"],
+        &["quota", "-5"],
+    ] {
+        let output = sandbox.run(refused);
+        assert_eq!(output.status.code(), Some(2), "{refused:?}");
+    }
+    let mut raw = Raw::connect(&socket);
+    let reply = raw.ask(json!({"op": "set_retention", "days": 0}));
+    assert_eq!(code(&reply), "invalid_request", "{reply}");
+    let reply = raw.ask(json!({"op": "set_quota", "bytes": 5}));
+    assert_eq!(code(&reply), "invalid_request", "{reply}");
+    drop(raw);
+    assert_eq!(sandbox.json(&["stop"])["stopped"], true);
+    let _ = daemon.wait(Duration::from_secs(10));
+    let status = sandbox.json(&["--no-daemon", "status"]);
+    assert_eq!(status["status"]["retention_days"], 30);
+    assert_eq!(status["status"]["quota_bytes"], 3 * 1_048_576);
+}
+
 #[test]
 fn no_daemon_opens_the_store_in_process() {
     let sandbox = Sandbox::new();

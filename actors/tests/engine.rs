@@ -1295,6 +1295,83 @@ fn past_the_restart_limit_the_writer_stays_stopped_and_the_journal_replays_that_
     assert!(replayed.enabled);
 }
 
+/// The owner's settings: durable before they are acknowledged, shown by status, kept across
+/// a restart, applied to queries at once; a value outside its bounds is refused as such (and
+/// never clamped), as is a setting before history was ever enabled.
+#[test]
+fn the_owner_sets_retention_and_quota_durably_and_out_of_bounds_values_are_refused() {
+    use annal_actors::{ControlError, Setting};
+    use annal_engine::clock::ManualClock;
+    use annal_engine::journal::{OnQuota, QUOTA_MIN_BYTES};
+    const DAY_SECS: u64 = 86_400;
+    let s = setup();
+    let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
+    let start = || {
+        Engine::start_with(
+            s.config(),
+            Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
+            Arc::new(clock.clone()),
+            None,
+        )
+        .unwrap()
+    };
+    let engine = start();
+    assert_eq!(
+        engine.set_retention(30).unwrap_err(),
+        EngineError::Control(ControlError::Refused),
+        "no store before the first enable"
+    );
+    engine.enable().unwrap();
+    for (refused, why) in [
+        (Setting::Retention { days: 0 }, "0 days"),
+        (Setting::Retention { days: 3_651 }, "3651 days"),
+        (
+            Setting::Quota {
+                bytes: QUOTA_MIN_BYTES - 1,
+                on_quota: OnQuota::StopCapture,
+            },
+            "below 1 MiB",
+        ),
+    ] {
+        assert_eq!(
+            engine.set(refused).unwrap_err(),
+            EngineError::Control(ControlError::OutOfBounds),
+            "{why}"
+        );
+    }
+    let status = engine.status().unwrap();
+    assert_eq!(
+        (status.retention_days, status.quota_bytes),
+        (7, 104_857_600)
+    );
+
+    capture_accepted(&engine, 4);
+    engine.flush().unwrap();
+    clock.advance(Duration::from_secs(2 * DAY_SECS));
+    capture_accepted(&engine, 3);
+    engine.flush().unwrap();
+    assert_eq!(answered_actions(&engine), 7);
+    // One day: the older four are out of every query at once.
+    let status = engine.set_retention(1).unwrap();
+    assert_eq!(status.retention_days, 1);
+    assert_eq!(answered_actions(&engine), 3);
+    let status = engine.set(Setting::Retention { days: 30 }).unwrap();
+    assert_eq!(status.retention_days, 30);
+    let status = engine
+        .set_quota(2 * QUOTA_MIN_BYTES, OnQuota::EvictOldest)
+        .unwrap();
+    assert_eq!(status.quota_bytes, 2 * QUOTA_MIN_BYTES);
+    engine.shutdown();
+
+    let engine = start();
+    let status = engine.status().unwrap();
+    assert_eq!(
+        (status.retention_days, status.quota_bytes),
+        (30, 2 * QUOTA_MIN_BYTES)
+    );
+    engine.shutdown();
+}
+
 /// Makes the writer panic with no restart allowed, and waits until status shows it stopped.
 fn give_up_on_the_writer(engine: &Engine) {
     engine.inject_writer_panic();

@@ -69,6 +69,20 @@ pub enum Request {
         #[serde(default)]
         arguments: serde_json::Map<String, serde_json::Value>,
     },
+    /// Set query-visible retention (the owner's; durable before the reply).
+    SetRetention {
+        /// In days (1..=3650).
+        days: u32,
+    },
+    /// Set the encrypted-byte quota and what capture does at it (the owner's; durable before
+    /// the reply).
+    SetQuota {
+        /// In bytes (1048576..=1099511627776).
+        bytes: u64,
+        /// `stop_capture` (the default) or `evict_oldest`.
+        #[serde(default)]
+        on_quota: annal_engine::journal::OnQuota,
+    },
     /// Grant `operation` (`status` or `query`) to `actor`.
     Grant {
         /// The agent's id.
@@ -382,7 +396,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, DaemonError> {
 }
 
 /// Every `op` the protocol knows.
-pub const KNOWN_OPS: [&str; 19] = [
+pub const KNOWN_OPS: [&str; 21] = [
     "hello",
     "status",
     "enable",
@@ -390,6 +404,8 @@ pub const KNOWN_OPS: [&str; 19] = [
     "pause",
     "resume",
     "flush",
+    "set_retention",
+    "set_quota",
     "query",
     "tools_for",
     "call_tool",
@@ -444,6 +460,11 @@ mod tests {
             Request::Status {},
             Request::Stop {},
             Request::Revoke { actor: "a".into() },
+            Request::SetRetention { days: 30 },
+            Request::SetQuota {
+                bytes: 1 << 20,
+                on_quota: annal_engine::journal::OnQuota::EvictOldest,
+            },
         ] {
             let value = serde_json::to_value(&request).unwrap_or_default();
             assert!(KNOWN_OPS.iter().any(|op| value["op"] == *op), "{value}");

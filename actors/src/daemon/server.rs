@@ -27,6 +27,7 @@ use super::protocol::{
 };
 use crate::engine::{Engine, EngineError, QueryError};
 use crate::gate::PolicyChange;
+use crate::writer::Setting;
 
 /// Most connections served at once; one more gets `too_many_connections` and is closed.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -209,6 +210,22 @@ impl Dispatcher {
         Ok(json!({"status": status, "key_store": self.key_store}))
     }
 
+    /// An owner's setting; a value out of bounds is an invalid request that names the bounds.
+    async fn set(&self, setting: Setting) -> Result<Value, DaemonError> {
+        use annal_engine::journal::{
+            QUOTA_MAX_BYTES, QUOTA_MIN_BYTES, RETENTION_MAX_DAYS, RETENTION_MIN_DAYS,
+        };
+        if !setting.in_bounds() {
+            return Err(invalid(match setting {
+                Setting::Retention { .. } => {
+                    format!("\"days\" must be {RETENTION_MIN_DAYS}..={RETENTION_MAX_DAYS}")
+                }
+                _ => format!("\"bytes\" must be {QUOTA_MIN_BYTES}..={QUOTA_MAX_BYTES}"),
+            }));
+        }
+        self.status_reply(self.engine.set_async(setting).await)
+    }
+
     async fn change(&self, change: PolicyChange) -> Result<Value, DaemonError> {
         self.engine
             .change_policy_async(change)
@@ -243,6 +260,10 @@ impl Dispatcher {
             Request::Pause {} => self.status_reply(engine.pause_async().await),
             Request::Resume {} => self.status_reply(engine.resume_async().await),
             Request::Flush {} => self.status_reply(engine.flush_async().await),
+            Request::SetRetention { days } => self.set(Setting::Retention { days }).await,
+            Request::SetQuota { bytes, on_quota } => {
+                self.set(Setting::Quota { bytes, on_quota }).await
+            }
             Request::Query { arguments } => {
                 let request = match QueryRequest::parse(&Value::Object(arguments)) {
                     Ok(request) => request,

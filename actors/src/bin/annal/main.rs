@@ -103,6 +103,12 @@ enum Command {
     Flush(owner::OutputArgs),
     /// What is recorded: the contract's status and the key's credential store.
     Status(owner::OutputArgs),
+    /// Set how many days of history queries see (1..=3650, default 7); older events leave
+    /// every answer at once and are pruned from disk.
+    Retention(owner::RetentionArgs),
+    /// Set the encrypted-byte quota (for example 100MiB; 1MiB..=1TiB) and what capture does
+    /// at it.
+    Quota(owner::QuotaArgs),
     /// The newest N events (default 20), oldest first.
     List(owner::ListArgs),
     /// One event by its sequence number.
@@ -225,6 +231,8 @@ fn main() -> ExitCode {
         Command::Status(out) => {
             with_location(&|l| owner::control(l, no_daemon, owner::Control::Status, out))
         }
+        Command::Retention(args) => with_location(&|l| owner::retention(l, no_daemon, args)),
+        Command::Quota(args) => with_location(&|l| owner::quota(l, no_daemon, args)),
         Command::List(args) => with_location(&|l| owner::list(l, no_daemon, args)),
         Command::Show(args) => with_location(&|l| owner::show(l, no_daemon, args)),
         Command::Query(args) => with_location(&|l| owner::query(l, no_daemon, args)),

@@ -1,6 +1,7 @@
 //! The owner's commands, each a thin layer over one daemon request (or, with `--no-daemon`,
 //! the same request answered in this process): `enable`, `disable`, `pause`, `resume`, `flush`,
-//! `status`, `list`, `show`, `query`, `grant`, `revoke`, `agents`, `stop`, `delete`.
+//! `status`, `retention`, `quota`, `list`, `show`, `query`, `grant`, `revoke`, `agents`,
+//! `stop`, `delete`.
 //!
 //! Reads (`list`, `show`, `query`) go through the policy gate as the owner (`local_cli`) and
 //! append the contract's `access` event when they return anything. `--json` prints the daemon's
@@ -72,6 +73,63 @@ pub struct QueryArgs {
     pub until_sequence: Option<u64>,
     #[command(flatten)]
     pub out: OutputArgs,
+}
+
+/// Arguments of `annal retention`.
+#[derive(Debug, clap::Args)]
+pub struct RetentionArgs {
+    /// Days of history queries see (1..=3650).
+    #[arg(value_parser = clap::value_parser!(u32).range(
+        i64::from(annal_engine::journal::RETENTION_MIN_DAYS)
+            ..=i64::from(annal_engine::journal::RETENTION_MAX_DAYS)
+    ))]
+    pub days: u32,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+/// Arguments of `annal quota`.
+#[derive(Debug, clap::Args)]
+pub struct QuotaArgs {
+    /// The quota: bytes, or a number with KiB, MiB, GiB or TiB (1MiB..=1TiB).
+    #[arg(value_parser = parse_quota_bytes)]
+    pub size: u64,
+    /// At the quota, evict the oldest sealed chunks instead of stopping capture.
+    #[arg(long)]
+    pub evict_oldest: bool,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+/// Binary size units `annal quota` takes, with their multipliers.
+const SIZE_UNITS: [(&str, u64); 4] = [
+    ("KiB", 1 << 10),
+    ("MiB", 1 << 20),
+    ("GiB", 1 << 30),
+    ("TiB", 1 << 40),
+];
+
+/// `123`, `100MiB`, `2GiB` as bytes, within the quota's bounds.
+fn parse_quota_bytes(text: &str) -> Result<u64, String> {
+    use annal_engine::journal::{QUOTA_MAX_BYTES, QUOTA_MIN_BYTES};
+    let (digits, unit) = SIZE_UNITS
+        .iter()
+        .find_map(|(suffix, unit)| text.strip_suffix(suffix).map(|d| (d, *unit)))
+        .unwrap_or((text, 1));
+    let bytes = digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .ok_or_else(|| {
+            format!("`{text}` is not a size (bytes, or a number with KiB, MiB, GiB or TiB)")
+        })?;
+    if (QUOTA_MIN_BYTES..=QUOTA_MAX_BYTES).contains(&bytes) {
+        Ok(bytes)
+    } else {
+        Err(format!(
+            "the quota must be 1MiB..=1TiB ({QUOTA_MIN_BYTES}..={QUOTA_MAX_BYTES} bytes)"
+        ))
+    }
 }
 
 /// Arguments of `annal grant`.
@@ -360,6 +418,45 @@ fn duration(flag: &str, text: Option<&String>) -> Result<Option<u64>, CliError> 
         })
     })
     .transpose()
+}
+
+/// `retention DAYS`.
+pub fn retention(location: &Location, no_daemon: bool, args: &RetentionArgs) -> ExitCode {
+    let request = Request::SetRetention { days: args.days };
+    let headline = format!(
+        "retention set to {} days: older events leave every answer now.",
+        args.days
+    );
+    finish(one(location, no_daemon, request).map(|value| {
+        print(&args.out, &value, || {
+            status_text(location, &headline, &value)
+        })
+    }))
+}
+
+/// `quota SIZE [--evict-oldest]`.
+pub fn quota(location: &Location, no_daemon: bool, args: &QuotaArgs) -> ExitCode {
+    use annal_engine::journal::OnQuota;
+    let on_quota = if args.evict_oldest {
+        OnQuota::EvictOldest
+    } else {
+        OnQuota::StopCapture
+    };
+    let request = Request::SetQuota {
+        bytes: args.size,
+        on_quota,
+    };
+    let at_quota = if args.evict_oldest {
+        "the oldest sealed chunks are evicted"
+    } else {
+        "capture stops"
+    };
+    let headline = format!("quota set to {} bytes; at it, {at_quota}.", args.size);
+    finish(one(location, no_daemon, request).map(|value| {
+        print(&args.out, &value, || {
+            status_text(location, &headline, &value)
+        })
+    }))
 }
 
 /// `grant ACTOR OPERATION`.
