@@ -77,15 +77,36 @@ pub fn decide(previous_restarts_ms: &[u64], now_ms: u64, policy: &RestartPolicy)
 /// the supervisor. A `ChildStarted` does not reset the history (every process start records
 /// one, and a crash loop across process restarts must still be caught).
 pub fn restart_history(signals: &[Signal], child: Child) -> Vec<u64> {
-    let mut history = Vec::new();
+    let mut histories = RestartHistories::default();
     for signal in signals {
+        histories.note(signal);
+    }
+    histories.of(child).to_vec()
+}
+
+/// Every child's [`restart_history`], kept as signals arrive (the journal's projection holds
+/// this, not the signals).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct RestartHistories(std::collections::BTreeMap<Child, Vec<u64>>);
+
+impl RestartHistories {
+    /// Takes one signal in (journal order): a restart is remembered, a give-up ends the episode.
+    pub fn note(&mut self, signal: &Signal) {
         match signal.kind {
-            SignalKind::ChildRestarted { child: c } if c == child => history.push(signal.at_ms),
-            SignalKind::RestartLimitReached { child: c } if c == child => history.clear(),
+            SignalKind::ChildRestarted { child } => {
+                self.0.entry(child).or_default().push(signal.at_ms);
+            }
+            SignalKind::RestartLimitReached { child } => {
+                self.0.remove(&child);
+            }
             _ => {}
         }
     }
-    history
+
+    /// `child`'s restart times since its last give-up, oldest first.
+    pub fn of(&self, child: Child) -> &[u64] {
+        self.0.get(&child).map_or(&[], Vec::as_slice)
+    }
 }
 
 #[cfg(test)]

@@ -50,10 +50,11 @@ use super::schema::{
 };
 use annal_schema::HealthCategory;
 
-use crate::health::{Child, HealthInputs, Signal};
+use crate::health::{Child, HealthFold, HealthInputs, Signal};
 use crate::keys::KeyReference;
 use crate::policy::PolicyState;
 use crate::profile::ChunkId;
+use crate::supervision::RestartHistories;
 
 /// The key epoch chunks are currently sealed under.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -83,9 +84,12 @@ pub struct State {
     pub history_high_water: Option<u64>,
     /// The current key epoch, once one was recorded.
     pub key_epoch: Option<KeyEpoch>,
-    /// Every supervision and store signal, in journal order (health and the restart decision
-    /// fold over them).
-    pub signals: Vec<Signal>,
+    /// Every supervision and store signal folded in, in journal order: health is this fold
+    /// with the live inputs. Its size is fixed however many signals a long-lived store
+    /// journals (the signals themselves are not kept: status and open never replay a list).
+    pub health_fold: HealthFold,
+    /// Every child's restarts since its last give-up, for the restart decision.
+    pub restarts: RestartHistories,
     /// Chunks quarantined by a repair, in the order they were quarantined.
     pub quarantined: Vec<ChunkId>,
     /// History sequences reported lost (a failed append or sync), in sequence order, adjacent
@@ -116,7 +120,8 @@ impl Default for State {
             dropped_total: 0,
             history_high_water: None,
             key_epoch: None,
-            signals: Vec::new(),
+            health_fold: HealthFold::default(),
+            restarts: RestartHistories::default(),
             quarantined: Vec::new(),
             lost: Vec::new(),
             torn_tails: Vec::new(),
@@ -188,7 +193,10 @@ impl State {
                     });
                 }
             }
-            JournalEvent::SupervisorSignalled(signal) => self.signals.push(*signal),
+            JournalEvent::SupervisorSignalled(signal) => {
+                self.health_fold.apply(signal);
+                self.restarts.note(signal);
+            }
             JournalEvent::DropsRecorded { count } => {
                 self.dropped_total = self.dropped_total.saturating_add(*count);
             }
@@ -242,7 +250,7 @@ impl State {
     /// Drops in the lifetime total that no history marker reports yet (signalled observed, not
     /// yet marked): the next writer writes their marker ([`crate::health::HealthFold::unmarked_drops`]).
     pub fn unmarked_drops(&self) -> u64 {
-        crate::health::fold(&self.signals).unmarked_drops()
+        self.health_fold.unmarked_drops()
     }
 
     /// Whether `sequence` was reported lost ([`State::lost`]).
@@ -292,19 +300,20 @@ impl State {
 
     /// The health category of this state (a fold over its signals).
     pub fn health(&self, admitted: bool, pending_drops: u64) -> HealthCategory {
-        crate::health::replay(self.health_inputs(admitted, pending_drops), &self.signals)
+        self.health_fold
+            .category(&self.health_inputs(admitted, pending_drops))
     }
 
     /// Whether `category` holds after this state's signals, whatever outranks it in
     /// [`State::health`] (a writer asks whether a rollback is still shown).
     pub fn holds(&self, category: HealthCategory, admitted: bool, pending_drops: u64) -> bool {
-        crate::health::fold(&self.signals)
+        self.health_fold
             .holds(category, &self.health_inputs(admitted, pending_drops))
     }
 
     /// `child`'s restart history, for [`crate::supervision::decide`].
     pub fn restart_history(&self, child: Child) -> Vec<u64> {
-        crate::supervision::restart_history(&self.signals, child)
+        self.restarts.of(child).to_vec()
     }
 }
 

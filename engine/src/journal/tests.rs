@@ -422,7 +422,7 @@ fn signals_are_journaled_and_health_folds_over_them() {
     let state = given(&[enabled()])
         .when_by(daemon, Command::RecordSignal(failed))
         .then_expect(&[JournalEvent::SupervisorSignalled(failed)]);
-    assert_eq!(state.signals, [failed]);
+    assert_eq!(state.health_fold, crate::health::fold(&[failed]));
     assert_eq!(state.health(true, 0), HealthCategory::StorageCorrupt);
     let restarted = Signal {
         at_ms: 6,
@@ -957,6 +957,46 @@ proptest! {
             once.health(true, 0),
             State::replay(&events).health(true, 0)
         );
+    }
+
+    /// The projection folds signals as they arrive instead of keeping them: its health and
+    /// restart histories are exactly what replaying the whole list gives, for any inputs.
+    #[test]
+    fn the_folded_signals_give_what_replaying_them_all_gives(
+        signals in proptest::collection::vec(test_strategies::signal(), 0..64),
+        admitted: bool,
+        enabled: bool,
+        paused: bool,
+        pending_drops in 0..3u64,
+    ) {
+        let events: Vec<JournalEvent> = signals
+            .iter()
+            .copied()
+            .map(JournalEvent::SupervisorSignalled)
+            .collect();
+        let mut state = State::replay(&events);
+        state.enabled = enabled;
+        state.paused = paused;
+        let inputs = crate::health::HealthInputs { admitted, enabled, paused, pending_drops };
+        prop_assert_eq!(
+            state.health(admitted, pending_drops),
+            crate::health::replay(inputs, &signals)
+        );
+        prop_assert_eq!(state.unmarked_drops(), crate::health::fold(&signals).unmarked_drops());
+        for child in Child::ALL {
+            // The rule, restated over the whole list: restarts since the last give-up.
+            let mut expected = Vec::new();
+            for signal in &signals {
+                match signal.kind {
+                    SignalKind::ChildRestarted { child: c } if c == child => expected.push(signal.at_ms),
+                    SignalKind::RestartLimitReached { child: c } if c == child => expected.clear(),
+                    _ => {}
+                }
+            }
+            prop_assert_eq!(state.restart_history(child), expected);
+            let category = crate::health::fold(&signals).category(&inputs);
+            prop_assert!(state.holds(category, admitted, pending_drops));
+        }
     }
 
     #[test]
