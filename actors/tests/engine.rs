@@ -58,6 +58,17 @@ impl Setup {
         Engine::start(config, Arc::clone(&self.provider) as Arc<dyn KeyProvider>).unwrap()
     }
 
+    /// [`Setup::start`] with the default config on a test's manual clock.
+    fn start_on(&self, clock: &annal_engine::clock::ManualClock) -> Engine {
+        Engine::start_with(
+            self.config(),
+            Arc::clone(&self.provider) as Arc<dyn KeyProvider>,
+            Arc::new(clock.clone()),
+            None,
+        )
+        .unwrap()
+    }
+
     /// Every history event on disk, in sequence order (the store must be clean).
     fn events(&self) -> Vec<Event> {
         let storage: Arc<dyn Storage> = Arc::new(open_store(&self.layout, Access::Read).unwrap());
@@ -1306,15 +1317,7 @@ fn the_owner_sets_retention_and_quota_durably_and_out_of_bounds_values_are_refus
     const DAY_SECS: u64 = 86_400;
     let s = setup();
     let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
-    let start = || {
-        Engine::start_with(
-            s.config(),
-            Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
-            Arc::new(clock.clone()),
-            None,
-        )
-        .unwrap()
-    };
+    let start = || s.start_on(&clock);
     let engine = start();
     assert_eq!(
         engine.set_retention(30).unwrap_err(),
@@ -1787,15 +1790,7 @@ fn retention_prunes_sealed_chunks_by_their_seals_time_records_them_and_verify_st
     const DAY_SECS: u64 = 86_400;
     let s = setup();
     let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
-    let start = |clock: &ManualClock| {
-        Engine::start_with(
-            s.config(),
-            Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
-            Arc::new(clock.clone()),
-            None,
-        )
-        .unwrap()
-    };
+    let start = |clock: &ManualClock| s.start_on(clock);
     let engine = start(&clock);
     engine.enable().unwrap();
     let burst = |n: usize| {
@@ -1903,15 +1898,7 @@ fn retention_prunes_a_crashed_generations_torn_chunk_by_its_records_times() {
     drop(file);
     let torn_len = std::fs::metadata(chunk_file(&s, torn[0])).unwrap().len();
 
-    let start = |clock: &ManualClock| {
-        Engine::start_with(
-            s.config(),
-            Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
-            Arc::new(clock.clone()),
-            None,
-        )
-        .unwrap()
-    };
+    let start = |clock: &ManualClock| s.start_on(clock);
     // Within retention it stays, and its records read.
     let engine = start(&clock);
     capture_accepted(&engine, 5);
@@ -1958,15 +1945,7 @@ fn retention_never_prunes_a_sealed_chunk_with_bytes_past_its_seal() {
     const DAY_SECS: u64 = 86_400;
     let s = setup();
     let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
-    let start = |clock: &ManualClock| {
-        Engine::start_with(
-            s.config(),
-            Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
-            Arc::new(clock.clone()),
-            None,
-        )
-        .unwrap()
-    };
+    let start = |clock: &ManualClock| s.start_on(clock);
     let engine = start(&clock);
     engine.enable().unwrap();
     capture_accepted(&engine, 10);
