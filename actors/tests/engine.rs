@@ -2056,6 +2056,51 @@ fn retention_never_prunes_a_chunk_whose_seal_write_failed() {
     }
 }
 
+/// A seal job still running when the writer panics (its seal's rename held, as on a slow disk):
+/// the restarted writer finds the chunk unsealed and seals it again, with the same ordinal and
+/// predecessor, so the two jobs write the same seal and the chain stays one chain; `verify`
+/// finds nothing, and nothing is lost.
+#[test]
+fn a_seal_job_outliving_a_writer_panic_leaves_one_chain() {
+    use annal_engine::clock::ManualClock;
+    use annal_engine::storage::Area;
+    use annal_engine::store::CHUNK_MAX_AGE_SECS;
+    let s = setup();
+    let storage = faulty_setup(&s);
+    let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
+    let engine = start_faulty_with(&s, s.config(), Arc::new(clock.clone()), &storage);
+    engine.enable().unwrap();
+    capture_accepted(&engine, 10);
+    engine.flush().unwrap();
+    // The next capture closes the first chunk (its age): its seal job's rename is held.
+    let held = storage.hold_next_rename_into(Area::Seals);
+    clock.advance(Duration::from_secs(CHUNK_MAX_AGE_SECS + 1));
+    capture_accepted(&engine, 10);
+    engine.flush().unwrap();
+    assert!(
+        held.wait_reached(Duration::from_secs(10)),
+        "no seal job reached its rename"
+    );
+    engine.inject_writer_panic();
+    // The new writer opens (and seals what it finds unsealed) while the old job is held.
+    eventually(|| engine.flush().is_ok());
+    assert!(
+        engine.flush().is_ok(),
+        "no writer came back while the old seal job was held"
+    );
+    held.release();
+    // The new generation closes and seals chunks of its own, chained after the held seal.
+    clock.advance(Duration::from_secs(CHUNK_MAX_AGE_SECS + 1));
+    capture_accepted(&engine, 10);
+    engine.flush().unwrap();
+    assert!(engine.shutdown().drained);
+    drop(storage);
+    let (plain, told) = verify_reports(&s);
+    assert!(plain.is_clean(), "{plain:#?}");
+    assert!(told.is_clean(), "{told:#?}");
+    assert_eq!(action_events(&s.events()), 30);
+}
+
 /// A chunk an append closed before it failed (the next chunk could not be created) is complete
 /// and synced: the next append that succeeds reports it, and the writer seals it in the same
 /// life (before, it stayed unsealed, so unprunable, until a restart found it).

@@ -125,6 +125,40 @@ struct Tracked {
     live: bool,
 }
 
+/// A rename into an area held in place until the test lets it go
+/// ([`FaultyStorage::hold_next_rename_into`]): what a slow disk does to a file being put into
+/// place while other work goes on.
+#[derive(Debug)]
+pub struct HeldRename {
+    /// Tells the test the rename was reached (and is waiting).
+    reached: std::sync::mpsc::Receiver<()>,
+    /// Dropping it lets the rename go on.
+    release: Option<std::sync::mpsc::Sender<()>>,
+}
+
+impl HeldRename {
+    /// Waits at most `timeout` for the held rename to be reached; whether it was.
+    pub fn wait_reached(&self, timeout: std::time::Duration) -> bool {
+        self.reached.recv_timeout(timeout).is_ok()
+    }
+
+    /// Lets the rename go on (dropping the hold does too).
+    pub fn release(mut self) {
+        self.release.take();
+    }
+}
+
+/// The storage's side of a [`HeldRename`].
+#[derive(Debug)]
+struct Hold {
+    /// The area the held rename moves a file into.
+    into: Area,
+    /// Tells the test it was reached.
+    reached: std::sync::mpsc::Sender<()>,
+    /// Returns (a message or the sender dropped) once the test lets it go.
+    released: std::sync::mpsc::Receiver<()>,
+}
+
 /// Shared state of a [`FaultyStorage`] and the files it handed out.
 #[derive(Debug, Default)]
 struct State {
@@ -138,6 +172,8 @@ struct State {
     files: Vec<Tracked>,
     /// Appends that started below bytes their file once held.
     rewrites: u64,
+    /// Renames to hold when they come.
+    holds: Vec<Hold>,
 }
 
 impl State {
@@ -228,6 +264,22 @@ impl FaultyStorage {
     /// fails with `kind`.
     pub fn short_write_nth(&self, nth: u64, keep_bytes: u64, kind: FaultKind) {
         self.arm(FaultOp::Write, nth, kind, false, Some(keep_bytes));
+    }
+
+    /// The next rename into `into` waits, once reached, until the returned hold is released
+    /// or dropped (the operation then goes on as usual).
+    pub fn hold_next_rename_into(&self, into: Area) -> HeldRename {
+        let (reached_tx, reached) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel();
+        self.state().holds.push(Hold {
+            into,
+            reached: reached_tx,
+            released,
+        });
+        HeldRename {
+            reached,
+            release: Some(release),
+        }
     }
 
     /// Disarms every fault (the disk has space again, the device recovered).
@@ -342,6 +394,16 @@ impl Storage for FaultyStorage {
     ) -> Result<(), StorageError> {
         if let Some(fault) = self.state().tick(FaultOp::Rename) {
             return Err(fault.kind.error());
+        }
+        let hold = {
+            let mut state = self.state();
+            let at = state.holds.iter().position(|h| h.into == to);
+            at.map(|at| state.holds.remove(at))
+        };
+        if let Some(hold) = hold {
+            // Waited for outside the state's lock: other operations go on meanwhile.
+            let _ = hold.reached.send(());
+            let _ = hold.released.recv();
         }
         self.inner.rename(from, from_name, to, to_name, replace)?;
         let mut state = self.state();

@@ -23,7 +23,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use faulty::{FaultKind, FaultOp, FaultyStorage, SyncFailure};
+pub use faulty::{FaultKind, FaultOp, FaultyStorage, HeldRename, SyncFailure};
 pub use fs::{Access, FsStorage, OpenStorageError};
 
 /// Longest file name a [`FileName`] may hold, in bytes (the Linux `NAME_MAX`).
