@@ -18,8 +18,9 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 const FUZZ_CASES_PER_TARGET: u32 = 512;
 
 /// Valid requests, mutated below.
-const VALID_REQUESTS: [&str; 6] = [
+const VALID_REQUESTS: [&str; 7] = [
     r#"{"op":"status"}"#,
+    r#"{"op":"set_quota","bytes":1048576,"on_quota":"evict_oldest"}"#,
     r#"{"op":"grant","actor":"agent-a","operation":"query","expires_after_secs":60}"#,
     r#"{"op":"action_started","capability":"input.pointer.click","application":{"bundle_id":"org.example.Editor"},"session":"s"}"#,
     r#"{"op":"action_completed","action":1,"outcome":{"effect":"confirmed","route":"accessibility","evidence_kinds":["accessibility_readback"]}}"#,
