@@ -189,6 +189,41 @@ fn capture_status_and_typed_errors_over_the_socket() {
     assert_eq!(planted, 0);
 }
 
+/// The socket never shows at its path with any mode but 0600, not even for the instant between
+/// its bind and its chmod: watched from the first moment it appears, over several starts.
+#[test]
+fn the_socket_never_shows_with_another_mode() {
+    const STARTS: usize = 30;
+    let sandbox = Sandbox::new();
+    for _ in 0..STARTS {
+        let mut daemon = sandbox
+            .annal(&["serve"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(support::ANSWER_TIMEOUT_SECS);
+        let mode = loop {
+            // No sleep: the first stat after the path appears.
+            if let Some(socket) = sandbox.bound_socket()
+                && let Ok(metadata) = std::fs::symlink_metadata(&socket)
+            {
+                break metadata.permissions().mode() & 0o777;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon never bound its socket"
+            );
+        };
+        let _ = daemon.kill();
+        let _ = daemon.wait();
+        // A killed daemon's socket file stays; the next start must bind a new one.
+        if let Some(socket) = sandbox.bound_socket() {
+            std::fs::remove_file(socket).unwrap();
+        }
+        assert_eq!(mode, 0o600, "the socket showed with mode {mode:o}");
+    }
+}
+
 #[test]
 fn stalled_peers_do_not_stall_capture_or_other_clients() {
     let sandbox = Sandbox::new();

@@ -61,12 +61,23 @@ fn serve_store(location: &Location, args: &ServeArgs) -> Result<(), CliError> {
         key_store,
     };
     let served = runtime.block_on(async {
-        // We hold the lock, so a socket file left here is a dead daemon's.
-        let _ = std::fs::remove_file(&socket);
-        let listener = tokio::net::UnixListener::bind(&socket)
-            .map_err(|e| CliError::unavailable(format!("{}: {e}", socket.display())))?;
-        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(SOCKET_MODE))
-            .map_err(|e| CliError::unavailable(format!("{}: {e}", socket.display())))?;
+        // Bound under a name of this process's, made its owner's only, then renamed into
+        // place: the socket never shows at its path with the umask's mode, even for an instant
+        // (its directory is 0700 and every peer's uid is checked as well). We hold the lock, so
+        // a socket file already at the path is a dead daemon's, which the rename replaces.
+        let unavailable = |path: &std::path::Path, e: std::io::Error| {
+            CliError::unavailable(format!("{}: {e}", path.display()))
+        };
+        let binding = socket.with_extension(format!("{}.binding", std::process::id()));
+        let _ = std::fs::remove_file(&binding);
+        let listener =
+            tokio::net::UnixListener::bind(&binding).map_err(|e| unavailable(&binding, e))?;
+        std::fs::set_permissions(&binding, std::fs::Permissions::from_mode(SOCKET_MODE))
+            .and_then(|()| std::fs::rename(&binding, &socket))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&binding);
+                unavailable(&socket, e)
+            })?;
         eprintln!(
             "annal: serving {} on {}",
             location.dir.display(),
