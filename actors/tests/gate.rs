@@ -612,7 +612,14 @@ fn a_grant_whose_commit_fails_is_never_in_effect_and_a_failed_revocation_is() {
         // The journal retries what it holds on its tick: make the tick quick.
         config.sync_interval = Duration::from_millis(20);
         let (engine, storage) = s.started_faulty(config.clone());
-        let fail_next_sync = |storage: &FaultyStorage| storage.fail_sync_nth(1, failure);
+        // The journal's next sync fails, and it must be the change's commit: the history's group
+        // commit (a read's access event) passes the fault by, and the completion records of the
+        // reads before it (durable with the journal's next tick) are made durable first by a
+        // commit of their own (a grant to an actor the test never uses).
+        let fail_next_sync = |engine: &Engine, storage: &FaultyStorage| {
+            grant(engine, "unused", Operation::Status);
+            storage.fail_next_sync_in(annal_engine::storage::Area::Journal, failure)
+        };
         let denied = |engine: &Engine, name: &str| {
             query(engine, &agent(name), json!({}))
                 .err()
@@ -624,13 +631,13 @@ fn a_grant_whose_commit_fails_is_never_in_effect_and_a_failed_revocation_is() {
         // "a" is granted and then revoked while the journal fails; "b" is granted while it fails.
         grant(&engine, "a", Operation::Query);
         assert!(query(&engine, &agent("a"), json!({})).is_ok());
-        fail_next_sync(&storage);
+        fail_next_sync(&engine, &storage);
         let revoked = engine.change_policy(PolicyChange::Revoke {
             actor: ActorId::new("a").unwrap(),
         });
         assert!(revoked.is_err(), "the journal's sync failed");
         assert_eq!(denied(&engine, "a"), Some(DenyReason::Revoked));
-        fail_next_sync(&storage);
+        fail_next_sync(&engine, &storage);
         let granted = engine.change_policy(PolicyChange::Grant {
             actor: ActorId::new("b").unwrap(),
             operation: Operation::Query,
@@ -651,7 +658,7 @@ fn a_grant_whose_commit_fails_is_never_in_effect_and_a_failed_revocation_is() {
         engine
             .change_policy(PolicyChange::SwitchAgents { enabled: false })
             .unwrap();
-        fail_next_sync(&storage);
+        fail_next_sync(&engine, &storage);
         assert!(
             engine
                 .change_policy(PolicyChange::SwitchAgents { enabled: true })

@@ -105,6 +105,9 @@ struct Armed {
     short_write_bytes: Option<u64>,
     /// For a sync: its bytes are durable although it reports the error.
     keeps_data: bool,
+    /// Only an operation on a file (or directory) in this area fires it: the first one at or
+    /// after `at` ([`FaultyStorage::fail_next_sync_in`]).
+    area: Option<Area>,
 }
 
 /// A file created through this storage, for the crash model.
@@ -177,15 +180,18 @@ struct State {
 }
 
 impl State {
-    /// Counts one `op` and returns the fault that fires on it, if any.
-    fn tick(&mut self, op: FaultOp) -> Option<Armed> {
+    /// Counts one `op` on `area` and returns the fault that fires on it, if any.
+    fn tick(&mut self, op: FaultOp, area: Area) -> Option<Armed> {
         let count = &mut self.counts[op.index()];
         *count += 1;
         let now = *count;
-        let position = self
-            .armed
-            .iter()
-            .position(|a| a.op == op && (a.at == now || (a.sticky && a.at <= now)))?;
+        let position = self.armed.iter().position(|a| {
+            a.op == op
+                && match a.area {
+                    Some(only) => only == area && a.at <= now,
+                    None => a.at == now || (a.sticky && a.at <= now),
+                }
+        })?;
         let fault = self.armed[position];
         if !fault.sticky {
             self.armed.remove(position);
@@ -218,6 +224,13 @@ impl FaultyStorage {
         lock(&self.state)
     }
 
+    /// [`State::tick`] for an operation on the file created `index`th (its area as it is now).
+    fn tick_on_file(&self, op: FaultOp, index: usize) -> Option<Armed> {
+        let mut state = self.state();
+        let area = state.files.get(index).map_or(Area::Tmp, |f| f.area);
+        state.tick(op, area)
+    }
+
     fn arm(&self, op: FaultOp, nth: u64, kind: FaultKind, sticky: bool, short: Option<u64>) {
         self.arm_with(Armed {
             op,
@@ -226,6 +239,7 @@ impl FaultyStorage {
             sticky,
             short_write_bytes: short,
             keeps_data: false,
+            area: None,
         });
     }
 
@@ -257,6 +271,21 @@ impl FaultyStorage {
             sticky: false,
             short_write_bytes: None,
             keeps_data: failure == SyncFailure::DataKept,
+            area: None,
+        });
+    }
+
+    /// The next sync of a file in `area` fails once with `EIO`, as `failure` says; syncs
+    /// elsewhere (another stream's group commit) pass it by.
+    pub fn fail_next_sync_in(&self, area: Area, failure: SyncFailure) {
+        self.arm_with(Armed {
+            op: FaultOp::Sync,
+            at: 1,
+            kind: FaultKind::Eio,
+            sticky: false,
+            short_write_bytes: None,
+            keeps_data: failure == SyncFailure::DataKept,
+            area: Some(area),
         });
     }
 
@@ -359,7 +388,7 @@ impl Storage for FaultyStorage {
     }
 
     fn create_new(&self, area: Area, name: &FileName) -> Result<Box<dyn WriteFile>, StorageError> {
-        if let Some(fault) = self.state().tick(FaultOp::Create) {
+        if let Some(fault) = self.state().tick(FaultOp::Create, area) {
             return Err(fault.kind.error());
         }
         let inner = self.inner.create_new(area, name)?;
@@ -392,7 +421,7 @@ impl Storage for FaultyStorage {
         to_name: &FileName,
         replace: Replace,
     ) -> Result<(), StorageError> {
-        if let Some(fault) = self.state().tick(FaultOp::Rename) {
+        if let Some(fault) = self.state().tick(FaultOp::Rename, to) {
             return Err(fault.kind.error());
         }
         let hold = {
@@ -422,7 +451,7 @@ impl Storage for FaultyStorage {
     }
 
     fn sync_dir(&self, area: Area) -> Result<(), StorageError> {
-        if let Some(fault) = self.state().tick(FaultOp::SyncDir) {
+        if let Some(fault) = self.state().tick(FaultOp::SyncDir, area) {
             return Err(fault.kind.error());
         }
         self.inner.sync_dir(area)
@@ -456,7 +485,7 @@ struct FaultyFile {
 
 impl WriteFile for FaultyFile {
     fn append(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
-        let fault = self.storage.state().tick(FaultOp::Write);
+        let fault = self.storage.tick_on_file(FaultOp::Write, self.index);
         let Some(fault) = fault else {
             self.inner.append(bytes)?;
             self.storage.note_append(self.index, bytes.len() as u64);
@@ -471,7 +500,7 @@ impl WriteFile for FaultyFile {
     }
 
     fn sync(&mut self) -> Result<(), StorageError> {
-        let fault = self.storage.state().tick(FaultOp::Sync);
+        let fault = self.storage.tick_on_file(FaultOp::Sync, self.index);
         if let Some(fault) = fault.filter(|f| !f.keeps_data) {
             // The page-cache-dropped case: what was not synced is gone.
             let tracked = self.storage.state().files.get(self.index).cloned();
