@@ -192,15 +192,20 @@ impl SupervisorState {
     /// Hands `event` to the journal (durable with its next tick), or keeps it for the next
     /// journal generation while none runs.
     fn record(&mut self, event: JournalEvent) {
+        self.record_all(vec![event]);
+    }
+
+    /// [`SupervisorState::record`] of several events in one message.
+    fn record_all(&mut self, events: Vec<JournalEvent>) {
         match &self.journal {
             Some(journal) => {
                 if let Err(ractor::MessagingErr::SendErr(JournalMsg::Record(events))) =
-                    journal.cast(JournalMsg::Record(vec![event]))
+                    journal.cast(JournalMsg::Record(events))
                 {
                     self.unjournaled.extend(events);
                 }
             }
-            None => self.unjournaled.push(event),
+            None => self.unjournaled.extend(events),
         }
     }
 
@@ -252,8 +257,15 @@ impl SupervisorState {
     /// lifetime total, and observed without a marker, which the next writer writes.
     fn record_lost(&mut self, count: u64) {
         if count > 0 {
-            self.record(JournalEvent::DropsRecorded { count });
-            self.signal(SignalKind::DropsObserved { count });
+            let observed = Signal {
+                at_ms: self.clock.now_ms(),
+                kind: SignalKind::DropsObserved { count },
+            };
+            // One message: the total and its owed marker are journaled together or not at all.
+            self.record_all(vec![
+                JournalEvent::DropsRecorded { count },
+                JournalEvent::SupervisorSignalled(observed),
+            ]);
         }
     }
 
@@ -904,9 +916,20 @@ impl Actor for SupervisorActor {
                         .await;
                 }
                 if let Some(journal) = state.journal.take() {
-                    let _ = journal
-                        .stop_and_wait(None, Some(state.config.shutdown_deadline))
-                        .await;
+                    // Drained, not stopped: ractor takes a stop before what waits in the
+                    // mailbox, and what waits there is records the others sent on their way
+                    // out (drop totals, signals, what the supervisor took off the queue), which
+                    // the journal's `post_stop` then makes durable. Stopped only if the drain
+                    // does not end within the deadline.
+                    if journal
+                        .drain_and_wait(Some(state.config.shutdown_deadline))
+                        .await
+                        .is_err()
+                    {
+                        let _ = journal
+                            .stop_and_wait(None, Some(state.config.shutdown_deadline))
+                            .await;
+                    }
                 }
                 let _ = state
                     .keys
