@@ -491,6 +491,18 @@ fn start_faulty_configured(s: &Setup, config: EngineConfig, storage: &FaultyStor
 }
 
 /// [`start_faulty`] with its own configuration and clock.
+/// An enabled engine on a fault-injecting store and a manual clock (the time of the
+/// retention and rotation tests).
+fn enabled_faulty_on_a_manual_clock(
+    s: &Setup,
+) -> (Engine, FaultyStorage, annal_engine::clock::ManualClock) {
+    let storage = faulty_setup(s);
+    let clock = annal_engine::clock::ManualClock::new(Duration::from_secs(1_764_540_000));
+    let engine = start_faulty_with(s, s.config(), Arc::new(clock.clone()), &storage);
+    engine.enable().unwrap();
+    (engine, storage, clock)
+}
+
 fn start_faulty_with(
     s: &Setup,
     config: EngineConfig,
@@ -1879,10 +1891,7 @@ fn retention_prunes_a_crashed_generations_torn_chunk_by_its_records_times() {
     use annal_engine::journal::PruneReason;
     const DAY_SECS: u64 = 86_400;
     let s = setup();
-    let storage = faulty_setup(&s);
-    let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
-    let engine = start_faulty_with(&s, s.config(), Arc::new(clock.clone()), &storage);
-    engine.enable().unwrap();
+    let (engine, storage, clock) = enabled_faulty_on_a_manual_clock(&s);
     capture_accepted(&engine, 10);
     engine.flush().unwrap();
     let torn = chunk_ids(&s);
@@ -1993,14 +2002,10 @@ fn chunk_ids(s: &Setup) -> Vec<annal_engine::profile::ChunkId> {
 /// time is what proves it old), while the chunks closed after it, sealed, are pruned.
 #[test]
 fn retention_never_prunes_a_chunk_whose_seal_write_failed() {
-    use annal_engine::clock::ManualClock;
     use annal_engine::journal::PruneReason;
     const DAY_SECS: u64 = 86_400;
     let s = setup();
-    let storage = faulty_setup(&s);
-    let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
-    let engine = start_faulty_with(&s, s.config(), Arc::new(clock.clone()), &storage);
-    engine.enable().unwrap();
+    let (engine, storage, clock) = enabled_faulty_on_a_manual_clock(&s);
     let burst = |n: usize| {
         capture_accepted(&engine, n);
         engine.flush().unwrap();
@@ -2062,14 +2067,10 @@ fn retention_never_prunes_a_chunk_whose_seal_write_failed() {
 /// finds nothing, and nothing is lost.
 #[test]
 fn a_seal_job_outliving_a_writer_panic_leaves_one_chain() {
-    use annal_engine::clock::ManualClock;
     use annal_engine::storage::Area;
     use annal_engine::store::CHUNK_MAX_AGE_SECS;
     let s = setup();
-    let storage = faulty_setup(&s);
-    let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
-    let engine = start_faulty_with(&s, s.config(), Arc::new(clock.clone()), &storage);
-    engine.enable().unwrap();
+    let (engine, storage, clock) = enabled_faulty_on_a_manual_clock(&s);
     capture_accepted(&engine, 10);
     engine.flush().unwrap();
     // The next capture closes the first chunk (its age): its seal job's rename is held.
@@ -2106,12 +2107,8 @@ fn a_seal_job_outliving_a_writer_panic_leaves_one_chain() {
 /// life (before, it stayed unsealed, so unprunable, until a restart found it).
 #[test]
 fn a_chunk_closed_by_a_failed_append_is_sealed_by_the_next_one() {
-    use annal_engine::clock::ManualClock;
     let s = setup();
-    let storage = faulty_setup(&s);
-    let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
-    let engine = start_faulty_with(&s, s.config(), Arc::new(clock.clone()), &storage);
-    engine.enable().unwrap();
+    let (engine, storage, clock) = enabled_faulty_on_a_manual_clock(&s);
     capture_accepted(&engine, 10);
     engine.flush().unwrap();
     let first = chunk_ids(&s);
