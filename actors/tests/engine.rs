@@ -17,6 +17,14 @@ use annal_schema::{ActionOutcome, Capability, Effect, Event, HealthCategory, Pay
 /// The fixed test root key.
 const ROOT: [u8; 32] = [0x5c; 32];
 
+/// Seconds in a day (retention is set in days).
+const DAY_SECS: u64 = 86_400;
+
+/// A manual clock at a fixed instant of late 2025, for the tests that move time.
+fn test_clock() -> annal_engine::clock::ManualClock {
+    annal_engine::clock::ManualClock::new(Duration::from_secs(1_764_540_000))
+}
+
 struct Setup {
     _dir: tempfile::TempDir,
     layout: StoreLayout,
@@ -497,7 +505,7 @@ fn enabled_faulty_on_a_manual_clock(
     s: &Setup,
 ) -> (Engine, FaultyStorage, annal_engine::clock::ManualClock) {
     let storage = faulty_setup(s);
-    let clock = annal_engine::clock::ManualClock::new(Duration::from_secs(1_764_540_000));
+    let clock = test_clock();
     let engine = start_faulty_with(s, s.config(), Arc::new(clock.clone()), &storage);
     engine.enable().unwrap();
     (engine, storage, clock)
@@ -1324,11 +1332,9 @@ fn past_the_restart_limit_the_writer_stays_stopped_and_the_journal_replays_that_
 #[test]
 fn the_owner_sets_retention_and_quota_durably_and_out_of_bounds_values_are_refused() {
     use annal_actors::{ControlError, Setting};
-    use annal_engine::clock::ManualClock;
     use annal_engine::journal::{OnQuota, QUOTA_MIN_BYTES};
-    const DAY_SECS: u64 = 86_400;
     let s = setup();
-    let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
+    let clock = test_clock();
     let start = || s.start_on(&clock);
     let engine = start();
     assert_eq!(
@@ -1799,9 +1805,8 @@ fn retention_prunes_sealed_chunks_by_their_seals_time_records_them_and_verify_st
     use annal_engine::clock::{Clock, ManualClock};
     use annal_engine::journal::PruneReason;
     use annal_schema::AccessOperation;
-    const DAY_SECS: u64 = 86_400;
     let s = setup();
-    let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
+    let clock = test_clock();
     let start = |clock: &ManualClock| s.start_on(clock);
     let engine = start(&clock);
     engine.enable().unwrap();
@@ -1889,7 +1894,6 @@ fn retention_prunes_sealed_chunks_by_their_seals_time_records_them_and_verify_st
 fn retention_prunes_a_crashed_generations_torn_chunk_by_its_records_times() {
     use annal_engine::clock::ManualClock;
     use annal_engine::journal::PruneReason;
-    const DAY_SECS: u64 = 86_400;
     let s = setup();
     let (engine, storage, clock) = enabled_faulty_on_a_manual_clock(&s);
     capture_accepted(&engine, 10);
@@ -1951,9 +1955,8 @@ fn retention_prunes_a_crashed_generations_torn_chunk_by_its_records_times() {
 #[test]
 fn retention_never_prunes_a_sealed_chunk_with_bytes_past_its_seal() {
     use annal_engine::clock::ManualClock;
-    const DAY_SECS: u64 = 86_400;
     let s = setup();
-    let clock = ManualClock::new(Duration::from_secs(1_764_540_000));
+    let clock = test_clock();
     let start = |clock: &ManualClock| s.start_on(clock);
     let engine = start(&clock);
     engine.enable().unwrap();
@@ -2003,7 +2006,6 @@ fn chunk_ids(s: &Setup) -> Vec<annal_engine::profile::ChunkId> {
 #[test]
 fn retention_never_prunes_a_chunk_whose_seal_write_failed() {
     use annal_engine::journal::PruneReason;
-    const DAY_SECS: u64 = 86_400;
     let s = setup();
     let (engine, storage, clock) = enabled_faulty_on_a_manual_clock(&s);
     let burst = |n: usize| {
