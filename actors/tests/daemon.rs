@@ -428,6 +428,26 @@ fn the_daemon_stops_on_request_on_sigterm_and_when_idle() {
     wait_for(&sandbox.socket());
 }
 
+/// A SIGTERM sent the moment the socket shows is a graceful stop (its drain, exit 0), never
+/// the default action's kill: the handlers are in place before the socket is bound.
+#[test]
+fn sigterm_the_moment_the_socket_shows_still_drains() {
+    const STARTS: usize = 10;
+    let sandbox = Sandbox::new();
+    for start in 0..STARTS {
+        let (daemon, socket) = Daemon::start(&sandbox, &[]);
+        let killed = Command::new("kill")
+            .args(["-TERM", &daemon.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let (code, stderr) = daemon.wait(Duration::from_secs(10));
+        assert_eq!(code, Some(0), "start {start}: {stderr}");
+        assert!(stderr.contains("stopped by a signal"), "{stderr}");
+        assert!(!socket.exists());
+    }
+}
+
 #[test]
 fn the_python_example_client_captures_through_the_socket() {
     let Ok(version) = Command::new("python3").arg("--version").output() else {

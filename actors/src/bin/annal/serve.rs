@@ -68,6 +68,7 @@ fn serve_store(location: &Location, args: &ServeArgs) -> Result<(), CliError> {
         let unavailable = |path: &std::path::Path, e: std::io::Error| {
             CliError::unavailable(format!("{}: {e}", path.display()))
         };
+        let signals = signalled();
         let binding = socket.with_extension(format!("{}.binding", std::process::id()));
         let _ = std::fs::remove_file(&binding);
         let listener =
@@ -83,7 +84,7 @@ fn serve_store(location: &Location, args: &ServeArgs) -> Result<(), CliError> {
             location.dir.display(),
             socket.display()
         );
-        let end = serve(listener, Arc::clone(&engine), options, signalled()).await;
+        let end = serve(listener, Arc::clone(&engine), options, signals).await;
         let _ = std::fs::remove_file(&socket);
         Ok::<ServeEnd, CliError>(end)
     });
@@ -110,16 +111,27 @@ fn serve_store(location: &Location, args: &ServeArgs) -> Result<(), CliError> {
     }
 }
 
-/// Completes on SIGTERM or SIGINT.
-async fn signalled() {
+/// The daemon's end on SIGTERM or SIGINT. The handlers are installed when this is called,
+/// before the socket is bound: a signal that comes as soon as a client can see the socket
+/// already ends the daemon with its drain (installed only once the serve loop first polled
+/// them, the default action killed it, with no drain, in that window).
+fn signalled() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut terminate) = signal(SignalKind::terminate()) else {
-        // No SIGTERM handler could be installed: only SIGINT (and `annal stop`) end the daemon.
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+    let terminate = signal(SignalKind::terminate());
+    let interrupt = signal(SignalKind::interrupt());
+    async move {
+        match (terminate, interrupt) {
+            (Ok(mut terminate), Ok(mut interrupt)) => {
+                tokio::select! {
+                    _ = terminate.recv() => {}
+                    _ = interrupt.recv() => {}
+                }
+            }
+            (Ok(mut only), Err(_)) | (Err(_), Ok(mut only)) => {
+                let _ = only.recv().await;
+            }
+            // No handler could be installed: only `annal stop` (or idleness) ends the daemon.
+            (Err(_), Err(_)) => std::future::pending::<()>().await,
+        }
     }
 }
