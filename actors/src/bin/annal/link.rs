@@ -112,6 +112,21 @@ impl Link {
                 if let Ok(client) = DaemonClient::connect(socket).await {
                     return Ok(Self::Daemon(client));
                 }
+                // Another daemon holds the lock: one starting (its socket comes) or one still
+                // exiting (it lets the lock go). Wait for either, and start again after the
+                // second.
+                if daemon_lock_held(socket) {
+                    while daemon_lock_held(socket) && Instant::now() < deadline {
+                        if let Ok(client) = DaemonClient::connect(socket).await {
+                            return Ok(Self::Daemon(client));
+                        }
+                        tokio::time::sleep(Duration::from_millis(DAEMON_START_POLL_MS)).await;
+                    }
+                    if Instant::now() < deadline {
+                        child = start_daemon(location, socket)?;
+                        continue;
+                    }
+                }
                 return Err(CliError {
                     exit: status
                         .code()
@@ -194,6 +209,21 @@ fn from_client(error: ClientError) -> CliError {
 /// The daemon's log, beside its socket.
 pub fn log_path(socket: &Path) -> std::path::PathBuf {
     socket.with_extension("log")
+}
+
+/// The lock a daemon holds (`flock`) for its whole life, beside its socket: one daemon per
+/// socket. It is let go last, after the engine has released the store.
+pub fn daemon_lock_path(socket: &Path) -> std::path::PathBuf {
+    socket.with_extension("lock")
+}
+
+/// Whether a daemon holds the lock of `socket` now: starting, serving, or still exiting (its
+/// socket may be gone already). Probed by taking the lock for an instant, never held.
+pub fn daemon_lock_held(socket: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(daemon_lock_path(socket)) else {
+        return false;
+    };
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err()
 }
 
 /// Starts `annal serve` for `location` in the background: its own process group (a terminal's

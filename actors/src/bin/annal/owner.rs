@@ -532,9 +532,14 @@ pub fn stop_daemon(location: &Location) -> Result<bool, CliError> {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        // The socket is gone before the engine has drained; the writer lock tells when it has.
+        // The socket is gone before the engine has drained; the writer lock tells when it has,
+        // and the daemon's own lock, let go last, when the process is done with the store (a
+        // command right after `stop` would otherwise start a daemon that finds it still held).
         let layout = location.layout();
-        while layout.history_root().exists() && open_store(&layout, Access::Write).is_err() {
+        let socket = location.socket()?;
+        while (layout.history_root().exists() && open_store(&layout, Access::Write).is_err())
+            || crate::link::daemon_lock_held(socket)
+        {
             if Instant::now() >= deadline {
                 return Err(CliError::unavailable(
                     "the daemon did not release the store in time",

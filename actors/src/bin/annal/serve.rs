@@ -38,7 +38,7 @@ fn serve_store(location: &Location, args: &ServeArgs) -> Result<(), CliError> {
         private_dir(dir)?;
     }
     // One daemon per socket: the lock beside it is held for the daemon's life.
-    let lock_path = socket.with_extension("lock");
+    let lock_path = crate::link::daemon_lock_path(&socket);
     let lock = std::fs::OpenOptions::new()
         .mode(SOCKET_MODE)
         .create(true)
