@@ -36,6 +36,20 @@ impl Daemon {
         }
     }
 
+    /// Sends SIGTERM and checks it ends the daemon gracefully: its drain, exit 0, the socket
+    /// removed.
+    fn terminate_gracefully(self, socket: &std::path::Path) {
+        let killed = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let (code, stderr) = self.wait(Duration::from_secs(10));
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(stderr.contains("stopped by a signal"), "{stderr}");
+        assert!(!socket.exists());
+    }
+
     /// Waits for the daemon to exit by itself; its exit code and stderr.
     fn wait(mut self, within: Duration) -> (Option<i32>, String) {
         let deadline = Instant::now() + within;
@@ -406,15 +420,7 @@ fn the_daemon_stops_on_request_on_sigterm_and_when_idle() {
 
     // SIGTERM.
     let (daemon, socket) = Daemon::start(&sandbox, &[]);
-    let killed = Command::new("kill")
-        .args(["-TERM", &daemon.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let (code, stderr) = daemon.wait(Duration::from_secs(10));
-    assert_eq!(code, Some(0), "{stderr}");
-    assert!(stderr.contains("stopped by a signal"), "{stderr}");
-    assert!(!socket.exists());
+    daemon.terminate_gracefully(&socket);
 
     // Idle exit: no client and nothing to flush for the limit.
     let (daemon, _socket) = Daemon::start(&sandbox, &["--idle-exit-secs", "1"]);
@@ -434,17 +440,9 @@ fn the_daemon_stops_on_request_on_sigterm_and_when_idle() {
 fn sigterm_the_moment_the_socket_shows_still_drains() {
     const STARTS: usize = 10;
     let sandbox = Sandbox::new();
-    for start in 0..STARTS {
+    for _ in 0..STARTS {
         let (daemon, socket) = Daemon::start(&sandbox, &[]);
-        let killed = Command::new("kill")
-            .args(["-TERM", &daemon.0.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(killed.success());
-        let (code, stderr) = daemon.wait(Duration::from_secs(10));
-        assert_eq!(code, Some(0), "start {start}: {stderr}");
-        assert!(stderr.contains("stopped by a signal"), "{stderr}");
-        assert!(!socket.exists());
+        daemon.terminate_gracefully(&socket);
     }
 }
 
