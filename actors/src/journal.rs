@@ -136,27 +136,23 @@ pub struct JournalActor;
 impl JournalState {
     /// Applies `events` and appends them (with any held ones first).
     fn record(&mut self, events: Vec<JournalEvent>) -> Result<(), JournalUnavailable> {
-        self.apply_and_hold(events);
-        self.flush_held()
-    }
-
-    /// Applies `events` to the projection and holds them for the next append. Returns what
-    /// they widen, for a commit that fails.
-    fn apply_and_hold(&mut self, events: Vec<JournalEvent>) -> Widenings {
-        let mut widenings = Widenings::default();
         for event in &events {
-            widenings.note(&self.projection, event);
             self.projection.apply(event);
         }
         self.outbox.hold(events);
-        widenings
+        self.flush_held()
     }
 
     /// A commit: applies `events`, appends them and syncs. When that fails, what they widen
     /// is withdrawn and undone, and what they narrow stays in effect, held for the next append
     /// (`Widenings`): the caller is told the change failed, and it never happens later.
     fn commit(&mut self, events: Vec<JournalEvent>) -> Result<(), JournalUnavailable> {
-        let widenings = self.apply_and_hold(events);
+        let mut widenings = Widenings::default();
+        for event in &events {
+            widenings.note(&self.projection, event);
+            self.projection.apply(event);
+        }
+        self.outbox.hold(events);
         let result = self.flush_held().and_then(|()| self.sync());
         if result.is_err() {
             if !widenings.is_empty() {

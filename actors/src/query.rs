@@ -85,9 +85,6 @@ pub struct QueryState {
     reader: Option<QueryService>,
     /// Chunks pruned in this actor's life, forgotten by every reader it opens.
     pruned: std::collections::BTreeSet<annal_engine::profile::ChunkId>,
-    /// Sequences the writer reported lost in this actor's life, forgotten by every reader it
-    /// opens (with those the journal records from earlier lives).
-    lost: Vec<std::ops::RangeInclusive<u64>>,
     /// The index-file writes still running ([`write_index_files`]): a stop waits for them, so
     /// no thread of this engine holds the store (and its lock) once the stop returns.
     index_writes: Vec<tokio::sync::oneshot::Receiver<()>>,
@@ -128,9 +125,9 @@ impl QueryState {
                 index: keys.index,
                 seal: keys.seal,
             };
-            // What earlier lives lost, on the journal's word: a failed sync may have left it
-            // on disk. No answer, no reader: a page must not return what the history reports
-            // dropped.
+            // What was reported lost, in any life, on the journal's word (the writer journals a
+            // range before it tells this actor): a failed sync may have left it on disk. No
+            // answer, no reader: a page must not return what the history reports dropped.
             let journaled = ractor::call_t!(
                 self.args.journal,
                 |reply| JournalMsg::Lost { reply },
@@ -140,7 +137,7 @@ impl QueryState {
             let mut reader = QueryService::open(storage, keys, growing)
                 .map_err(|_| ErrorCode::HistoryStorageUnavailable)?;
             reader.forget_chunks(&self.pruned);
-            for lost in journaled.iter().chain(&self.lost) {
+            for lost in &journaled {
                 reader.forget_lost(lost);
             }
             self.reader = Some(reader);
@@ -243,7 +240,6 @@ impl Actor for QueryActor {
             args,
             reader: None,
             pruned: std::collections::BTreeSet::new(),
-            lost: Vec::new(),
             index_writes: Vec::new(),
         })
     }
@@ -286,12 +282,10 @@ impl Actor for QueryActor {
                 }
             }
             QueryMsg::Lost(lost) => {
-                // A reader opened later forgets them too (a failed sync may have left them on
-                // disk).
+                // A reader opened later reads them from the journal, which has them first.
                 if let Some(reader) = state.reader.as_mut() {
                     reader.forget_lost(&lost);
                 }
-                state.lost.push(lost);
             }
             QueryMsg::Pruned { chunks, reply } => {
                 state.pruned.extend(chunks);

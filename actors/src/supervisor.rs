@@ -257,15 +257,9 @@ impl SupervisorState {
     /// lifetime total, and observed without a marker, which the next writer writes.
     fn record_lost(&mut self, count: u64) {
         if count > 0 {
-            let observed = Signal {
-                at_ms: self.clock.now_ms(),
-                kind: SignalKind::DropsObserved { count },
-            };
             // One message: the total and its owed marker are journaled together or not at all.
-            self.record_all(vec![
-                JournalEvent::DropsRecorded { count },
-                JournalEvent::SupervisorSignalled(observed),
-            ]);
+            let owed = JournalEvent::drops_owed_a_marker(count, self.clock.now_ms());
+            self.record_all(owed.to_vec());
         }
     }
 

@@ -155,8 +155,8 @@ impl Setting {
         }
     }
 
-    /// Whether the value is within its bounds (checked before anything is sent, and by the
-    /// journal's rules again).
+    /// Whether the value is within its bounds (`Engine::set` checks before anything is sent,
+    /// and the journal's rules again).
     pub fn in_bounds(self) -> bool {
         match self {
             Self::Retention { days } => annal_engine::journal::retention_in_bounds(days),
@@ -944,6 +944,17 @@ impl WriterState {
         ControlError::Key(category)
     }
 
+    /// The history's `health{events_dropped, count}` marker, now.
+    fn drop_marker(&self, count: u64) -> Option<EventDraft> {
+        self.draft(
+            "writer",
+            Payload::Health {
+                category: HealthCategory::EventsDropped,
+                count,
+            },
+        )
+    }
+
     /// A v0 draft of `payload` for the history stream, now.
     fn draft(&self, subject: &str, payload: Payload) -> Option<EventDraft> {
         Some(EventDraft {
@@ -1032,13 +1043,7 @@ impl WriterState {
             };
             let marker = dropped + lost_before;
             if marker > 0 {
-                if let Some(draft) = self.draft(
-                    "writer",
-                    Payload::Health {
-                        category: HealthCategory::EventsDropped,
-                        count: marker,
-                    },
-                ) {
+                if let Some(draft) = self.drop_marker(marker) {
                     drafts.push(draft);
                 }
                 lost_before = 0;
@@ -1191,13 +1196,18 @@ impl WriterState {
     fn drops_marked(&mut self, marked: u64, counted: u64) {
         let new = marked.saturating_sub(counted);
         if new > 0 {
-            let recorded = JournalEvent::DropsRecorded { count: new };
-            self.projection.apply(&recorded);
-            let _ = self.journal.cast(JournalMsg::Record(vec![recorded]));
+            self.record_drop_total(new);
         }
         if counted > 0 {
             self.signal(SignalKind::DropsMarked { count: counted });
         }
+    }
+
+    /// `count` more drops in the lifetime total, durable with the journal's next tick.
+    fn record_drop_total(&mut self, count: u64) {
+        let recorded = JournalEvent::DropsRecorded { count };
+        self.projection.apply(&recorded);
+        let _ = self.journal.cast(JournalMsg::Record(vec![recorded]));
     }
 
     /// Drops an earlier life counted with no marker (what the supervisor took off the queue
@@ -1209,14 +1219,7 @@ impl WriterState {
         if owed == 0 || !self.projection.enabled {
             return;
         }
-        let marker = self.draft(
-            "writer",
-            Payload::Health {
-                category: HealthCategory::EventsDropped,
-                count: owed,
-            },
-        );
-        if let Some(marker) = marker {
+        if let Some(marker) = self.drop_marker(owed) {
             self.append_history_counted(vec![marker], owed).await;
         }
     }
@@ -1435,22 +1438,11 @@ impl WriterState {
         if count == 0 {
             return;
         }
-        let marker = self.draft(
-            "writer",
-            Payload::Health {
-                category: HealthCategory::EventsDropped,
-                count,
-            },
-        );
-        match marker {
+        match self.drop_marker(count) {
             Some(marker) if self.projection.enabled && self.open.is_some() => {
                 self.append_history(vec![marker]).await;
             }
-            _ => {
-                let recorded = JournalEvent::DropsRecorded { count };
-                self.projection.apply(&recorded);
-                let _ = self.journal.cast(JournalMsg::Record(vec![recorded]));
-            }
+            _ => self.record_drop_total(count),
         }
     }
 
@@ -1518,9 +1510,7 @@ impl WriterState {
         setting: Setting,
         caller: CallerKind,
     ) -> Result<StatusResponse, ControlError> {
-        if !setting.in_bounds() {
-            return Err(ControlError::OutOfBounds);
-        }
+        // Bounds were checked by `Engine::set` before sending; the journal's rules check again.
         if self.open.is_none() {
             return Err(ControlError::Refused);
         }
@@ -1538,8 +1528,8 @@ impl WriterState {
         if journaled.is_ok() {
             self.prune().await;
         }
+        // The handler updates capture after this, success or not.
         self.check_quota();
-        self.update_capture();
         journaled?;
         Ok(self.status().await)
     }

@@ -832,13 +832,22 @@ fn a_failed_journal_sync_loses_no_journal_event() {
 }
 
 /// An enabled engine on a fresh faulty store whose journal retries what it holds on a quick
-/// tick, and its configuration (to restart on the same store).
-fn enabled_faulty_with_quick_journal(s: &Setup, storage: &FaultyStorage) -> (Engine, EngineConfig) {
+/// tick, with its setup, storage and configuration (to restart on the same store).
+fn enabled_faulty_with_quick_journal() -> (Setup, FaultyStorage, Engine, EngineConfig) {
+    let s = setup();
+    let storage = faulty_setup(&s);
     let mut config = s.config();
     config.sync_interval = Duration::from_millis(20);
-    let engine = start_faulty_configured(s, config.clone(), storage);
+    let engine = start_faulty_configured(&s, config.clone(), &storage);
     engine.enable().unwrap();
-    (engine, config)
+    (s, storage, engine, config)
+}
+
+/// Each of a pair of operations (`false`, `true`) with each kind of failed sync.
+fn each_operation_and_failed_sync() -> impl Iterator<Item = (bool, SyncFailure)> {
+    [false, true]
+        .into_iter()
+        .flat_map(|operation| SyncFailure::ALL.map(|failure| (operation, failure)))
 }
 
 /// Whether a new action is admitted now (a start that is not admitted is not counted).
@@ -856,13 +865,8 @@ fn admits(engine: &Engine) -> bool {
 /// failed `fsync` does not unwrite it).
 #[test]
 fn an_enable_or_resume_whose_commit_fails_never_takes_effect() {
-    for (resume, failure) in [false, true]
-        .into_iter()
-        .flat_map(|resume| SyncFailure::ALL.map(|failure| (resume, failure)))
-    {
-        let s = setup();
-        let storage = faulty_setup(&s);
-        let (engine, config) = enabled_faulty_with_quick_journal(&s, &storage);
+    for (resume, failure) in each_operation_and_failed_sync() {
+        let (s, storage, engine, config) = enabled_faulty_with_quick_journal();
         if resume {
             engine.pause().unwrap();
         } else {
@@ -916,13 +920,8 @@ fn an_enable_or_resume_whose_commit_fails_never_takes_effect() {
 /// until then), never that capture goes on.
 #[test]
 fn a_disable_or_pause_whose_commit_fails_closes_capture_at_once_and_is_journaled_later() {
-    for (pause, failure) in [false, true]
-        .into_iter()
-        .flat_map(|pause| SyncFailure::ALL.map(|failure| (pause, failure)))
-    {
-        let s = setup();
-        let storage = faulty_setup(&s);
-        let (engine, config) = enabled_faulty_with_quick_journal(&s, &storage);
+    for (pause, failure) in each_operation_and_failed_sync() {
+        let (s, storage, engine, config) = enabled_faulty_with_quick_journal();
         assert!(admits(&engine));
         engine.flush().unwrap();
         storage.fail_sync_nth(1, failure);

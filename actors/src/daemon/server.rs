@@ -210,20 +210,23 @@ impl Dispatcher {
         Ok(json!({"status": status, "key_store": self.key_store}))
     }
 
-    /// An owner's setting; a value out of bounds is an invalid request that names the bounds.
+    /// An owner's setting; a value out of bounds (the engine's refusal) is an invalid request
+    /// that names the bounds.
     async fn set(&self, setting: Setting) -> Result<Value, DaemonError> {
         use annal_engine::journal::{
             QUOTA_MAX_BYTES, QUOTA_MIN_BYTES, RETENTION_MAX_DAYS, RETENTION_MIN_DAYS,
         };
-        if !setting.in_bounds() {
-            return Err(invalid(match setting {
-                Setting::Retention { .. } => {
-                    format!("\"days\" must be {RETENTION_MIN_DAYS}..={RETENTION_MAX_DAYS}")
-                }
-                _ => format!("\"bytes\" must be {QUOTA_MIN_BYTES}..={QUOTA_MAX_BYTES}"),
-            }));
+        match self.engine.set_async(setting).await {
+            Err(EngineError::Control(crate::ControlError::OutOfBounds)) => {
+                Err(invalid(match setting {
+                    Setting::Retention { .. } => {
+                        format!("\"days\" must be {RETENTION_MIN_DAYS}..={RETENTION_MAX_DAYS}")
+                    }
+                    _ => format!("\"bytes\" must be {QUOTA_MIN_BYTES}..={QUOTA_MAX_BYTES}"),
+                }))
+            }
+            status => self.status_reply(status),
         }
-        self.status_reply(self.engine.set_async(setting).await)
     }
 
     async fn change(&self, change: PolicyChange) -> Result<Value, DaemonError> {

@@ -230,6 +230,21 @@ pub enum BoundViolation {
 }
 
 impl JournalEvent {
+    /// `count` drops (>= 1) counted with no history marker to report them (no writer ran, or
+    /// history was disabled): they join the lifetime total, and are signalled observed, so
+    /// the next writer to open writes the marker the history owes them (`State::unmarked_drops`)
+    /// and signals them marked. Journaled together, in one append, so a total is never kept
+    /// without its owed marker.
+    pub fn drops_owed_a_marker(count: u64, at_ms: u64) -> [JournalEvent; 2] {
+        [
+            JournalEvent::DropsRecorded { count },
+            JournalEvent::SupervisorSignalled(Signal {
+                at_ms,
+                kind: SignalKind::DropsObserved { count },
+            }),
+        ]
+    }
+
     /// Checks every bound of the event (the reader's and the writer's rule).
     pub fn check_bounds(&self) -> Result<(), BoundViolation> {
         match self {
