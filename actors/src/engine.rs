@@ -502,7 +502,30 @@ impl Engine {
     /// Test-only: the writer panics inside its handler, as a bug would.
     #[cfg(feature = "testing")]
     pub fn inject_writer_panic(&self) {
-        let _ = self.supervisor.cast(SupervisorMsg::InjectWriterPanic);
+        self.inject_failure(
+            annal_engine::health::Child::Writer,
+            crate::supervisor::InjectedFailure::Panic,
+        );
+    }
+
+    /// Test-only: how often `child` was restarted after a failure in this engine's life (the
+    /// supervisor's count; the journal keeps the same as `child_restarted` signals).
+    #[cfg(feature = "testing")]
+    pub fn restarts(&self, child: annal_engine::health::Child) -> Result<usize, EngineError> {
+        self.ask_blocking(|reply| SupervisorMsg::Restarts { child, reply })
+    }
+
+    /// Test-only: `child` panics inside its handler or stops unasked, as `failure` says; the
+    /// supervisor then treats it as any failure of that child.
+    #[cfg(feature = "testing")]
+    pub fn inject_failure(
+        &self,
+        child: annal_engine::health::Child,
+        failure: crate::supervisor::InjectedFailure,
+    ) {
+        let _ = self
+            .supervisor
+            .cast(SupervisorMsg::InjectFailure { child, failure });
     }
 
     /// Test-only: the writer runs its periodic rotation check (rotation by age, retention) now

@@ -137,6 +137,9 @@ pub enum GateMsg {
         /// The operations, in listing order.
         reply: RpcReplyPort<Vec<Operation>>,
     },
+    /// Test-only: panic inside the handler, as a bug would.
+    #[cfg(feature = "testing")]
+    InjectPanic,
 }
 
 /// What the gate starts with.
@@ -419,6 +422,8 @@ impl Actor for GateActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
+            #[cfg(feature = "testing")]
+            GateMsg::InjectPanic => panic!("injected gate panic (test)"),
             GateMsg::Admit {
                 principal,
                 operation,

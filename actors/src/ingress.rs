@@ -51,6 +51,9 @@ pub enum IngressMsg {
     },
     /// The writer to hand batches to (after a start or restart).
     Writer(Option<ActorRef<WriterMsg>>),
+    /// Test-only: panic inside the handler, as a bug would.
+    #[cfg(feature = "testing")]
+    InjectPanic,
 }
 
 impl IngressMsg {
@@ -280,6 +283,8 @@ impl Actor for IngressActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
+            #[cfg(feature = "testing")]
+            IngressMsg::InjectPanic => panic!("injected ingress panic (test)"),
             IngressMsg::Drain if state.writer.is_none() => {
                 state.drain_queued.release();
                 let _ = state.supervisor.cast(SupervisorMsg::Undrained);

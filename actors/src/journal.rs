@@ -95,6 +95,9 @@ pub enum JournalMsg {
     },
     /// Group commit.
     Tick,
+    /// Test-only: panic inside the handler, as a bug would.
+    #[cfg(feature = "testing")]
+    InjectPanic,
 }
 
 /// What the journal starts with (also on a restart).
@@ -285,6 +288,8 @@ impl Actor for JournalActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
+            #[cfg(feature = "testing")]
+            JournalMsg::InjectPanic => panic!("injected journal panic (test)"),
             JournalMsg::Open { keys, reply } => {
                 let _ = reply.send(state.open(&keys));
             }

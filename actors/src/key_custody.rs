@@ -83,6 +83,9 @@ pub enum KeyCustodyMsg {
         /// Where the outcome goes.
         reply: RpcReplyPort<Result<Reconciled, CheckpointError>>,
     },
+    /// Test-only: panic inside the handler, as a bug would.
+    #[cfg(feature = "testing")]
+    InjectPanic,
 }
 
 /// A job for the key thread.
@@ -231,6 +234,8 @@ impl Actor for KeyCustodyActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
+            #[cfg(feature = "testing")]
+            KeyCustodyMsg::InjectPanic => panic!("injected key custody panic (test)"),
             KeyCustodyMsg::Open { create, reply } => {
                 let result = match &state.custody {
                     Some(custody) => Ok(Arc::clone(custody)),

@@ -54,6 +54,9 @@ pub enum QueryMsg {
         /// Answered once they are forgotten.
         reply: RpcReplyPort<()>,
     },
+    /// Test-only: panic inside the handler, as a bug would.
+    #[cfg(feature = "testing")]
+    InjectPanic,
 }
 
 /// One page of a `history_query` answer.
@@ -251,6 +254,8 @@ impl Actor for QueryActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
+            #[cfg(feature = "testing")]
+            QueryMsg::InjectPanic => panic!("injected query panic (test)"),
             QueryMsg::Query {
                 grant,
                 request,

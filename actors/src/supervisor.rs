@@ -1,16 +1,19 @@
-//! The Supervisor: starts the children, restarts a failed one within the restart intensity,
-//! turns every supervision event into a signal for the journal, and routes the engine's
-//! requests.
+//! The Supervisor: starts the children, carries out the engine's restart plan when one fails,
+//! and turns every supervision event into a signal for the journal.
 //!
-//! ractor's default stops a supervisor when any child ends; this one overrides it. The restart
-//! decision is the engine's pure `supervision::decide` over the child's restart history (OTP's
-//! sliding window), so the rule is tested without actors. The children, in start order:
-//! KeyCustody, Journal (the engine journal; the audit records of the policy issue join it),
-//! Writer, Ingress (Query and PolicyGate join them with the next issues). Shutdown stops them
-//! in reverse: the ingress closes and drains the capture queue, the writer syncs, the journal
-//! syncs.
+//! ractor's default stops a supervisor when any child ends; this one overrides it. What to do
+//! about a failed child is the engine's pure `supervision::plan` (OTP's `rest_for_one` over
+//! each child's declared dependencies, and the sliding-window restart intensity): which running
+//! dependents to stop on purpose, which children to start again in start order, which stay down.
+//! This actor only carries that out, with no rule of its own per child. A child it stopped on
+//! purpose is told apart from one that failed by its actor id, so its end starts nothing. The
+//! children, in start order (`Child::ALL`): KeyCustody, Journal, Query, PolicyGate, Writer,
+//! Ingress. Once no writer or no ingress can come back, nothing would take what capture
+//! admits: capture closes, and what the queue holds is counted dropped. Shutdown stops the
+//! children in reverse: the ingress closes and drains the capture queue, the writer syncs,
+//! the journal drains.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -23,7 +26,9 @@ use annal_engine::storage::Storage;
 use annal_engine::supervision::{self, Decision};
 use annal_schema::tools::StatusResponse;
 use annal_schema::{ControlOperation, HealthCategory};
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{
+    Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
+};
 
 use crate::config::EngineConfig;
 use crate::gate::{GateActor, GateArgs, GateMsg, PolicyChange, ToolAnswer, ToolCall};
@@ -103,12 +108,35 @@ pub enum SupervisorMsg {
         /// Replies when the children stopped.
         reply: RpcReplyPort<()>,
     },
-    /// Test-only: make the writer panic.
+    /// Test-only: how often `child` was restarted after a failure in this engine's life.
     #[cfg(feature = "testing")]
-    InjectWriterPanic,
+    Restarts {
+        /// Which child.
+        child: Child,
+        /// The count.
+        reply: RpcReplyPort<usize>,
+    },
+    /// Test-only: make `child` fail the way `failure` says.
+    #[cfg(feature = "testing")]
+    InjectFailure {
+        /// Which child.
+        child: Child,
+        /// How it fails.
+        failure: InjectedFailure,
+    },
     /// Test-only: the writer runs its periodic rotation check now.
     #[cfg(feature = "testing")]
     CheckRotationNow,
+}
+
+/// Test-only: how an injected child failure happens.
+#[cfg(feature = "testing")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InjectedFailure {
+    /// The child panics inside its handler, as a bug would.
+    Panic,
+    /// The child stops without the supervisor having asked it to.
+    Stop,
 }
 
 /// What the supervisor starts with.
@@ -148,8 +176,8 @@ pub struct SupervisorState {
     storage: StorageSlot,
     /// The instance name prefix.
     instance: String,
-    /// The key custody child.
-    keys: ActorRef<KeyCustodyMsg>,
+    /// The key custody child, while one runs.
+    keys: Option<ActorRef<KeyCustodyMsg>>,
     /// The journal child, while one runs.
     journal: Option<ActorRef<JournalMsg>>,
     /// The query child, while one runs.
@@ -165,9 +193,15 @@ pub struct SupervisorState {
     /// Journal events (signals, drops lost with no writer) raised while no journal could take
     /// them; the next journal generation starts with them.
     unjournaled: Vec<JournalEvent>,
-    /// Set once no writer came back within the restart intensity (`writer_stopped`): from then
-    /// on nothing will take what reaches the capture queue, so the supervisor counts it as
-    /// dropped ([`SupervisorState::discard_undrainable`]).
+    /// Children given up on (restart intensity exceeded, or a child they require is down):
+    /// they stay down for the engine's life.
+    down: Vec<Child>,
+    /// Children the supervisor stopped on purpose (dependents of a failed child): their end
+    /// is not a failure.
+    stopped_on_purpose: HashSet<ActorId>,
+    /// Set once no writer or no ingress can come back (`writer_stopped`): from then on nothing
+    /// will take what reaches the capture queue, so the supervisor counts it as dropped
+    /// ([`SupervisorState::discard_undrainable`]).
     writer_given_up: bool,
     /// The last status the writer gave, for answering while it restarts.
     last_status: Option<StatusResponse>,
@@ -279,18 +313,19 @@ impl SupervisorState {
     }
 
     async fn spawn_writer(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
-        let Some(journal) = self.journal.clone() else {
+        let (Some(journal), Some(keys)) = (self.journal.clone(), self.keys.clone()) else {
             return false;
         };
         let args = WriterArgs {
             config: self.config.clone(),
             clock: Arc::clone(&self.clock),
-            keys: self.keys.clone(),
+            keys,
             journal,
             capture: self.capture.clone(),
             action_seed: self.action_seed,
             storage: Arc::clone(&self.storage),
             query: self.query.clone(),
+            undrained: self.writer_given_up,
         };
         self.writer = spawn_child(myself, self.name("writer"), WriterActor, args).await;
         let Some(writer) = &self.writer else {
@@ -333,12 +368,12 @@ impl SupervisorState {
     }
 
     async fn spawn_query(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
-        let Some(journal) = self.journal.clone() else {
+        let (Some(journal), Some(keys)) = (self.journal.clone(), self.keys.clone()) else {
             return false;
         };
         let args = QueryArgs {
             storage: Arc::clone(&self.storage),
-            keys: self.keys.clone(),
+            keys,
             journal,
             clock: Arc::clone(&self.clock),
         };
@@ -347,8 +382,11 @@ impl SupervisorState {
     }
 
     async fn spawn_gate(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
+        let Some(keys) = self.keys.clone() else {
+            return false;
+        };
         let args = GateArgs {
-            keys: self.keys.clone(),
+            keys,
             clock: Arc::clone(&self.clock),
         };
         self.gate = spawn_child(myself, self.name("gate"), GateActor, args).await;
@@ -520,11 +558,71 @@ impl SupervisorState {
             namespace: self.config.namespace.clone(),
             deadline: self.config.key_call_deadline,
         };
-        let Some(keys) = spawn_child(myself, self.name("keys"), KeyCustodyActor, args).await else {
-            return false;
+        self.keys = spawn_child(myself, self.name("keys"), KeyCustodyActor, args).await;
+        self.started(Child::KeyCustody, self.keys.is_some())
+    }
+
+    /// Starts `child` (its `ChildStarted` is signalled); returns whether it started.
+    async fn spawn(&mut self, myself: &ActorRef<SupervisorMsg>, child: Child) -> bool {
+        match child {
+            Child::KeyCustody => self.spawn_keys(myself).await,
+            Child::AuditJournal => self.spawn_journal(myself).await,
+            Child::Query => self.spawn_query(myself).await,
+            Child::PolicyGate => self.spawn_gate(myself).await,
+            Child::Writer => self.spawn_writer(myself).await,
+            Child::Ingress => self.spawn_ingress(myself).await,
+            _ => false,
+        }
+    }
+
+    /// Takes `child` out of its slot (the ingress is told when it is the writer) and returns
+    /// its cell, if it was running.
+    fn take(&mut self, child: Child) -> Option<ActorCell> {
+        match child {
+            Child::KeyCustody => self.keys.take().map(|a| a.get_cell()),
+            Child::AuditJournal => self.journal.take().map(|a| a.get_cell()),
+            Child::Query => self.query.take().map(|a| a.get_cell()),
+            Child::PolicyGate => self.gate.take().map(|a| a.get_cell()),
+            Child::Writer => {
+                // Capture keeps accepting while the writer restarts: the queue holds what comes
+                // meanwhile (a full one counts drops) and the next writer drains it.
+                if let Some(ingress) = &self.ingress {
+                    let _ = ingress.cast(IngressMsg::Writer(None));
+                }
+                self.writer.take().map(|a| a.get_cell())
+            }
+            Child::Ingress => self.ingress.take().map(|a| a.get_cell()),
+            _ => None,
+        }
+    }
+
+    /// Stops a running dependent of a failed child on purpose, and waits for its end. A
+    /// writer is first taken off the ingress and synced, so what it appended is durable and no
+    /// batch waits in its mailbox.
+    async fn stop_on_purpose(&mut self, child: Child) {
+        let writer = if child == Child::Writer {
+            self.writer.clone()
+        } else {
+            None
         };
-        self.keys = keys;
-        true
+        let Some(cell) = self.take(child) else {
+            return;
+        };
+        if let Some(writer) = writer {
+            let _ = ask(
+                &writer,
+                |reply| WriterMsg::Sync { reply },
+                CHILD_CALL_DEADLINE_MS,
+            )
+            .await;
+        }
+        self.stopped_on_purpose.insert(cell.get_id());
+        let _ = cell
+            .stop_and_wait(
+                Some("a child it depends on restarts".into()),
+                Some(self.config.shutdown_deadline),
+            )
+            .await;
     }
 
     /// Asks the writer to apply an owner's change (it answers once the change is durable) and
@@ -553,6 +651,33 @@ impl SupervisorState {
         started
     }
 
+    /// Test-only: makes `child` fail as `failure` says (nothing when it is not running).
+    #[cfg(feature = "testing")]
+    fn inject(&self, child: Child, failure: InjectedFailure) {
+        fn fail<M: ractor::Message>(
+            actor: Option<&ActorRef<M>>,
+            failure: InjectedFailure,
+            panic: M,
+        ) {
+            let Some(actor) = actor else { return };
+            match failure {
+                InjectedFailure::Panic => {
+                    let _ = actor.cast(panic);
+                }
+                InjectedFailure::Stop => actor.stop(Some("injected stop (test)".into())),
+            }
+        }
+        match child {
+            Child::KeyCustody => fail(self.keys.as_ref(), failure, KeyCustodyMsg::InjectPanic),
+            Child::AuditJournal => fail(self.journal.as_ref(), failure, JournalMsg::InjectPanic),
+            Child::Query => fail(self.query.as_ref(), failure, QueryMsg::InjectPanic),
+            Child::PolicyGate => fail(self.gate.as_ref(), failure, GateMsg::InjectPanic),
+            Child::Writer => fail(self.writer.as_ref(), failure, WriterMsg::InjectPanic),
+            Child::Ingress => fail(self.ingress.as_ref(), failure, IngressMsg::InjectPanic),
+            _ => {}
+        }
+    }
+
     fn which(&self, cell: &ActorCell) -> Option<Child> {
         let id = cell.get_id();
         if self.writer.as_ref().is_some_and(|w| w.get_id() == id) {
@@ -565,81 +690,66 @@ impl SupervisorState {
             Some(Child::AuditJournal)
         } else if self.gate.as_ref().is_some_and(|g| g.get_id() == id) {
             Some(Child::PolicyGate)
-        } else if self.keys.get_id() == id {
+        } else if self.keys.as_ref().is_some_and(|k| k.get_id() == id) {
             Some(Child::KeyCustody)
         } else {
             None
         }
     }
 
-    /// A child ended unexpectedly: signal it, then restart it or give up.
+    /// A child ended unexpectedly: signal it, then carry out the engine's restart plan for it
+    /// (`supervision::plan`): stop its running dependents on purpose, start it (on a restart)
+    /// and its dependents again in start order, and mark down what cannot run.
     async fn child_ended(&mut self, myself: &ActorRef<SupervisorMsg>, child: Child) {
-        match child {
-            Child::Writer => {
-                // Capture keeps accepting while the writer restarts: the queue holds what
-                // comes meanwhile (a full one counts drops) and the new writer drains it.
-                // Closing it would lose those actions uncounted. It closes below if no writer
-                // comes back.
-                self.writer = None;
-                if let Some(ingress) = &self.ingress {
-                    let _ = ingress.cast(IngressMsg::Writer(None));
-                }
-            }
-            Child::Ingress => self.ingress = None,
-            Child::AuditJournal => self.journal = None,
-            Child::Query => self.query = None,
-            Child::PolicyGate => self.gate = None,
-            _ => {}
-        }
+        let _ = self.take(child);
         self.signal(SignalKind::ChildFailed {
             child,
             category: FailureCategory::for_crash(child),
         });
         let now = self.clock.now_ms();
-        let history = self.restarts.entry(child).or_default();
-        match supervision::decide(history, now, &self.config.restart_policy) {
-            Decision::Restart => {
-                history.push(now);
-                let restarted = match child {
-                    Child::Writer => self.spawn_writer(myself).await,
-                    Child::Ingress => self.spawn_ingress(myself).await,
-                    Child::KeyCustody => self.spawn_keys(myself).await,
-                    Child::PolicyGate => self.spawn_gate(myself).await,
-                    Child::Query => {
-                        // The writer holds the old reference; a restarted query actor rebuilds
-                        // its index from disk, and the writer is told of the new one.
-                        let restarted = self.spawn_query(myself).await;
-                        if restarted && let Some(writer) = self.writer.take() {
-                            writer.stop(Some("query restarted".into()));
-                        }
-                        restarted
-                    }
-                    Child::AuditJournal => {
-                        // A new journal generation; the writer keeps the old reference, so it
-                        // restarts too (it reopens the journal first).
-                        let restarted = self.spawn_journal(myself).await;
-                        if restarted && let Some(writer) = self.writer.take() {
-                            writer.stop(Some("journal restarted".into()));
-                        }
-                        restarted
-                    }
-                    _ => false,
-                };
-                if restarted {
-                    self.signal(SignalKind::ChildRestarted { child });
-                } else {
-                    self.signal(SignalKind::RestartLimitReached { child });
-                }
-            }
-            Decision::GiveUp => self.signal(SignalKind::RestartLimitReached { child }),
+        let history = self.restarts.get(&child).map_or(&[][..], Vec::as_slice);
+        let plan = supervision::plan(child, history, now, &self.config.restart_policy, &self.down);
+        for dependent in &plan.stop {
+            self.stop_on_purpose(*dependent).await;
         }
-        if child == Child::Writer && self.writer.is_none() {
-            // No writer came back (`writer_stopped`): nothing would drain the queue. Nothing
-            // new is admitted; what it holds, and the completions still to come, are dropped.
+        if plan.decision == Decision::Restart {
+            self.restarts.entry(child).or_default().push(now);
+        }
+        for &starting in &plan.start {
+            let started = self.spawn(myself, starting).await;
+            if starting == child && started {
+                self.signal(SignalKind::ChildRestarted { child });
+            } else if !started {
+                self.give_up(starting);
+            }
+        }
+        for &down in &plan.down {
+            if down == child {
+                self.give_up(down);
+            } else {
+                // A dependent that requires a child that is down: stopped, not failed.
+                self.down.push(down);
+                self.signal(SignalKind::ChildStopped { child: down });
+            }
+        }
+        if self.writer.is_none() || self.ingress.is_none() {
+            // No writer or no ingress came back (`writer_stopped`): nothing would take what
+            // capture admits. Nothing new is admitted; what the queue holds, and the
+            // completions still to come, are dropped.
             self.capture.set_accepting(false);
+            if let Some(writer) = &self.writer {
+                // The writer owns admission (enabled, paused, quota): it must not open it again.
+                let _ = writer.cast(WriterMsg::Undrained);
+            }
             self.writer_given_up = true;
             self.discard_undrainable();
         }
+    }
+
+    /// `child` stays down for the engine's life (`RestartLimitReached`).
+    fn give_up(&mut self, child: Child) {
+        self.down.push(child);
+        self.signal(SignalKind::RestartLimitReached { child });
     }
 
     /// The status while no writer answers: from the journal's projection (its health folds
@@ -684,7 +794,14 @@ impl SupervisorState {
         });
         status.dropped_events += pending + self.unjournaled_drops();
         status.health = if self.config.admitted {
-            HealthCategory::WriterStopped
+            // The most severe of the parts that are down (the journal that would fold them is
+            // one of them).
+            self.down
+                .iter()
+                .map(|child| child.down_category())
+                .chain(std::iter::once(HealthCategory::WriterStopped))
+                .min_by_key(|category| annal_engine::health::rank(*category))
+                .unwrap_or(HealthCategory::WriterStopped)
         } else {
             HealthCategory::NotAdmitted
         };
@@ -725,18 +842,6 @@ impl Actor for SupervisorActor {
         myself: ActorRef<Self::Msg>,
         args: SupervisorArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let key_args = KeyCustodyArgs {
-            provider: Arc::clone(&args.provider),
-            namespace: args.config.namespace.clone(),
-            deadline: args.config.key_call_deadline,
-        };
-        let (keys, _) = Actor::spawn_linked(
-            Some(format!("{}-keys", args.instance)),
-            KeyCustodyActor,
-            key_args,
-            myself.get_cell(),
-        )
-        .await?;
         // The store's storage, opened by `Engine::start` when the store exists (or injected);
         // otherwise the writer creates and opens it on enable. Both the writer and the journal
         // use this one, which holds the writer lock for the engine's whole life.
@@ -752,7 +857,7 @@ impl Actor for SupervisorActor {
             action_seed: args.action_seed,
             storage,
             instance: args.instance,
-            keys,
+            keys: None,
             journal: None,
             query: None,
             gate: None,
@@ -760,16 +865,16 @@ impl Actor for SupervisorActor {
             ingress: None,
             restarts: HashMap::new(),
             unjournaled: Vec::new(),
+            down: Vec::new(),
+            stopped_on_purpose: HashSet::new(),
             writer_given_up: false,
             last_status: None,
             provider: args.provider,
             stopping: false,
         };
-        state.spawn_journal(&myself).await;
-        state.spawn_query(&myself).await;
-        state.spawn_gate(&myself).await;
-        state.spawn_writer(&myself).await;
-        state.spawn_ingress(&myself).await;
+        for child in Child::ALL {
+            state.spawn(&myself, child).await;
+        }
         Ok(state)
     }
 
@@ -925,17 +1030,18 @@ impl Actor for SupervisorActor {
                             .await;
                     }
                 }
-                let _ = state
-                    .keys
-                    .stop_and_wait(None, Some(Duration::from_millis(deadline)))
-                    .await;
+                if let Some(keys) = state.keys.take() {
+                    let _ = keys
+                        .stop_and_wait(None, Some(Duration::from_millis(deadline)))
+                        .await;
+                }
                 let _ = reply.send(());
             }
             #[cfg(feature = "testing")]
-            SupervisorMsg::InjectWriterPanic => {
-                if let Some(writer) = &state.writer {
-                    let _ = writer.cast(WriterMsg::InjectPanic);
-                }
+            SupervisorMsg::InjectFailure { child, failure } => state.inject(child, failure),
+            #[cfg(feature = "testing")]
+            SupervisorMsg::Restarts { child, reply } => {
+                let _ = reply.send(state.restarts.get(&child).map_or(0, Vec::len));
             }
             #[cfg(feature = "testing")]
             SupervisorMsg::CheckRotationNow => {
@@ -960,6 +1066,9 @@ impl Actor for SupervisorActor {
         match event {
             SupervisionEvent::ActorFailed(cell, _)
             | SupervisionEvent::ActorTerminated(cell, _, _) => {
+                if state.stopped_on_purpose.remove(&cell.get_id()) {
+                    return Ok(());
+                }
                 if let Some(child) = state.which(&cell) {
                     state.child_ended(&myself, child).await;
                 }

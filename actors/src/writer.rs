@@ -104,6 +104,9 @@ pub enum WriterMsg {
     Tick,
     /// Close an idle chunk that reached its age limit.
     RotationCheck,
+    /// Nothing will drain the capture queue for the rest of the engine's life (the supervisor
+    /// gave up on the ingress): capture closes and is never opened again.
+    Undrained,
     /// Test-only: panic inside the handler, as a bug would.
     #[cfg(feature = "testing")]
     InjectPanic,
@@ -220,6 +223,9 @@ pub struct WriterArgs {
     pub storage: StorageSlot,
     /// The query actor, told of every appended event (its index and hot cache).
     pub query: Option<ActorRef<crate::query::QueryMsg>>,
+    /// Nothing drains the capture queue for the rest of the engine's life (the ingress was
+    /// given up on): capture is never opened.
+    pub undrained: bool,
 }
 
 /// The history writer, once the key is loaded.
@@ -294,6 +300,8 @@ pub struct WriterState {
     storage: StorageSlot,
     /// The query actor, told of every appended event.
     query: Option<ActorRef<crate::query::QueryMsg>>,
+    /// Nothing drains the capture queue for good ([`WriterMsg::Undrained`]).
+    undrained: bool,
     /// The history writer, once open.
     open: Option<Open>,
     /// The journal's projection as of the writer's last exchange with it (enabled, paused:
@@ -633,7 +641,8 @@ impl WriterState {
     /// trying, and what cannot be written is counted as dropped until the disk recovers (that
     /// next successful write is also what clears the fault).
     fn accepting(&self) -> bool {
-        self.config.admitted
+        !self.undrained
+            && self.config.admitted
             && self.projection.enabled
             && !self.projection.paused
             && self.open.is_some()
@@ -844,6 +853,11 @@ impl WriterState {
             Ok(Ok(projection)) => projection,
             _ => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
         };
+        if projection.health_fold.key_load_ends_a_failure() {
+            // The key loaded: a key failure an earlier generation or process signalled is over
+            // (its `key_failing` ended with it).
+            self.signal(SignalKind::KeyRecovered);
+        }
         let mut config = WriterConfig::new(keys.reference.clone(), std::num::NonZeroU64::MIN);
         config.sequence_floor = projection
             .history_high_water
@@ -1616,6 +1630,7 @@ impl Actor for WriterActor {
             action_ids: ActionIds::new(args.action_seed),
             storage: args.storage,
             query: args.query,
+            undrained: args.undrained,
             open: None,
             projection: Projection::default(),
             storage_failing: false,
@@ -1724,6 +1739,10 @@ impl Actor for WriterActor {
                 // Retention by the clock: an idle store prunes too.
                 state.prune().await;
                 state.check_quota();
+                state.update_capture();
+            }
+            WriterMsg::Undrained => {
+                state.undrained = true;
                 state.update_capture();
             }
             #[cfg(feature = "testing")]

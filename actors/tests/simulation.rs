@@ -5,7 +5,8 @@
 //! a manual virtual clock) through a seeded schedule of steps: capture in and out of sessions,
 //! flushes, enable/disable/pause/resume, owner reads (newest N, by raw session label), grants
 //! with expiry and idle timeouts, agent calls, revocations, the agents switch, virtual time
-//! passing, writer crashes (an injected panic the supervisor restarts) and whole-engine restarts.
+//! passing, child failures (any of the six supervised children panics, or stops unasked, and
+//! the supervisor restarts it with its dependents) and whole-engine restarts.
 //! After every read the answer is compared with the model's: the same events (kind, capability,
 //! application, control and access operation, returned count) in the same order, every denial
 //! with the model's reason code.
@@ -25,10 +26,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use annal_actors::gate::{PolicyChange, ToolAnswer};
+use annal_actors::supervisor::InjectedFailure;
 use annal_actors::{Engine, EngineConfig};
 use annal_engine::capture::CaptureSession;
 use annal_engine::clock::{Clock, ManualClock};
 use annal_engine::entropy::SeededEntropy;
+use annal_engine::health::Child;
 use annal_engine::keys::{InMemoryProvider, KeyProvider, Namespace};
 use annal_engine::policy::{ActorId, GrantTerms, Operation, Principal};
 use annal_engine::storage::StoreLayout;
@@ -248,7 +251,8 @@ fn simulate(seed: u64, steps: u64) -> HashMap<&'static str, u64> {
     model.enabled = true;
     model.ever_enabled = true;
     model.control("enable", true);
-    let mut writer_crashes = 0;
+    // Failures injected per child in this engine's life (within the restart intensity).
+    let mut crashes: HashMap<Child, usize> = HashMap::new();
     for step in 0..steps {
         let choice = rng.below(100);
         let at = format!("seed {seed} step {step}");
@@ -472,21 +476,32 @@ fn simulate(seed: u64, steps: u64) -> HashMap<&'static str, u64> {
             }
             // Virtual time passes (up to 8 minutes: idle timeouts are 1 to 30).
             88..=95 => sim.clock.advance(Duration::from_secs(rng.below(8 * 60))),
-            // The writer crashes (after a flush: nothing is in flight) and is restarted.
+            // A child fails (after a flush: nothing is in flight) and is restarted with the
+            // children that depend on it; no step runs before the tree is back.
             96..=97 => {
-                // Within the supervisor's restart intensity (more is a writer stopped for good,
-                // tested in tests/engine.rs).
-                if model.ever_enabled && writer_crashes < MAX_RESTARTS {
-                    writer_crashes += 1;
+                let child = Child::ALL[rng.below(6) as usize];
+                let failure = if rng.below(2) == 0 {
+                    InjectedFailure::Panic
+                } else {
+                    InjectedFailure::Stop
+                };
+                let count = crashes.entry(child).or_default();
+                // Within the supervisor's restart intensity (more is a child given up on,
+                // tested in tests/supervision.rs).
+                if model.ever_enabled && *count < MAX_RESTARTS as usize {
+                    *count += 1;
+                    let expected = *count;
                     sim.engine().flush().unwrap();
-                    sim.engine().inject_writer_panic();
+                    sim.engine().inject_failure(child, failure);
                     // A control call during the restart is refused (`Unavailable`), never
-                    // blocked on: the caller retries until the new writer answers.
-                    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-                    while sim.engine().flush().is_err() {
+                    // blocked on: the caller retries until the tree answers again.
+                    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                    while sim.engine().restarts(child).unwrap_or(0) < expected
+                        || sim.engine().flush().is_err()
+                    {
                         assert!(
                             std::time::Instant::now() < deadline,
-                            "{at}: no writer came back"
+                            "{at}: {child:?} did not come back after {failure:?}"
                         );
                         std::thread::sleep(Duration::from_millis(5));
                     }
@@ -509,7 +524,7 @@ fn simulate(seed: u64, steps: u64) -> HashMap<&'static str, u64> {
                 let report = sim.engine.take().unwrap().shutdown();
                 assert!(report.drained, "{at}: the drain did not finish");
                 sim.start();
-                writer_crashes = 0;
+                crashes.clear();
             }
         }
     }
@@ -530,18 +545,18 @@ fn main() {
             .unwrap_or(default)
     };
     let steps = parse("ANNAL_SIM_STEPS", SIM_STEPS);
-    // The writer crashes the schedule injects are expected: keep their panic messages out of the
+    // The child panics the schedule injects are expected: keep their panic messages out of the
     // output, and every other panic in it.
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let injected = info
             .payload()
             .downcast_ref::<&str>()
-            .is_some_and(|m| m.contains("injected writer panic"))
+            .is_some_and(|m| m.contains("injected ") && m.contains(" panic (test)"))
             || info
                 .payload()
                 .downcast_ref::<String>()
-                .is_some_and(|m| m.contains("injected writer panic"));
+                .is_some_and(|m| m.contains("injected ") && m.contains(" panic (test)"));
         if !injected {
             default_hook(info);
         }

@@ -113,14 +113,15 @@ pub enum Child {
 }
 
 impl Child {
-    /// Every child, in start order.
+    /// Every child, in start order (the supervisor starts them in this order and stops them in
+    /// reverse; `supervision::DEPENDS_ON` only ever names a child that comes earlier).
     pub const ALL: [Child; 6] = [
         Self::KeyCustody,
         Self::AuditJournal,
+        Self::Query,
+        Self::PolicyGate,
         Self::Writer,
         Self::Ingress,
-        Self::PolicyGate,
-        Self::Query,
     ];
 
     /// The category health shows while this child is not running (stopped, or given up on):
@@ -364,6 +365,16 @@ impl HealthFold {
     /// Drops observed and not yet marked: what the next writer owes the history a marker for.
     pub fn unmarked_drops(&self) -> u64 {
         self.pending_drops
+    }
+
+    /// Whether a key failure (unavailable, locked or corrupt) is still outstanding that a
+    /// successful load of the key ends: a writer that has just loaded its key signals
+    /// `KeyRecovered` when this holds, since the generation or process that signalled the
+    /// failure is gone and nothing else would clear it. A failed destroy is not ended by a
+    /// load, so it keeps this false (and the recovery waits for what clears it).
+    pub fn key_load_ends_a_failure(&self) -> bool {
+        let [unavailable, locked, corrupt, destroy_failed] = self.key;
+        (unavailable || locked || corrupt) && !destroy_failed
     }
 
     /// Folds one signal in.

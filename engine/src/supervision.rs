@@ -9,10 +9,26 @@
 //! persisted [`Signal`]s, so the decision survives a process restart: a writer that crash-loops
 //! across daemon restarts is still given up on.
 //!
-//! The window is per child: annal's children are independent (a failing query never restarts
-//! the writer), so one child's crash loop does not spend another's budget. After
+//! The window is per child, so one child's crash loop does not spend another's budget. After
 //! [`Decision::GiveUp`] the shell records `RestartLimitReached`, and health shows the child's
 //! down category (`writer_stopped` for the writer) until the child is started afresh.
+//!
+//! # Strategy: `rest_for_one` over declared dependencies
+//!
+//! Each child declares the children it holds a reference to from its start
+//! ([`depends_on`]); every dependency comes earlier in the start order ([`Child::ALL`]). A
+//! failure restarts the failed child and every child that depends on it, directly or through
+//! another, in start order, after stopping those dependents in reverse start order: OTP's
+//! `rest_for_one` ([`STRATEGY`]), where "the rest" is the failed child's dependents rather than
+//! every later sibling. So a failing Query restarts the Writer (which tells it of every append)
+//! but not the PolicyGate (whose paging cursors survive), and a failing Writer restarts nothing
+//! else (the Ingress is handed each writer generation by message). [`plan`] is the whole
+//! decision, pure: which children to stop, which to start, which stay down; the actor shell
+//! carries it out and keeps no rule of its own per child.
+//!
+//! A child that is given up on stays down, and so does every dependent that
+//! [`requires`] it (cannot run without it); a dependent that only uses it (the Writer without a
+//! Query: history is still written, reads answer `storage_unavailable`) is started without it.
 
 use std::time::Duration;
 
@@ -72,6 +88,123 @@ pub fn decide(previous_restarts_ms: &[u64], now_ms: u64, policy: &RestartPolicy)
     }
 }
 
+/// The restart strategies a supervisor can follow (OTP's names). annal's is [`STRATEGY`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// Restart the failed child and every child that depends on it (see the module doc).
+    RestForOne,
+}
+
+/// The strategy annal's supervisor follows.
+pub const STRATEGY: Strategy = Strategy::RestForOne;
+
+/// The children `child` holds a reference to from its start, so must be restarted with: a
+/// restarted dependency would leave it talking to the dead generation. Every child named comes
+/// earlier in [`Child::ALL`].
+pub const fn depends_on(child: Child) -> &'static [Child] {
+    match child {
+        // The Ingress is handed each writer generation by message; the Journal is opened by
+        // each writer generation with the keys it loaded.
+        Child::KeyCustody | Child::AuditJournal | Child::Ingress => &[],
+        Child::Query => &[Child::KeyCustody, Child::AuditJournal],
+        Child::PolicyGate => &[Child::KeyCustody],
+        Child::Writer => &[Child::KeyCustody, Child::AuditJournal, Child::Query],
+    }
+}
+
+/// The subset of [`depends_on`] that `child` cannot run without: it stays down while one of
+/// these is down. The Writer uses the Query (to tell it of appends) but does not need it.
+pub const fn requires(child: Child) -> &'static [Child] {
+    match child {
+        Child::Writer => &[Child::KeyCustody, Child::AuditJournal],
+        other => depends_on(other),
+    }
+}
+
+/// Whether `child` depends on `on`, directly or through another child.
+pub fn depends_transitively(child: Child, on: Child) -> bool {
+    depends_on(child)
+        .iter()
+        .any(|&direct| direct == on || depends_transitively(direct, on))
+}
+
+/// What the supervisor does about one failed child: the whole of [`STRATEGY`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestartPlan {
+    /// Whether the failed child itself is restarted or given up on.
+    pub decision: Decision,
+    /// Running dependents to stop on purpose first, in reverse start order.
+    pub stop: Vec<Child>,
+    /// Children to start afterwards, in start order: the failed child (on a restart) and its
+    /// dependents that can run.
+    pub start: Vec<Child>,
+    /// Children newly down for good: the failed child on a give-up, and each dependent that
+    /// [`requires`] a child that is down.
+    pub down: Vec<Child>,
+}
+
+/// The plan for `failed`, which failed at `now_ms` after the restarts in `failed_history`
+/// (its [`RestartHistories::of`]), when the children in `already_down` were given up on
+/// earlier (they are neither stopped nor started).
+pub fn plan(
+    failed: Child,
+    failed_history: &[u64],
+    now_ms: u64,
+    policy: &RestartPolicy,
+    already_down: &[Child],
+) -> RestartPlan {
+    let decision = decide(failed_history, now_ms, policy);
+    let dependents: Vec<Child> = Child::ALL
+        .into_iter()
+        .filter(|&child| child != failed && depends_transitively(child, failed))
+        .collect();
+    let stop = dependents
+        .iter()
+        .rev()
+        .copied()
+        .filter(|child| !already_down.contains(child))
+        .collect();
+    let mut is_down: Vec<Child> = already_down.to_vec();
+    let mut down = Vec::new();
+    if decision == Decision::GiveUp {
+        is_down.push(failed);
+        down.push(failed);
+    }
+    let mut start = Vec::new();
+    let candidates = std::iter::once(failed)
+        .filter(|_| decision == Decision::Restart)
+        .chain(dependents);
+    for child in candidates {
+        if is_down.contains(&child) {
+            continue;
+        }
+        if requires(child)
+            .iter()
+            .any(|needed| is_down.contains(needed))
+        {
+            is_down.push(child);
+            down.push(child);
+        } else {
+            start.push(child);
+        }
+    }
+    start.sort_by_key(|child| start_position(*child));
+    RestartPlan {
+        decision,
+        stop,
+        start,
+        down,
+    }
+}
+
+/// `child`'s place in the start order.
+fn start_position(child: Child) -> usize {
+    Child::ALL
+        .iter()
+        .position(|c| *c == child)
+        .unwrap_or(Child::ALL.len())
+}
+
 /// The times of `child`'s restarts in `signals` (journal order) since its last give-up: a
 /// `RestartLimitReached` ends an episode, and what follows it is a fresh start decided above
 /// the supervisor. A `ChildStarted` does not reset the history (every process start records
@@ -122,6 +255,129 @@ mod tests {
             max_restarts,
             window: Duration::from_secs(window_secs),
         }
+    }
+
+    use Child::{AuditJournal, Ingress, KeyCustody, PolicyGate, Query, Writer};
+
+    /// One row of the strategy table: the failed child, then what a restart and a give-up do.
+    struct Row {
+        failed: Child,
+        stop: &'static [Child],
+        restart_starts: &'static [Child],
+        give_up_starts: &'static [Child],
+        give_up_down: &'static [Child],
+    }
+
+    const TABLE: [Row; 6] = [
+        Row {
+            failed: KeyCustody,
+            stop: &[Writer, PolicyGate, Query],
+            restart_starts: &[KeyCustody, Query, PolicyGate, Writer],
+            give_up_starts: &[],
+            give_up_down: &[KeyCustody, Query, PolicyGate, Writer],
+        },
+        Row {
+            failed: AuditJournal,
+            stop: &[Writer, Query],
+            restart_starts: &[AuditJournal, Query, Writer],
+            give_up_starts: &[],
+            give_up_down: &[AuditJournal, Query, Writer],
+        },
+        Row {
+            failed: Query,
+            stop: &[Writer],
+            restart_starts: &[Query, Writer],
+            // History is still written without the Query; only reads are down.
+            give_up_starts: &[Writer],
+            give_up_down: &[Query],
+        },
+        Row {
+            failed: PolicyGate,
+            stop: &[],
+            restart_starts: &[PolicyGate],
+            give_up_starts: &[],
+            give_up_down: &[PolicyGate],
+        },
+        Row {
+            failed: Writer,
+            stop: &[],
+            restart_starts: &[Writer],
+            give_up_starts: &[],
+            give_up_down: &[Writer],
+        },
+        Row {
+            failed: Ingress,
+            stop: &[],
+            restart_starts: &[Ingress],
+            give_up_starts: &[],
+            give_up_down: &[Ingress],
+        },
+    ];
+
+    #[test]
+    fn the_strategy_table_over_all_six_children() {
+        assert_eq!(STRATEGY, Strategy::RestForOne);
+        let policy = RestartPolicy::default();
+        let exhausted = [1, 2, 3, 4, 5].map(|s| s * SEC_MS);
+        for row in TABLE {
+            // Given no earlier restart, when the child fails, then it and its dependents restart.
+            let restart = plan(row.failed, &[], 6 * SEC_MS, &policy, &[]);
+            assert_eq!(
+                restart,
+                RestartPlan {
+                    decision: Decision::Restart,
+                    stop: row.stop.to_vec(),
+                    start: row.restart_starts.to_vec(),
+                    down: Vec::new(),
+                },
+                "restart of {:?}",
+                row.failed
+            );
+            // Given five restarts in the window, when it fails again, then it stays down with
+            // every dependent that requires it.
+            let give_up = plan(row.failed, &exhausted, 6 * SEC_MS, &policy, &[]);
+            assert_eq!(
+                give_up,
+                RestartPlan {
+                    decision: Decision::GiveUp,
+                    stop: row.stop.to_vec(),
+                    start: row.give_up_starts.to_vec(),
+                    down: row.give_up_down.to_vec(),
+                },
+                "give-up of {:?}",
+                row.failed
+            );
+        }
+    }
+
+    #[test]
+    fn every_dependency_starts_earlier_and_requirements_are_dependencies() {
+        for child in Child::ALL {
+            for dependency in depends_on(child) {
+                assert!(
+                    start_position(*dependency) < start_position(child),
+                    "{child:?} depends on {dependency:?}, which starts later"
+                );
+            }
+            for needed in requires(child) {
+                assert!(depends_on(child).contains(needed));
+            }
+        }
+    }
+
+    #[test]
+    fn a_child_given_up_earlier_is_neither_stopped_nor_started() {
+        // Given the Query was given up on, when the Journal fails, then the Writer restarts
+        // with the Journal and the Query stays down.
+        let restart = plan(AuditJournal, &[], 0, &RestartPolicy::default(), &[Query]);
+        assert_eq!(restart.stop, [Writer]);
+        assert_eq!(restart.start, [AuditJournal, Writer]);
+        assert!(restart.down.is_empty());
+        // Given key custody is down, when the Writer fails, then it cannot come back.
+        let stuck = plan(Writer, &[], 0, &RestartPolicy::default(), &[KeyCustody]);
+        assert_eq!(stuck.decision, Decision::Restart);
+        assert!(stuck.start.is_empty());
+        assert_eq!(stuck.down, [Writer]);
     }
 
     #[test]

@@ -375,3 +375,43 @@ proptest! {
         prop_assert_eq!(replay(ready(), &all), HealthCategory::Ready);
     }
 }
+
+#[test]
+fn a_key_load_ends_an_outstanding_key_failure_but_not_a_failed_destroy() {
+    let fold = |kinds: &[SignalKind]| {
+        let mut fold = HealthFold::default();
+        for kind in kinds {
+            fold.apply(&at(0, *kind));
+        }
+        fold
+    };
+    // Given nothing failed, a load has nothing to end.
+    assert!(!fold(&[]).key_load_ends_a_failure());
+    // Given a key failure of an earlier generation, a load ends it.
+    for fault in [
+        KeyFault::KeyUnavailable,
+        KeyFault::KeyLocked,
+        KeyFault::KeyCorrupt,
+    ] {
+        let failed = fold(&[SignalKind::KeyFailed { category: fault }]);
+        assert!(failed.key_load_ends_a_failure(), "{fault:?}");
+        // When the writer signals the recovery, then nothing is outstanding.
+        let recovered = fold(&[
+            SignalKind::KeyFailed { category: fault },
+            SignalKind::KeyRecovered,
+        ]);
+        assert!(!recovered.key_load_ends_a_failure());
+    }
+    // Given a failed destroy, a load ends nothing.
+    assert!(
+        !fold(&[
+            SignalKind::KeyFailed {
+                category: KeyFault::KeyUnavailable
+            },
+            SignalKind::KeyFailed {
+                category: KeyFault::KeyDestroyFailed
+            },
+        ])
+        .key_load_ends_a_failure()
+    );
+}
