@@ -22,7 +22,7 @@ use annal_schema::tools::StatusResponse;
 use ractor::{Actor, ActorRef, RpcReplyPort};
 
 use crate::config::{CONTROL_DEADLINE_MS, EngineConfig};
-use crate::gate::{PolicyChange, ToolAnswer, ToolCall};
+use crate::gate::{GateMsg, PolicyChange, ToolAnswer, ToolCall};
 use crate::supervisor::{SupervisorActor, SupervisorArgs, SupervisorMsg};
 use crate::writer::{ControlError, Setting};
 use annal_engine::policy::{Operation, Principal, Refusal};
@@ -95,6 +95,8 @@ pub struct Engine {
     ended: Option<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
     /// The configuration (for deadlines).
     config: EngineConfig,
+    /// Where the gate is found: tool calls go to it, not through the supervisor.
+    children: crate::children::Children,
 }
 
 impl std::fmt::Debug for Engine {
@@ -171,6 +173,7 @@ impl Engine {
             .fill(&mut instance)
             .map_err(|_| EngineError::Start)?;
         let instance = format!("annal-{:016x}", u64::from_be_bytes(instance));
+        let children = crate::children::Children::new(&instance);
         let (capture, drain) = capture_channel(
             startup.config.capture_capacity_events,
             Arc::clone(&startup.clock),
@@ -237,6 +240,7 @@ impl Engine {
             stop: Some(stop_tx),
             ended: Some(std::sync::Mutex::new(ended_rx)),
             config: startup.config,
+            children,
         })
     }
 
@@ -259,11 +263,20 @@ impl Engine {
         &self,
         make: impl FnOnce(RpcReplyPort<T>) -> SupervisorMsg,
     ) -> Result<T, EngineError> {
+        self.ask_blocking_to(&self.supervisor, make)
+    }
+
+    /// [`Engine::ask_blocking`] of any child (the gate, for a tool call).
+    fn ask_blocking_to<M: ractor::Message, T: Send + 'static>(
+        &self,
+        actor: &ActorRef<M>,
+        make: impl FnOnce(RpcReplyPort<T>) -> M,
+    ) -> Result<T, EngineError> {
         if tokio::runtime::Handle::try_current().is_ok() {
             return Err(EngineError::InAsyncContext);
         }
         let (reply, answer) = tokio::sync::oneshot::channel();
-        self.supervisor
+        actor
             .send_message(make(reply.into()))
             .map_err(|_| EngineError::Unavailable)?;
         // The engine's runtime lives as long as `self` (its thread ends at shutdown, which
@@ -284,11 +297,33 @@ impl Engine {
         &self,
         make: impl FnOnce(RpcReplyPort<T>) -> SupervisorMsg + Send + 'static,
     ) -> Result<T, EngineError> {
-        let supervisor = self.supervisor.clone();
-        let task = self
-            .runtime
-            .spawn(async move { ractor::call_t!(supervisor, make, CONTROL_DEADLINE_MS).ok() });
+        Self::ask_async_to(&self.runtime, self.supervisor.clone(), make).await
+    }
+
+    /// [`Engine::ask_async`] of any child (the gate, for a tool call).
+    async fn ask_async_to<M: ractor::Message, T: Send + 'static>(
+        runtime: &tokio::runtime::Handle,
+        actor: ActorRef<M>,
+        make: impl FnOnce(RpcReplyPort<T>) -> M + Send + 'static,
+    ) -> Result<T, EngineError> {
+        let task =
+            runtime.spawn(async move { ractor::call_t!(actor, make, CONTROL_DEADLINE_MS).ok() });
         task.await.ok().flatten().ok_or(EngineError::Unavailable)
+    }
+
+    /// A tool call, sent straight to the gate that runs now (never through the supervisor).
+    fn tool_blocking(&self, make: ToolMessage) -> Result<Result<ToolAnswer, Refusal>, EngineError> {
+        let gate = self.children.gate().ok_or(EngineError::Unavailable)?;
+        self.ask_blocking_to(&gate, make)
+    }
+
+    /// [`Engine::tool_blocking`], for async callers.
+    async fn tool_async(
+        &self,
+        make: ToolMessage,
+    ) -> Result<Result<ToolAnswer, Refusal>, EngineError> {
+        let gate = self.children.gate().ok_or(EngineError::Unavailable)?;
+        Self::ask_async_to(&self.runtime, gate, make).await
     }
 
     fn control(&self, operation: ControlOperation) -> Result<StatusResponse, EngineError> {
@@ -396,7 +431,7 @@ impl Engine {
         operation: annal_schema::AccessOperation,
     ) -> Result<annal_schema::tools::QueryResponse, QueryError> {
         let call = ToolCall::owner_query(request);
-        query_response(self.ask_blocking(tool_message(Principal::Owner, call, operation)))
+        query_response(self.tool_blocking(tool_message(Principal::Owner, call, operation)))
     }
 
     /// [`Engine::query`], for async callers.
@@ -407,7 +442,7 @@ impl Engine {
     ) -> Result<annal_schema::tools::QueryResponse, QueryError> {
         let call = ToolCall::owner_query(request);
         query_response(
-            self.ask_async(tool_message(Principal::Owner, call, operation))
+            self.tool_async(tool_message(Principal::Owner, call, operation))
                 .await,
         )
     }
@@ -423,7 +458,7 @@ impl Engine {
         arguments: &serde_json::Value,
     ) -> Result<ToolAnswer, Refusal> {
         let message = agent_tool_message(principal, tool, arguments)?;
-        self.ask_blocking(message).map_err(|_| UNAVAILABLE)?
+        self.tool_blocking(message).map_err(|_| UNAVAILABLE)?
     }
 
     /// [`Engine::call_tool`], for async callers.
@@ -434,7 +469,7 @@ impl Engine {
         arguments: &serde_json::Value,
     ) -> Result<ToolAnswer, Refusal> {
         let message = agent_tool_message(principal, tool, arguments)?;
-        self.ask_async(message).await.map_err(|_| UNAVAILABLE)?
+        self.tool_async(message).await.map_err(|_| UNAVAILABLE)?
     }
 
     /// The tools `principal` may call right now (what an MCP server lists): none when history
@@ -627,30 +662,30 @@ fn open_existing_store(
 
 const UNAVAILABLE: Refusal = Refusal::Contract(annal_schema::ErrorCode::HistoryStorageUnavailable);
 
-/// The supervisor message of one tool call.
+/// The gate message of one tool call, given its reply port.
+type ToolMessage = Box<dyn FnOnce(RpcReplyPort<Result<ToolAnswer, Refusal>>) -> GateMsg + Send>;
+
+/// The gate message of one tool call.
 fn tool_message(
     principal: Principal,
     call: ToolCall,
     access: annal_schema::AccessOperation,
-) -> impl FnOnce(RpcReplyPort<Result<ToolAnswer, Refusal>>) -> SupervisorMsg + Send + 'static {
-    move |reply| SupervisorMsg::Tool {
+) -> ToolMessage {
+    Box::new(move |reply| GateMsg::Call {
         principal,
         call,
         access,
         reply,
-    }
+    })
 }
 
-/// The supervisor message of a tool call by name, recorded as the principal's kind of read
+/// The gate message of a tool call by name, recorded as the principal's kind of read
 /// (`local_cli` for the owner, `agent_query` for an agent); an unknown tool is refused here.
 fn agent_tool_message(
     principal: &Principal,
     tool: &str,
     arguments: &serde_json::Value,
-) -> Result<
-    impl FnOnce(RpcReplyPort<Result<ToolAnswer, Refusal>>) -> SupervisorMsg + Send + 'static,
-    Refusal,
-> {
+) -> Result<ToolMessage, Refusal> {
     let call = ToolCall::parse(tool, arguments).map_err(Refusal::Contract)?;
     let access = match principal {
         Principal::Owner => annal_schema::AccessOperation::LocalCli,

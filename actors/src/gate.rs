@@ -2,15 +2,20 @@
 //! (`PolicyState::decide`), makes its pre-execution audit record durable before anything runs,
 //! records how it ended, and owns the paging cursors.
 //!
-//! A gated call has two steps, both asked by the supervisor, which runs the operation between
-//! them:
+//! A tool call comes here straight from the front-end ([`GateMsg::Call`]; the supervisor is
+//! never in its path) and is owned by the gate end to end:
 //!
-//! 1. [`GateMsg::Admit`]: decide; on a denial, journal the verdict and the refusal and answer
-//!    it; when allowed, redeem the cursor (if any), journal the verdict durably (fail closed:
-//!    if that fails, nothing runs and the caller gets `history_storage_unavailable`) and hand
-//!    back the [`ReadGrant`].
-//! 2. [`GateMsg::Finish`]: journal the outcome and the returned count, and issue the next
-//!    page's cursor when more matches remain.
+//! 1. In the gate's handler: decide, redeem the cursor (if any) and apply the pre-execution
+//!    record to the gate's policy. That is all the handler does, so calls from many agents are
+//!    decided one after another in microseconds and then proceed concurrently.
+//! 2. In a task of the call's own ([`crate::call`]): make the pre-execution record durable
+//!    (fail closed: if that fails, nothing runs and the caller gets
+//!    `history_storage_unavailable`; a denial's record holds the refusal too). Concurrent
+//!    calls' records share one group commit in the journal (`JournalMsg::SyncCommits`). Then
+//!    run the operation (status from the writer, a page from the query with the
+//!    [`ReadGrant`]), append the contract's `access` event for a non-empty read, and ask the
+//!    gate to [`GateMsg::Finish`]: journal the outcome and the returned count, and issue the
+//!    next page's cursor when more matches remain.
 //!
 //! Policy changes (grants, revocation, the agents switch) come here too, so one actor holds the
 //! policy every decision reads; each is durable before it answers and takes effect on the next
@@ -85,21 +90,20 @@ pub enum PolicyChange {
 
 /// What the gate can be asked.
 pub enum GateMsg {
-    /// Decide one call (step 1).
-    Admit {
+    /// One tool call: decided here, run by a task of its own, answered by that task.
+    Call {
         /// Who calls.
         principal: Principal,
-        /// What.
-        operation: Operation,
-        /// The paging cursor, if the call carries one, and the request it must match.
-        cursor: Option<(String, QueryRequest)>,
-        /// Whether agents may be admitted at all.
-        admission: Admission,
-        /// The journal to record in.
-        journal: ActorRef<JournalMsg>,
-        /// The grant, or why not.
-        reply: RpcReplyPort<Result<Admitted, Refusal>>,
+        /// The call.
+        call: ToolCall,
+        /// How a non-empty read is recorded (`agent_query`, `local_cli`).
+        access: annal_schema::AccessOperation,
+        /// The answer, or the refusal's code.
+        reply: RpcReplyPort<Result<ToolAnswer, Refusal>>,
     },
+    /// A call's record could not be made durable: the gate's copy of the policy (which had
+    /// it applied) is dropped and read again from the journal (`journal::Widenings`).
+    CommitFailed,
     /// Record how an admitted call ended (step 2); replies with the next page's cursor.
     Finish {
         /// The call's audit id ([`ReadGrant::audit`]).
@@ -148,6 +152,10 @@ pub struct GateArgs {
     pub keys: ActorRef<KeyCustodyMsg>,
     /// The clock (expiry, idle timeouts, cursor lifetimes).
     pub clock: Arc<dyn Clock>,
+    /// Whether agents may be admitted at all, and whether they need grants.
+    pub admission: Admission,
+    /// Where a call's task finds the journal, the query and the writer.
+    pub children: crate::children::Children,
 }
 
 /// The gate's state.
@@ -210,11 +218,7 @@ impl GateState {
         // journal keeps what narrows the policy and withdraws what widens it (`Widenings`):
         // the copy is dropped and read again from the journal, so the two never disagree (and
         // with no journal to read, every call is refused).
-        if let Some(policy) = self.policy.as_mut() {
-            for event in &events {
-                policy.apply(event);
-            }
-        }
+        self.apply(&events);
         let journaled = events.iter().cloned().map(JournalEvent::Policy).collect();
         let committed = ractor::call_t!(
             journal,
@@ -234,30 +238,29 @@ impl GateState {
 
     /// Journals `events` with the next group commit (a completion record).
     fn record(&mut self, journal: &ActorRef<JournalMsg>, events: Vec<PolicyEvent>) {
-        if let Some(policy) = self.policy.as_mut() {
-            for event in &events {
-                policy.apply(event);
-            }
-        }
+        self.apply(&events);
         let _ = journal.cast(JournalMsg::Record(
             events.into_iter().map(JournalEvent::Policy).collect(),
         ));
     }
 
-    async fn admit(
+    /// Step 1 of a call (module doc): the decision, the cursor, and the records the call's
+    /// task must make durable before anything runs, applied to the policy copy here.
+    async fn decide_call(
         &mut self,
-        principal: Principal,
+        principal: &Principal,
         operation: Operation,
         cursor: Option<(String, QueryRequest)>,
-        admission: Admission,
         journal: &ActorRef<JournalMsg>,
-    ) -> Result<Admitted, Refusal> {
+    ) -> crate::call::Decided {
+        use crate::call::Decided;
         let now_ms = self.args.clock.now_ms();
+        let admission = self.args.admission;
         let Some(policy) = self.policy(journal).await else {
-            return Err(UNAVAILABLE);
+            return Decided::Unavailable;
         };
         let audit = policy.next_audit();
-        let decision = policy.decide(&principal, operation, admission, now_ms, audit);
+        let decision = policy.decide(principal, operation, admission, now_ms, audit);
         let verdict = match &decision {
             Ok(_) => Verdict::Allowed,
             Err(reason) => Verdict::Denied(*reason),
@@ -271,11 +274,7 @@ impl GateState {
         };
         let grant = match decision {
             Ok(grant) => grant,
-            Err(reason) => {
-                return Err(self
-                    .refuse(journal, started, audit, Refusal::Denied(reason))
-                    .await);
-            }
+            Err(reason) => return self.refused(started, audit, Refusal::Denied(reason)),
         };
         // The cursor is checked after the decision (a denied caller learns nothing of it) and
         // before the pre-execution record, so a refused cursor is audited as such.
@@ -283,43 +282,49 @@ impl GateState {
             None => None,
             Some((text, request)) => {
                 let redeemed = match self.cursors().await {
-                    Some(book) => book.redeem(&text, &principal, &request, now_ms),
+                    Some(book) => book.redeem(&text, principal, &request, now_ms),
                     None => Err(CursorRefusal::Stale),
                 };
                 match redeemed {
                     Ok(before) => Some(before),
                     Err(refusal) => {
-                        return Err(self
-                            .refuse(journal, started, audit, Refusal::Cursor(refusal))
-                            .await);
+                        return self.refused(started, audit, Refusal::Cursor(refusal));
                     }
                 }
             }
         };
-        // Fail closed: nothing runs unless its pre-execution record is durable.
-        self.commit(journal, vec![started])
-            .await
-            .map_err(|JournalUnavailable| UNAVAILABLE)?;
-        Ok(Admitted {
-            grant,
-            before_sequence,
-        })
+        self.apply(std::slice::from_ref(&started));
+        Decided::Run {
+            record: JournalEvent::Policy(started),
+            admitted: Admitted {
+                grant,
+                before_sequence,
+            },
+        }
     }
 
-    /// Records a call refused before it ran (its verdict and its refusal, durably, before the
-    /// answer) and gives the refusal to answer: `history_storage_unavailable` instead if even
-    /// that could not be made durable.
-    async fn refuse(
+    /// A call refused before it ran: its verdict and its refusal are to be made durable before
+    /// the answer.
+    fn refused(
         &mut self,
-        journal: &ActorRef<JournalMsg>,
         started: PolicyEvent,
         audit: u64,
         refusal: Refusal,
-    ) -> Refusal {
-        let finished = finished(audit, AuditOutcome::Refused(refusal), 0);
-        match self.commit(journal, vec![started, finished]).await {
-            Ok(()) => refusal,
-            Err(JournalUnavailable) => UNAVAILABLE,
+    ) -> crate::call::Decided {
+        let records = vec![started, finished(audit, AuditOutcome::Refused(refusal), 0)];
+        self.apply(&records);
+        crate::call::Decided::Refuse {
+            records: records.into_iter().map(JournalEvent::Policy).collect(),
+            refusal,
+        }
+    }
+
+    /// Applies `events` to the policy copy, as the journal applies them when they commit.
+    fn apply(&mut self, events: &[PolicyEvent]) {
+        if let Some(policy) = self.policy.as_mut() {
+            for event in events {
+                policy.apply(event);
+            }
         }
     }
 
@@ -417,26 +422,40 @@ impl Actor for GateActor {
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
             #[cfg(feature = "testing")]
             GateMsg::InjectPanic => panic!("injected gate panic (test)"),
-            GateMsg::Admit {
+            GateMsg::Call {
                 principal,
-                operation,
-                cursor,
-                admission,
-                journal,
+                call,
+                access,
                 reply,
             } => {
-                let answer = state
-                    .admit(principal, operation, cursor, admission, &journal)
+                let children = state.args.children.clone();
+                let Some(journal) = children.journal() else {
+                    let _ = reply.send(Err(UNAVAILABLE));
+                    return Ok(());
+                };
+                let decided = state
+                    .decide_call(&principal, call.operation(), call.cursor(), &journal)
                     .await;
-                let _ = reply.send(answer);
+                let run = crate::call::Call {
+                    principal,
+                    call,
+                    access,
+                    children,
+                    journal,
+                    gate: myself,
+                };
+                tokio::spawn(async move {
+                    let _ = reply.send(run.run(decided).await);
+                });
             }
+            GateMsg::CommitFailed => state.policy = None,
             GateMsg::Finish {
                 audit,
                 principal,

@@ -93,8 +93,12 @@ pub enum JournalMsg {
         /// Where it goes.
         reply: RpcReplyPort<State>,
     },
-    /// Group commit.
+    /// Group commit of what was recorded.
     Tick,
+    /// Makes every [`JournalMsg::Commit`] appended since the last one durable with one sync
+    /// (sent by the journal to itself when the first of them arrives, so every commit already
+    /// in the mailbox joins the group), then answers each.
+    SyncCommits,
     /// Test-only: panic inside the handler, as a bug would.
     #[cfg(feature = "testing")]
     InjectPanic,
@@ -131,7 +135,13 @@ pub struct JournalState {
     sync_interval: std::time::Duration,
     /// Whether a sync tick is armed (an idle journal has none).
     tick_armed: bool,
+    /// Commits appended and waiting for the group's sync ([`JournalMsg::SyncCommits`]), each
+    /// with what it widens (withdrawn if the group fails).
+    waiting: Vec<(CommitReply, Widenings)>,
 }
+
+/// Where a [`JournalMsg::Commit`] is answered.
+type CommitReply = RpcReplyPort<Result<(), JournalUnavailable>>;
 
 /// The Journal actor.
 pub struct JournalActor;
@@ -168,6 +178,53 @@ impl JournalState {
         result
     }
 
+    /// A [`JournalMsg::Commit`]: applies `events` and appends them now, and answers once the
+    /// group's sync made them durable ([`JournalState::sync_commits`]). Commits that arrive
+    /// together share one sync; none is answered before its own records are durable.
+    fn commit_in_group(&mut self, events: Vec<JournalEvent>, reply: CommitReply) {
+        let mut widenings = Widenings::default();
+        for event in &events {
+            widenings.note(&self.projection, event);
+            self.projection.apply(event);
+        }
+        self.outbox.hold(events);
+        self.waiting.push((reply, widenings));
+        // A failed append has already failed the whole group (`fail_waiting`).
+        if self.flush_held().is_ok() && self.waiting.len() == 1 {
+            let _ = self.myself.cast(JournalMsg::SyncCommits);
+        }
+    }
+
+    /// Syncs what the waiting commits appended and answers them (all `Ok`, or all failed).
+    fn sync_commits(&mut self) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        // A failed sync has already failed the whole group (`fail_waiting`).
+        if self.sync().is_ok() {
+            for (reply, _) in self.waiting.drain(..) {
+                let _ = reply.send(Ok(()));
+            }
+        }
+    }
+
+    /// A write or sync failed while commits were waiting: each is answered as failed, and
+    /// what it widens is withdrawn (newest first), as for a lone commit (`Widenings`). A
+    /// record that reaches the disk later stays harmless: the caller was told it failed, and
+    /// nothing ran on it.
+    fn fail_waiting(&mut self) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        for (reply, widenings) in self.waiting.drain(..).rev() {
+            if !widenings.is_empty() {
+                widenings.withdraw(&mut self.projection, &mut self.outbox);
+            }
+            let _ = reply.send(Err(JournalUnavailable));
+        }
+        self.arm_tick();
+    }
+
     /// Arms the sync tick unless one is armed.
     fn arm_tick(&mut self) {
         if !self.tick_armed {
@@ -177,7 +234,16 @@ impl JournalState {
         }
     }
 
+    /// Appends what the outbox holds. A failure fails every waiting commit too.
     fn flush_held(&mut self) -> Result<(), JournalUnavailable> {
+        let result = self.append_held();
+        if result.is_err() {
+            self.fail_waiting();
+        }
+        result
+    }
+
+    fn append_held(&mut self) -> Result<(), JournalUnavailable> {
         if self.outbox.held().is_empty() {
             return Ok(());
         }
@@ -210,7 +276,16 @@ impl JournalState {
         Ok(())
     }
 
+    /// Syncs what was appended. A failure fails every waiting commit too.
     fn sync(&mut self) -> Result<(), JournalUnavailable> {
+        let result = self.sync_appended();
+        if result.is_err() {
+            self.fail_waiting();
+        }
+        result
+    }
+
+    fn sync_appended(&mut self) -> Result<(), JournalUnavailable> {
         if !self.outbox.has_unsynced() {
             return Ok(());
         }
@@ -276,6 +351,7 @@ impl Actor for JournalActor {
             myself: myself.clone(),
             sync_interval: args.sync_interval,
             tick_armed: false,
+            waiting: Vec::new(),
         };
         let _ = state.record(args.pending);
         Ok(state)
@@ -310,9 +386,8 @@ impl Actor for JournalActor {
                     }),
                 });
             }
-            JournalMsg::Commit { events, reply } => {
-                let _ = reply.send(state.commit(events));
-            }
+            JournalMsg::Commit { events, reply } => state.commit_in_group(events, reply),
+            JournalMsg::SyncCommits => state.sync_commits(),
             JournalMsg::Record(events) => {
                 let _ = state.record(events);
             }
@@ -348,6 +423,7 @@ impl Actor for JournalActor {
     ) -> Result<(), ActorProcessingErr> {
         let _ = state.flush_held();
         let _ = state.sync();
+        state.sync_commits();
         Ok(())
     }
 }

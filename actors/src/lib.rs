@@ -73,6 +73,8 @@
 //! are described in `docs/actors.md`.
 #![forbid(unsafe_code)]
 
+pub mod call;
+pub mod children;
 pub mod config;
 pub mod daemon;
 pub mod engine;

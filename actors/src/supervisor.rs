@@ -30,8 +30,9 @@ use ractor::{
     Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
 };
 
+use crate::children::Children;
 use crate::config::EngineConfig;
-use crate::gate::{GateActor, GateArgs, GateMsg, PolicyChange, ToolAnswer, ToolCall};
+use crate::gate::{GateActor, GateArgs, GateMsg, PolicyChange};
 use crate::ingress::{IngressActor, IngressArgs, IngressMsg};
 use crate::journal::{JournalActor, JournalArgs, JournalMsg, StorageSlot};
 use crate::key_custody::{KeyCustodyActor, KeyCustodyArgs, KeyCustodyMsg};
@@ -39,7 +40,7 @@ use crate::query::{QueryActor, QueryArgs, QueryMsg};
 use crate::writer::{
     ControlError, Setting, StatusReply, WriterActor, WriterArgs, WriterMsg, hand_on, status_from,
 };
-use annal_engine::policy::{Admission, AuditOutcome, Operation, Principal, Refusal};
+use annal_engine::policy::{Admission, Operation, Principal};
 
 /// Longest the supervisor waits for a child's answer to a routed request, in milliseconds.
 const CHILD_CALL_DEADLINE_MS: u64 = crate::config::CONTROL_DEADLINE_MS;
@@ -73,18 +74,6 @@ pub enum SupervisorMsg {
     Status {
         /// The status.
         reply: RpcReplyPort<StatusResponse>,
-    },
-    /// One gated tool call: decided and audited by the gate, run, and its outcome audited. A
-    /// query that returns events appends the contract's `access` event (not part of it).
-    Tool {
-        /// Who calls.
-        principal: Principal,
-        /// The call.
-        call: ToolCall,
-        /// How a non-empty read is recorded (`agent_query`, `local_cli`).
-        access: annal_schema::AccessOperation,
-        /// The answer, or the refusal's code.
-        reply: RpcReplyPort<Result<ToolAnswer, Refusal>>,
     },
     /// The tools `principal` may call now.
     ToolsFor {
@@ -174,8 +163,8 @@ pub struct SupervisorState {
     action_seed: [u8; 32],
     /// The store's storage, opened once and shared by the writer and the journal.
     storage: StorageSlot,
-    /// The instance name prefix.
-    instance: String,
+    /// The children's names (the instance name is their prefix).
+    children: Children,
     /// The key custody child, while one runs.
     keys: Option<ActorRef<KeyCustodyMsg>>,
     /// The journal child, while one runs.
@@ -309,7 +298,7 @@ impl SupervisorState {
     }
 
     fn name(&self, child: &str) -> String {
-        format!("{}-{child}", self.instance)
+        self.children.name(child)
     }
 
     async fn spawn_writer(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
@@ -388,6 +377,8 @@ impl SupervisorState {
         let args = GateArgs {
             keys,
             clock: Arc::clone(&self.clock),
+            admission: self.admission(),
+            children: self.children.clone(),
         };
         self.gate = spawn_child(myself, self.name("gate"), GateActor, args).await;
         self.started(Child::PolicyGate, self.gate.is_some())
@@ -421,135 +412,6 @@ impl SupervisorState {
             }
             None => self.fallback_status().await,
         }
-    }
-
-    /// One gated tool call (see [`SupervisorMsg::Tool`]).
-    async fn tool(
-        &mut self,
-        principal: Principal,
-        call: ToolCall,
-        access: annal_schema::AccessOperation,
-    ) -> Result<ToolAnswer, Refusal> {
-        let unavailable = Refusal::Contract(annal_schema::ErrorCode::HistoryStorageUnavailable);
-        let (Some(gate), Some(journal)) = (self.gate.clone(), self.journal.clone()) else {
-            return Err(unavailable);
-        };
-        let admission = self.admission();
-        let admitted = ask(
-            &gate,
-            |reply| GateMsg::Admit {
-                principal: principal.clone(),
-                operation: call.operation(),
-                cursor: call.cursor(),
-                admission,
-                journal: journal.clone(),
-                reply,
-            },
-            CHILD_CALL_DEADLINE_MS,
-        )
-        .await
-        .unwrap_or(Err(unavailable))?;
-        let audit = admitted.grant.audit();
-        let (mut answer, next_page) = match call {
-            ToolCall::Status { arguments: Ok(()) } => {
-                (Ok(ToolAnswer::Status(self.status().await)), None)
-            }
-            ToolCall::Query {
-                arguments: Ok((request, _)),
-            } => match self.read(admitted, request, access).await {
-                Ok((response, next_page)) => (
-                    Ok(ToolAnswer::Query {
-                        response,
-                        cursor: None,
-                    }),
-                    next_page,
-                ),
-                Err(refusal) => (Err(refusal), None),
-            },
-            ToolCall::Status {
-                arguments: Err(code),
-            }
-            | ToolCall::Query {
-                arguments: Err(code),
-            } => (Err(Refusal::Contract(code)), None),
-        };
-        let (outcome, returned_events) = match &answer {
-            Ok(ToolAnswer::Query { response, .. }) => (
-                AuditOutcome::Completed,
-                u16::try_from(response.events.len()).unwrap_or(u16::MAX),
-            ),
-            Ok(ToolAnswer::Status(_)) => (AuditOutcome::Completed, 0),
-            Err(refusal) => (AuditOutcome::Refused(*refusal), 0),
-        };
-        let next_cursor = ask(
-            &gate,
-            |reply| GateMsg::Finish {
-                audit,
-                principal,
-                outcome,
-                returned_events,
-                next_page,
-                journal,
-                reply,
-            },
-            CHILD_CALL_DEADLINE_MS,
-        )
-        .await
-        .flatten();
-        if let Ok(ToolAnswer::Query { cursor, .. }) = &mut answer {
-            *cursor = next_cursor;
-        }
-        answer
-    }
-
-    /// An allowed query: the page, the `access` event when it returned events, and the next
-    /// page's request and bound when more remain.
-    async fn read(
-        &mut self,
-        admitted: crate::gate::Admitted,
-        request: annal_schema::tools::QueryRequest,
-        access: annal_schema::AccessOperation,
-    ) -> Result<
-        (
-            annal_schema::tools::QueryResponse,
-            Option<(annal_schema::tools::QueryRequest, u64)>,
-        ),
-        Refusal,
-    > {
-        let Some(query) = &self.query else {
-            return Err(Refusal::Contract(
-                annal_schema::ErrorCode::HistoryStorageUnavailable,
-            ));
-        };
-        let page = ask(
-            query,
-            |reply| QueryMsg::Query {
-                grant: admitted.grant,
-                request: request.clone(),
-                before_sequence: admitted.before_sequence,
-                reply,
-            },
-            CHILD_CALL_DEADLINE_MS,
-        )
-        .await
-        .unwrap_or(Err(annal_schema::ErrorCode::HistoryStorageUnavailable))
-        .map_err(Refusal::Contract)?;
-        // The contract: a read that returns at least one event appends one `access` event,
-        // which is not part of that answer.
-        if let Some(returned_events) = annal_schema::ReturnedEvents::new(page.response.events.len())
-            && returned_events.get() > 0
-            && let Some(writer) = &self.writer
-        {
-            let _ = writer.cast(WriterMsg::Access {
-                operation: access,
-                returned_events,
-            });
-        }
-        let next_page = match (page.has_more, page.response.events.first()) {
-            (true, Some(first)) => Some((request, first.data.sequence.get())),
-            _ => None,
-        };
-        Ok((page.response, next_page))
     }
 
     async fn spawn_keys(&mut self, myself: &ActorRef<SupervisorMsg>) -> bool {
@@ -856,7 +718,7 @@ impl Actor for SupervisorActor {
             drain: Arc::new(Mutex::new(args.drain)),
             action_seed: args.action_seed,
             storage,
-            instance: args.instance,
+            children: Children::new(&args.instance),
             keys: None,
             journal: None,
             query: None,
@@ -937,15 +799,6 @@ impl Actor for SupervisorActor {
             SupervisorMsg::Status { reply } => {
                 let status = state.status().await;
                 let _ = reply.send(status);
-            }
-            SupervisorMsg::Tool {
-                principal,
-                call,
-                access,
-                reply,
-            } => {
-                let answer = state.tool(principal, call, access).await;
-                let _ = reply.send(answer);
             }
             SupervisorMsg::ToolsFor { principal, reply } => {
                 let admission = state.admission();

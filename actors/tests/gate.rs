@@ -723,3 +723,64 @@ fn invalid_arguments_are_refused_with_the_contracts_codes_after_the_gate() {
     );
     engine.shutdown();
 }
+
+/// Calls of eight agents at once share the journal's syncs: each call's pre-execution record is
+/// durable before its read runs (every call is answered, so every record was committed), and
+/// the records of calls that arrive together are made durable by one `fdatasync`. With the
+/// group-commit ticks pushed past the test, the only syncs are those commits: fewer syncs than
+/// calls means they were shared. (Before the gate owned a call, every call waited in the
+/// supervisor's mailbox for the one before it, and each paid a sync of its own.)
+#[test]
+fn concurrent_calls_share_the_journals_syncs() {
+    /// Agents calling at once.
+    const CALLERS: usize = 8;
+    /// Calls each agent makes.
+    const CALLS_EACH: usize = 25;
+    let s = setup();
+    let mut config = s.config();
+    config.sync_interval = Duration::from_secs(600);
+    let (engine, storage) = s.started_faulty(config);
+    let capture = engine.capture();
+    for _ in 0..10 {
+        let _ = capture.action_started(Capability::new("input.pointer.click").unwrap(), None, None);
+    }
+    engine.flush().unwrap();
+    let names: Vec<String> = (0..CALLERS).map(|n| format!("agent-{n}")).collect();
+    for name in &names {
+        grant(&engine, name, Operation::Query);
+    }
+    let engine = Arc::new(engine);
+    let syncs_before = storage.count(FaultOp::Sync);
+    let callers: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let engine = Arc::clone(&engine);
+            let who = agent(name);
+            std::thread::spawn(move || {
+                for _ in 0..CALLS_EACH {
+                    match query(&engine, &who, json!({ "limit": 5 })) {
+                        Ok(ToolAnswer::Query { response, .. }) => {
+                            assert_eq!(response.events.len(), 5);
+                        }
+                        other => panic!("a concurrent call was not answered: {other:?}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for caller in callers {
+        caller.join().unwrap();
+    }
+    let syncs = storage.count(FaultOp::Sync) - syncs_before;
+    let calls = u64::try_from(CALLERS * CALLS_EACH).unwrap();
+    assert!(syncs > 0, "no call's record was made durable");
+    assert!(
+        syncs < calls,
+        "{calls} concurrent calls took {syncs} syncs: none was shared"
+    );
+    println!(
+        "FIGURE gate.concurrent_calls.syncs_per_call {:.2} syncs",
+        syncs as f64 / calls as f64
+    );
+    Arc::try_unwrap(engine).unwrap().shutdown();
+}
