@@ -157,7 +157,10 @@ fn run() -> usize {
     // beside a valid other field: `invalid_request`, kept nowhere (docs/event-contract.md,
     // "Identity fields").
     let identity_shapes = [
-        format!("https://{}.example/inbox?tok=1", plants.plant(Allowed::Nowhere)),
+        format!(
+            "https://{}.example/inbox?tok=1",
+            plants.plant(Allowed::Nowhere)
+        ),
         format!("/home/owner/{}.txt", plants.plant(Allowed::Nowhere)),
         format!("~/{}.txt", plants.plant(Allowed::Nowhere)),
         format!("C:\\Users\\owner\\{}.txt", plants.plant(Allowed::Nowhere)),
