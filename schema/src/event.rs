@@ -501,6 +501,17 @@ impl Application {
         Self::new(bundle_id, display_name).ok_or(InvalidApplication::Empty)
     }
 
+    /// The identity with only the fields that pass annal's write rules, or `None` if neither
+    /// does: what capture keeps of an identity a caller built with the read rules
+    /// (`new_lenient`, or a deserialized `Application`), so a URL, path or window title never
+    /// reaches the writer and the action is still recorded.
+    pub fn into_writable(self) -> Option<Self> {
+        Self::new(
+            self.bundle_id.filter(BundleId::meets_write_rules),
+            self.display_name.filter(DisplayName::meets_write_rules),
+        )
+    }
+
     /// The bundle id, if known.
     pub fn bundle_id(&self) -> Option<&BundleId> {
         self.bundle_id.as_ref()
