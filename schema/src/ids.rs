@@ -6,9 +6,11 @@
 //! Names have two rule sets. **Read rules** (deserialization, `new_lenient`) accept what the
 //! published JSON Schema and the reference implementation accept, so a reference-written record
 //! such as `"bundle_id":"Web Content"` never makes a reader refuse its chunk. **Write rules**
-//! (`new`, `FromStr`, `TryFrom<String>`) are annal's own, deliberately narrow: a name without
-//! whitespace or control characters, or a capability of `[a-z0-9._-]`, cannot carry typed text,
-//! paths or other prohibited content (ARCHITECTURE.md section 9). Every value the write rules
+//! (`new`, `FromStr`, `TryFrom<String>`) are annal's own, deliberately narrow: a bundle id
+//! without whitespace or control characters, a capability of `[a-z0-9._-]`, and application
+//! names that hold no URL, path, query string or (display names) window title
+//! ([`check_identity_shape`], the one place that rule lives) cannot carry typed text, paths or
+//! other prohibited content (ARCHITECTURE.md section 9, seed 000). Every value the write rules
 //! accept also passes the read rules, so whatever annal writes it can read back. Ids (hex) have
 //! one rule set: the schema's pattern is already narrow.
 
@@ -436,8 +438,12 @@ fn check_identity_shape(s: &str) -> Result<(), InvalidId> {
 }
 
 /// The separators window titles join their parts with (`Document - Application`,
-/// `Inbox | Mail`): hyphen-minus, en dash, em dash, vertical bar, middle dot and bullet.
-pub const TITLE_SEPARATORS: [&str; 6] = ["-", "\u{2013}", "\u{2014}", "|", "\u{b7}", "\u{2022}"];
+/// `Inbox | Mail`): hyphen-minus (and a doubled one), figure dash, en dash, em dash, horizontal
+/// bar, minus sign, vertical bar, fullwidth vertical bar, middle dot and bullet.
+pub const TITLE_SEPARATORS: [&str; 11] = [
+    "-", "--", "\u{2012}", "\u{2013}", "\u{2014}", "\u{2015}", "\u{2212}", "|", "\u{ff5c}",
+    "\u{b7}", "\u{2022}",
+];
 
 /// Whether `s` reads like a window title: one of [`TITLE_SEPARATORS`] standing alone between
 /// two words (whitespace on both sides, more than one part). A separator inside a word
@@ -779,6 +785,9 @@ mod tests {
             ("Code - Insiders", InvalidId::Charset, WindowTitle),
             ("Plan \u{2014} Firefox", InvalidId::Charset, WindowTitle),
             ("Inbox\u{a0}|\u{a0}Mail", InvalidId::Charset, WindowTitle),
+            ("Plan -- Docs", InvalidId::Charset, WindowTitle),
+            ("Plan \u{2212} Docs", InvalidId::Charset, WindowTitle),
+            ("Plan  \u{ff5c}  Docs", InvalidId::Charset, WindowTitle),
         ];
         for (value, bundle, display) in cases {
             assert_eq!(BundleId::new(value), Err(bundle), "{value:?}");

@@ -42,7 +42,9 @@ fn application() -> impl Strategy<Value = Option<Application>> {
         // Trimmed, as the write rules require: no space at either end; no window title's
         // separator between words (a ` - ` is refused, `Wi-Fi` is not).
         "[\\p{L}\\p{N}.&'-]([\\p{L}\\p{N} .&'-]{0,118}[\\p{L}\\p{N}.&'-])?"
-            .prop_filter("not title-shaped", |s| !s.contains(" - "))
+            .prop_filter("not title-shaped", |s| {
+                !s.split(' ').any(|word| word == "-" || word == "--")
+            })
             .prop_map(|s| DisplayName::new(s).unwrap()),
     );
     (bundle, name).prop_map(|(b, n)| Application::new(b, n))
