@@ -7,6 +7,9 @@
 //! - a value under a prohibited field (screenshots, typed text, paths, URLs, window titles, raw
 //!   arguments, ...: `annal_schema::privacy::PROHIBITED_FIELD_NAMES`), a refused cursor and a
 //!   manifest's text are refused or dropped and appear nowhere;
+//! - a URL, a path, a query string or a window title planted through every identity field
+//!   (`application.bundle_id`, `application.display_name`) is refused with `invalid_request` and
+//!   appears nowhere;
 //! - an allowed value (a capability, a bundle id, a display name) appears only decrypted and only
 //!   in the event field the contract allows for it;
 //! - no response carries a field outside the contract (plus the paging extension).
@@ -149,6 +152,38 @@ fn run() -> usize {
             json!({"op": "revoke", "actor": shaped}),
             &mut responses,
         ));
+    }
+    // A URL, a path, a query string and a window title through every identity field, alone and
+    // beside a valid other field: `invalid_request`, kept nowhere (docs/event-contract.md,
+    // "Identity fields").
+    let identity_shapes = [
+        format!(
+            "https://{}.example/inbox?tok=1",
+            plants.plant(Allowed::Nowhere)
+        ),
+        format!("/home/owner/{}.txt", plants.plant(Allowed::Nowhere)),
+        format!("~/{}.txt", plants.plant(Allowed::Nowhere)),
+        format!("C:\\Users\\owner\\{}.txt", plants.plant(Allowed::Nowhere)),
+        format!("\\\\server\\share\\{}", plants.plant(Allowed::Nowhere)),
+        format!("{}?tok=1", plants.plant(Allowed::Nowhere)),
+        format!("Invoice - {} - Gmail", plants.plant(Allowed::Nowhere)),
+        format!("{}.txt \u{2014} Notepad", plants.plant(Allowed::Nowhere)),
+    ];
+    for shaped in identity_shapes {
+        for application in [
+            json!({"bundle_id": shaped}),
+            json!({"display_name": shaped}),
+            json!({"bundle_id": shaped, "display_name": "Editor"}),
+            json!({"bundle_id": "org.example.Editor", "display_name": shaped}),
+        ] {
+            let reply = ask(
+                &mut raw,
+                json!({"op": "action_started", "capability": "input.pointer.click",
+                       "application": application, "session": label}),
+                &mut responses,
+            );
+            assert_eq!(reply["error"]["code"], "invalid_request", "{reply}");
+        }
     }
     assert!(
         ask(

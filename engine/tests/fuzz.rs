@@ -280,22 +280,52 @@ fn requests(targets: &mut Targets) {
     });
 }
 
-/// Bounded-mode manifests: never a panic, and an error never echoes the input.
+/// Bounded-mode manifests: never a panic, an error never echoes the input (a planted value or
+/// key), and a key written twice is never accepted.
 fn manifests(targets: &mut Targets) {
     const PLANT: &str = "zqplantqz";
     targets.run(
         "manifest.mutated_example",
-        (mutations(), any::<bool>()),
+        (mutations(), 0u8..3),
         |(edits, plant)| {
             let mut bytes = CONTRACT_EXAMPLE_MANIFEST.as_bytes().to_vec();
-            if plant {
-                bytes.extend_from_slice(format!("\nnotes: {PLANT}\n").as_bytes());
+            match plant {
+                1 => bytes.extend_from_slice(format!("\nnotes: {PLANT}\n").as_bytes()),
+                2 => bytes.extend_from_slice(format!("\n{PLANT}: 1\n").as_bytes()),
+                _ => {}
             }
             mutate(&mut bytes, &edits);
             let text = String::from_utf8_lossy(&bytes);
             if let Err(error) = Manifest::parse(&text) {
                 prop_assert!(!error.to_string().contains(PLANT), "{}", error);
             }
+            Ok(())
+        },
+    );
+    // Any top-level field written again, before or after the example, with any value: refused.
+    targets.run(
+        "manifest.duplicate_key",
+        (
+            prop::sample::select(
+                &[
+                    "version",
+                    "expires_after",
+                    "idle_timeout",
+                    "resources",
+                    "allow",
+                ][..],
+            ),
+            ".{0,12}",
+            any::<bool>(),
+        ),
+        |(field, value, before)| {
+            let again = format!("{field}: {:?}\n", value);
+            let text = if before {
+                format!("{again}{CONTRACT_EXAMPLE_MANIFEST}")
+            } else {
+                format!("{CONTRACT_EXAMPLE_MANIFEST}{again}")
+            };
+            prop_assert!(Manifest::parse(&text).is_err(), "accepted: {}", text);
             Ok(())
         },
     );

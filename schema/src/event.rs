@@ -12,8 +12,8 @@
 //! `u64`).
 //!
 //! What annal itself writes must also pass its narrower write rules
-//! ([`Event::check_write_rules`]): names without control characters, capabilities as
-//! identifiers, UTC times with `Z`. A value read leniently that breaks them is still a valid
+//! ([`Event::check_write_rules`]): names without control characters, URLs, paths, query strings
+//! or (display names) window titles, capabilities as identifiers, UTC times with `Z`. A value read leniently that breaks them is still a valid
 //! [`Event`] to hold and return.
 //!
 //! Serialization is compact JSON in the reference implementation's field order, so an event read
@@ -26,7 +26,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::HealthCategory;
 use crate::ids::{
-    BundleId, Capability, DisplayName, OpaqueId, Sequence, SourceUrn, Subject,
+    BundleId, Capability, DisplayName, InvalidId, OpaqueId, Sequence, SourceUrn, Subject,
     deserialize_json_integer,
 };
 use crate::time::EventTime;
@@ -215,9 +215,11 @@ pub enum WriteRuleViolation {
     Time,
     /// `data.capability` is not `[a-z0-9._-]` starting with a letter.
     Capability,
-    /// `data.application.bundle_id` holds whitespace or a control character.
+    /// `data.application.bundle_id` holds whitespace or a control character, a URL, a path or a
+    /// query string ([`BundleId::new`]).
     BundleId,
-    /// `data.application.display_name` holds a control character or is padded.
+    /// `data.application.display_name` holds a control character or is padded, or holds a URL,
+    /// a path, a query string or a window title's separator ([`DisplayName::new`]).
     DisplayName,
     /// An engine-journal record's `time_ms` is beyond annal's time range.
     JournalTime,
@@ -481,6 +483,35 @@ impl Application {
         })
     }
 
+    /// The identity a capture driver names, checked with annal's write rules
+    /// ([`BundleId::new`], [`DisplayName::new`]): the Rust capture API's one constructor from
+    /// raw names. The error names the field and the rule it breaks, never the value.
+    pub fn from_names(
+        bundle_id: Option<String>,
+        display_name: Option<String>,
+    ) -> Result<Self, InvalidApplication> {
+        let bundle_id = bundle_id
+            .map(BundleId::new)
+            .transpose()
+            .map_err(InvalidApplication::BundleId)?;
+        let display_name = display_name
+            .map(DisplayName::new)
+            .transpose()
+            .map_err(InvalidApplication::DisplayName)?;
+        Self::new(bundle_id, display_name).ok_or(InvalidApplication::Empty)
+    }
+
+    /// The identity with only the fields that pass annal's write rules, or `None` if neither
+    /// does: what capture keeps of an identity a caller built with the read rules
+    /// (`new_lenient`, or a deserialized `Application`), so a URL, path or window title never
+    /// reaches the writer and the action is still recorded.
+    pub fn into_writable(self) -> Option<Self> {
+        Self::new(
+            self.bundle_id.filter(BundleId::meets_write_rules),
+            self.display_name.filter(DisplayName::meets_write_rules),
+        )
+    }
+
     /// The bundle id, if known.
     pub fn bundle_id(&self) -> Option<&BundleId> {
         self.bundle_id.as_ref()
@@ -491,6 +522,43 @@ impl Application {
         self.display_name.as_ref()
     }
 }
+
+/// Why [`Application::from_names`] refused an identity: the field and the rule it breaks (with
+/// what to give instead), never the value, which may be content seed 000 forbids in history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InvalidApplication {
+    /// `bundle_id` breaks annal's write rules.
+    BundleId(InvalidId),
+    /// `display_name` breaks annal's write rules.
+    DisplayName(InvalidId),
+    /// Neither field was given.
+    Empty,
+}
+
+impl InvalidApplication {
+    /// The refused field, as the socket's `action_started` spells it.
+    pub const fn field(self) -> &'static str {
+        match self {
+            Self::BundleId(_) => "application.bundle_id",
+            Self::DisplayName(_) => "application.display_name",
+            Self::Empty => "application",
+        }
+    }
+}
+
+impl fmt::Display for InvalidApplication {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BundleId(reason) | Self::DisplayName(reason) => {
+                write!(f, "`{}`: {reason}", self.field())
+            }
+            Self::Empty => f.write_str("`application` needs a `bundle_id` or a `display_name`"),
+        }
+    }
+}
+
+impl std::error::Error for InvalidApplication {}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -6,9 +6,11 @@
 //! Names have two rule sets. **Read rules** (deserialization, `new_lenient`) accept what the
 //! published JSON Schema and the reference implementation accept, so a reference-written record
 //! such as `"bundle_id":"Web Content"` never makes a reader refuse its chunk. **Write rules**
-//! (`new`, `FromStr`, `TryFrom<String>`) are annal's own, deliberately narrow: a name without
-//! whitespace or control characters, or a capability of `[a-z0-9._-]`, cannot carry typed text,
-//! paths or other prohibited content (ARCHITECTURE.md section 9). Every value the write rules
+//! (`new`, `FromStr`, `TryFrom<String>`) are annal's own, deliberately narrow: a bundle id
+//! without whitespace or control characters, a capability of `[a-z0-9._-]`, and application
+//! names that hold no URL, path, query string or (display names) window title
+//! ([`check_identity_shape`], the one place that rule lives) cannot carry typed text, paths or
+//! other prohibited content (ARCHITECTURE.md section 9, seed 000). Every value the write rules
 //! accept also passes the read rules, so whatever annal writes it can read back. Ids (hex) have
 //! one rule set: the schema's pattern is already narrow.
 
@@ -37,6 +39,16 @@ pub enum InvalidId {
     Length,
     /// The value holds a character outside its allowed set.
     Charset,
+    /// An application name holds a URL (`scheme://`). Identity write rules only.
+    Url,
+    /// An application name holds a path separator (`/` or `\`): an absolute, home-relative,
+    /// relative, Windows drive or UNC path. Identity write rules only.
+    Path,
+    /// An application name holds a query string (`?key=value`). Identity write rules only.
+    QueryString,
+    /// A display name holds a window title's separator (see [`TITLE_SEPARATORS`]). Identity
+    /// write rules only.
+    WindowTitle,
 }
 
 impl std::error::Error for InvalidId {}
@@ -46,6 +58,22 @@ impl fmt::Display for InvalidId {
         f.write_str(match self {
             Self::Length => "value is empty or too long",
             Self::Charset => "value holds a character outside its allowed set",
+            Self::Url => {
+                "value holds a URL (`scheme://`); give the application's identifier or name, \
+                 never an address"
+            }
+            Self::Path => {
+                "value holds `/` or `\\`, as a file path does; give the application's \
+                 identifier or name, never a path"
+            }
+            Self::QueryString => {
+                "value holds a query string (`?key=value`); give the application's identifier \
+                 or name alone"
+            }
+            Self::WindowTitle => {
+                "value holds a window title's separator (` - `, ` | `, ...); give the \
+                 application's name alone, never a window's title"
+            }
         })
     }
 }
@@ -348,23 +376,28 @@ fn check_reference_name(s: &str) -> Result<(), InvalidId> {
 
 /// A platform application identifier (bundle id, AUMID, desktop id): 1..=160 characters.
 ///
-/// Write rules: no whitespace or control characters. Read rules: trimmed, no CR or LF (the
-/// reference's rule; see [`BundleId::new_lenient`]).
+/// Write rules: no whitespace or control characters, and none of the shapes seed 000 forbids in
+/// history ([`check_identity_shape`]: no URL, path or query string). Read rules: trimmed, no CR
+/// or LF (the reference's rule; see [`BundleId::new_lenient`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BundleId(String);
 
 fn check_bundle_id(s: &str) -> Result<(), InvalidId> {
     check_len(s, BUNDLE_ID_MAX_LEN_CHARS)?;
-    let spaced = if s.is_ascii() {
+    if has_whitespace_or_control(s) {
+        return Err(InvalidId::Charset);
+    }
+    check_identity_shape(s)
+}
+
+/// Whether `s` holds whitespace or a control character.
+fn has_whitespace_or_control(s: &str) -> bool {
+    if s.is_ascii() {
         // In ASCII, whitespace and control characters are exactly these bytes.
         s.bytes().any(|b| b <= b' ' || b == 0x7f)
     } else {
         s.chars().any(|c| c.is_whitespace() || c.is_control())
-    };
-    if spaced {
-        return Err(InvalidId::Charset);
     }
-    Ok(())
 }
 
 fn check_bundle_id_read(s: &str) -> Result<(), InvalidId> {
@@ -373,10 +406,66 @@ fn check_bundle_id_read(s: &str) -> Result<(), InvalidId> {
 }
 bounded_string!(BundleId, write: check_bundle_id, read: check_bundle_id_read);
 
+/// The identity write rule both application fields share: the one place annal refuses, on
+/// write, the shapes seed 000 forbids in history (URLs, file paths, query strings). A name is
+/// refused when it holds
+/// - `/` or `\` anywhere: a URL (`scheme://`, [`InvalidId::Url`]) or a path of any kind
+///   (`/home/...`, `~/...`, `Documents/...`, `C:\...`, `C:/...`, `\\server\...`,
+///   [`InvalidId::Path`]). No application identifier holds a slash, and a display name that
+///   needs one (rare) is refused with the rest: failing closed is the rule;
+/// - a `?` whose following word (up to whitespace) holds `=`: a query string
+///   ([`InvalidId::QueryString`]). A `?` ending a word (`Millionaire?`) is a name.
+///
+/// Reads never apply it: a reference-written record stays readable.
+fn check_identity_shape(s: &str) -> Result<(), InvalidId> {
+    if s.bytes().any(|b| b == b'/' || b == b'\\') {
+        return Err(if s.contains("://") {
+            InvalidId::Url
+        } else {
+            InvalidId::Path
+        });
+    }
+    let query = s.split('?').skip(1).any(|after| {
+        after
+            .split(char::is_whitespace)
+            .next()
+            .is_some_and(|word| word.contains('='))
+    });
+    if query {
+        return Err(InvalidId::QueryString);
+    }
+    Ok(())
+}
+
+/// The separators window titles join their parts with (`Document - Application`,
+/// `Inbox | Mail`): hyphen-minus (and a doubled one), figure dash, en dash, em dash, horizontal
+/// bar, minus sign, vertical bar, fullwidth vertical bar, middle dot and bullet.
+pub const TITLE_SEPARATORS: [&str; 11] = [
+    "-", "--", "\u{2012}", "\u{2013}", "\u{2014}", "\u{2015}", "\u{2212}", "|", "\u{ff5c}",
+    "\u{b7}", "\u{2022}",
+];
+
+/// Whether `s` reads like a window title: one of [`TITLE_SEPARATORS`] standing alone between
+/// two words (whitespace on both sides, more than one part). A separator inside a word
+/// (`Wi-Fi`) or at either end (`Tools -`) is not one.
+fn has_title_separator(s: &str) -> bool {
+    let mut pieces = s.split(char::is_whitespace).skip(1).peekable();
+    while let Some(piece) = pieces.next() {
+        if pieces.peek().is_some() && TITLE_SEPARATORS.contains(&piece) {
+            return true;
+        }
+    }
+    false
+}
+
 /// An application's display name: 1..=120 characters.
 ///
-/// Write rules: no control characters, trimmed (so it also passes the read rules). Read rules:
-/// trimmed, no CR or LF.
+/// Write rules: no control characters, trimmed (so it also passes the read rules), none of the
+/// shapes seed 000 forbids ([`check_identity_shape`]: no URL, path or query string), and not
+/// the shape of a window title (no [`TITLE_SEPARATORS`] between words). The line for real
+/// names: a display name is the application's name alone, so a platform name that reads like a
+/// title (`Code - Insiders`) is refused too; the bundle id still identifies the application.
+/// Read rules: trimmed, no CR or LF.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DisplayName(String);
 
@@ -384,6 +473,10 @@ fn check_display_name(s: &str) -> Result<(), InvalidId> {
     check_display_name_read(s)?;
     if has_control(s) {
         return Err(InvalidId::Charset);
+    }
+    check_identity_shape(s)?;
+    if has_title_separator(s) {
+        return Err(InvalidId::WindowTitle);
     }
     Ok(())
 }
@@ -595,9 +688,9 @@ mod tests {
                 "has_control({s:?})"
             );
             assert_eq!(
-                super::check_bundle_id(s).is_err(),
+                super::has_whitespace_or_control(s),
                 s.chars().any(|c| c.is_whitespace() || c.is_control()),
-                "check_bundle_id({s:?})"
+                "has_whitespace_or_control({s:?})"
             );
         }
     }
@@ -670,6 +763,78 @@ mod tests {
         assert_eq!(Capability::new("Input.click"), Err(InvalidId::Charset));
         assert_eq!(Capability::new("input click"), Err(InvalidId::Charset));
         assert_eq!(Capability::new("input/click"), Err(InvalidId::Charset));
+    }
+
+    #[test]
+    fn identity_write_rules_refuse_urls_paths_queries_and_titles() {
+        use InvalidId::{Path, QueryString, Url, WindowTitle};
+        // (value, bundle id verdict, display name verdict); `Charset` where the bundle id's
+        // whitespace rule refuses first.
+        let cases = [
+            ("https://evil.example/x?tok=1", Url, Url),
+            ("vscode://file/notes", Url, Url),
+            ("/home/alice/secret.txt", Path, Path),
+            ("~/secret.txt", Path, Path),
+            ("Documents/secret.txt", Path, Path),
+            ("C:\\Users\\alice", Path, Path),
+            ("C:/Users/alice", Path, Path),
+            ("\\\\server\\share", Path, Path),
+            ("inbox?tok=1", QueryString, QueryString),
+            ("app?=1", QueryString, QueryString),
+            ("Invoice - Inbox - Gmail", InvalidId::Charset, WindowTitle),
+            ("Code - Insiders", InvalidId::Charset, WindowTitle),
+            ("Plan \u{2014} Firefox", InvalidId::Charset, WindowTitle),
+            ("Inbox\u{a0}|\u{a0}Mail", InvalidId::Charset, WindowTitle),
+            ("Plan -- Docs", InvalidId::Charset, WindowTitle),
+            ("Plan \u{2212} Docs", InvalidId::Charset, WindowTitle),
+            ("Plan  \u{ff5c}  Docs", InvalidId::Charset, WindowTitle),
+        ];
+        for (value, bundle, display) in cases {
+            assert_eq!(BundleId::new(value), Err(bundle), "{value:?}");
+            assert_eq!(DisplayName::new(value), Err(display), "{value:?}");
+            // Read leniently all the same: a reference-written record stays readable.
+            assert!(BundleId::new_lenient(value).is_ok(), "{value:?}");
+            assert!(DisplayName::new_lenient(value).is_ok(), "{value:?}");
+        }
+        for bundle in [
+            "com.microsoft.VSCodeInsiders",
+            "Microsoft.WindowsTerminal_8wekyb3d8bbwe!App",
+            "Code-Insiders.exe",
+            "org.gnome.Nautilus.desktop",
+            "com.example.What?",
+            "com.example:helper",
+        ] {
+            assert!(BundleId::new(bundle).is_ok(), "{bundle:?}");
+        }
+        for name in [
+            "Visual Studio Code",
+            "Wi-Fi Settings",
+            "Notepad++",
+            "Who Wants to Be a Millionaire?",
+            "Q&A = Answers",
+            "Tools -",
+            "- Tools",
+            "Zoom: Meetings",
+            "Éditeur de texte",
+        ] {
+            assert!(DisplayName::new(name).is_ok(), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn identity_refusals_name_the_fix_and_never_the_value() {
+        for (error, fix) in [
+            (InvalidId::Url, "never an address"),
+            (InvalidId::Path, "never a path"),
+            (InvalidId::QueryString, "name alone"),
+            (InvalidId::WindowTitle, "never a window's title"),
+        ] {
+            let shown = format!("{error} {error:?}");
+            assert!(shown.contains(fix), "{shown}");
+            for planted in ["evil", "alice", "Invoice", "tok"] {
+                assert!(!shown.contains(planted), "{shown}");
+            }
+        }
     }
 
     #[test]

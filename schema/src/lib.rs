@@ -39,8 +39,8 @@ pub use error_code::ErrorCode;
 pub use event::{
     AccessOperation, ActionOutcome, Application, CallerCategory, ControlOperation, DATASCHEMA_V0,
     Delivery, Effect, EscalationKind, Event, EventData, EventDraft, EventError, EventErrorKind,
-    EventType, EvidenceKind, EvidenceKinds, Payload, Platform, ProcessModel, ReturnedEvents, Route,
-    SessionPhase, WriteRuleViolation,
+    EventType, EvidenceKind, EvidenceKinds, InvalidApplication, Payload, Platform, ProcessModel,
+    ReturnedEvents, Route, SessionPhase, WriteRuleViolation,
 };
 pub use health::HealthCategory;
 pub use ids::{

@@ -826,6 +826,88 @@ fn corpus() -> Vec<(String, Value, Verdict)> {
         Breaks(WriteRuleViolation::Capability),
     );
 
+    // Identity fields holding what seed 000 forbids (URLs, file paths, query strings, window
+    // titles): read, as the reference may have written them, but never written by annal
+    // (docs/event-contract.md, "Identity fields"). Each planted through both fields.
+    for (shape, value) in [
+        ("url", "https://evil.example/inbox?tok=1"),
+        ("custom_scheme_url", "vscode://file/notes"),
+        ("url_in_text", "Open https://evil.example"),
+        ("absolute_path", "/home/alice/secret.txt"),
+        ("absolute_path_in_text", "Editing /home/alice/secret.txt"),
+        ("home_path", "~/secret.txt"),
+        ("relative_path", "Documents/salaries.xlsx"),
+        ("windows_drive_backslash", "C:\\Users\\alice\\secret.txt"),
+        ("windows_drive_slash", "C:/Users/alice/secret.txt"),
+        ("unc_path", "\\\\server\\share\\secret.txt"),
+        ("query_string", "inbox?tok=1"),
+        ("query_string_in_text", "Search results?q=salary"),
+        ("window_title_hyphen", "Invoice - Inbox - Gmail"),
+        ("window_title_two_parts", "secret.txt - Notepad"),
+        ("window_title_en_dash", "Quarterly plan \u{2013} Docs"),
+        (
+            "window_title_em_dash",
+            "Quarterly plan \u{2014} Mozilla Firefox",
+        ),
+        ("window_title_bar", "Inbox (3) | Mail"),
+        ("window_title_middle_dot", "general \u{b7} Chat"),
+        ("window_title_bullet", "Inbox \u{2022} Mail"),
+        // The line for real names with a separator (documented): a display name is the
+        // application's name alone, so one that reads like a title is not written.
+        ("windows_executable_with_separator", "Code - Insiders.exe"),
+        ("name_with_separator", "Code - Insiders"),
+    ] {
+        case(
+            &format!("display_name_{shape}"),
+            set(&["data", "application", "display_name"], json!(value)),
+            Breaks(WriteRuleViolation::DisplayName),
+        );
+        case(
+            &format!("bundle_id_{shape}"),
+            set(&["data", "application", "bundle_id"], json!(value)),
+            Breaks(WriteRuleViolation::BundleId),
+        );
+    }
+    // Real application names the identity rules must keep accepting.
+    for (shape, bundle_id) in [
+        ("reverse_dns", "com.microsoft.VSCodeInsiders"),
+        (
+            "windows_aumid",
+            "Microsoft.WindowsTerminal_8wekyb3d8bbwe!App",
+        ),
+        ("windows_executable", "Code-Insiders.exe"),
+        ("linux_desktop_id", "org.gnome.Nautilus.desktop"),
+        ("snap_desktop_id", "firefox_firefox.desktop"),
+        ("question_mark", "com.example.What?"),
+        ("colon", "com.example:helper"),
+    ] {
+        case(
+            &format!("bundle_id_real_{shape}"),
+            set(&["data", "application", "bundle_id"], json!(bundle_id)),
+            Accepted,
+        );
+    }
+    for (shape, name) in [
+        ("two_words", "Visual Studio Code"),
+        ("inner_hyphen", "Wi-Fi Settings"),
+        ("plus_signs", "Notepad++"),
+        ("parenthesis", "Microsoft Teams (work or school)"),
+        ("question", "Who Wants to Be a Millionaire?"),
+        ("ampersand_equals", "Q&A = Answers"),
+        ("trailing_hyphen", "Tools -"),
+        ("leading_hyphen", "- Tools"),
+        ("colon", "Zoom: Meetings"),
+        ("tilde", "~Tilde Player"),
+        ("non_ascii", "Éditeur de texte"),
+        ("cjk", "メモ帳"),
+    ] {
+        case(
+            &format!("display_name_real_{shape}"),
+            set(&["data", "application", "display_name"], json!(name)),
+            Accepted,
+        );
+    }
+
     // Application names the reference itself would never write: padded or multi-line.
     for (field, good) in [
         ("bundle_id", "org.example.terminal"),
@@ -1191,7 +1273,17 @@ fn refusal_messages_never_echo_the_refused_value() {
             Ok(event) => {
                 if let Err(violation) = event.check_write_rules() {
                     let shown = format!("{violation} {violation:?}");
-                    for secret in ["Web Content", "Insiders", "example.com", "Term", "Input"] {
+                    for secret in [
+                        "Web Content",
+                        "Insiders",
+                        "example",
+                        "Term",
+                        "Input",
+                        "alice",
+                        "Inbox",
+                        "tok=",
+                        "salar",
+                    ] {
                         assert!(!shown.contains(secret), "{name}: {shown}");
                     }
                 }

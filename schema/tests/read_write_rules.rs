@@ -8,7 +8,10 @@
 //! - Everything the write rules accept, the read rules accept: annal reads back what it writes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use annal_schema::{BundleId, Capability, DisplayName, EventTime, Subject};
+use annal_schema::{
+    Application, BundleId, Capability, DisplayName, EventTime, InvalidApplication, InvalidId,
+    Subject,
+};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -75,6 +78,10 @@ fn name_like(max: usize) -> impl Strategy<Value = String> {
             Just('\u{1b}'),
             Just('\u{a0}'),
             Just('é'),
+            Just('/'),
+            Just('?'),
+            Just('='),
+            Just('-'),
         ],
         0..=max,
     )
@@ -148,4 +155,54 @@ proptest! {
             }
         }
     }
+}
+
+/// The Rust capture API's identity constructor applies the write rules and names the refused
+/// field and its fix, never the value.
+#[test]
+fn application_from_names_refuses_forbidden_shapes_naming_the_field() {
+    let some = |s: &str| Some(s.to_owned());
+    let cases = [
+        (
+            some("https://evil.example/inbox?tok=1"),
+            None,
+            InvalidApplication::BundleId(InvalidId::Url),
+        ),
+        (
+            some("/home/alice/secret.txt"),
+            some("Editor"),
+            InvalidApplication::BundleId(InvalidId::Path),
+        ),
+        (
+            some("org.example.Mail"),
+            some("Invoice - Inbox - Gmail"),
+            InvalidApplication::DisplayName(InvalidId::WindowTitle),
+        ),
+        (
+            None,
+            some("C:\\Users\\alice\\secret.txt"),
+            InvalidApplication::DisplayName(InvalidId::Path),
+        ),
+        (
+            None,
+            some("Mail?tok=1"),
+            InvalidApplication::DisplayName(InvalidId::QueryString),
+        ),
+        (None, None, InvalidApplication::Empty),
+    ];
+    for (bundle_id, display_name, want) in cases {
+        let got = Application::from_names(bundle_id, display_name).unwrap_err();
+        assert_eq!(got, want);
+        let shown = format!("{got} {got:?}");
+        assert!(shown.contains(want.field()), "{shown}");
+        for planted in ["evil", "alice", "Invoice", "tok"] {
+            assert!(!shown.contains(planted), "{shown}");
+        }
+    }
+    let real = Application::from_names(
+        some("com.microsoft.VSCodeInsiders"),
+        some("Visual Studio Code"),
+    )
+    .unwrap();
+    assert_eq!(real.display_name().unwrap().as_str(), "Visual Studio Code");
 }

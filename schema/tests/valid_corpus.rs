@@ -35,10 +35,16 @@ fn pick<T: Copy + std::fmt::Debug + 'static>(all: &'static [T]) -> impl Strategy
 }
 
 fn application() -> impl Strategy<Value = Option<Application>> {
-    let bundle = proptest::option::of("[!-~]{1,160}".prop_map(|s| BundleId::new(s).unwrap()));
+    // Printable ASCII without `/`, `\\` and `?`: no path, URL or query string.
+    let bundle =
+        proptest::option::of("[!-.0->@-\\[\\]-~]{1,160}".prop_map(|s| BundleId::new(s).unwrap()));
     let name = proptest::option::of(
-        // Trimmed, as the write rules require: no space at either end.
+        // Trimmed, as the write rules require: no space at either end; no window title's
+        // separator between words (a ` - ` is refused, `Wi-Fi` is not).
         "[\\p{L}\\p{N}.&'-]([\\p{L}\\p{N} .&'-]{0,118}[\\p{L}\\p{N}.&'-])?"
+            .prop_filter("not title-shaped", |s| {
+                !s.split(' ').any(|word| word == "-" || word == "--")
+            })
             .prop_map(|s| DisplayName::new(s).unwrap()),
     );
     (bundle, name).prop_map(|(b, n)| Application::new(b, n))
@@ -131,6 +137,10 @@ fn lenient_text(max_chars: usize) -> impl Strategy<Value = String> {
             1 => Just('\u{7f}'),
             1 => Just('"'),
             1 => Just('\\'),
+            1 => Just('/'),
+            1 => Just('?'),
+            1 => Just('='),
+            1 => Just('|'),
             1 => Just('é'),
             1 => Just('\u{2028}'),
             1 => Just('😀'),

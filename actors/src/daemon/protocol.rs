@@ -151,10 +151,10 @@ pub enum Request {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WireApplication {
-    /// The platform application identifier (no whitespace or control characters).
+    /// The platform application identifier (`BundleId`'s write rules).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bundle_id: Option<String>,
-    /// The human-facing application name (trimmed, no control characters).
+    /// The human-facing application name (`DisplayName`'s write rules).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub display_name: Option<String>,
 }
@@ -162,17 +162,8 @@ pub struct WireApplication {
 impl WireApplication {
     /// The validated identity, or the name of the field the write rules refuse.
     pub fn into_application(self) -> Result<Application, &'static str> {
-        let bundle_id = self
-            .bundle_id
-            .map(annal_schema::BundleId::new)
-            .transpose()
-            .map_err(|_| "application.bundle_id")?;
-        let display_name = self
-            .display_name
-            .map(annal_schema::DisplayName::new)
-            .transpose()
-            .map_err(|_| "application.display_name")?;
-        Application::new(bundle_id, display_name).ok_or("application")
+        Application::from_names(self.bundle_id, self.display_name)
+            .map_err(annal_schema::InvalidApplication::field)
     }
 }
 

@@ -31,6 +31,11 @@
 //! - Pairing: an [`ActionToken`] remembers how its start went. A completion is queued iff its
 //!   start was accepted (then even if the gate shut since); it is counted as dropped iff its
 //!   start was dropped (no orphan completions); nothing happens if its start was not admitted.
+//! - Identity: the drain keeps of a start's application only the fields that pass annal's write
+//!   rules (`Application::into_writable`). The daemon and `Application::from_names` refuse such
+//!   names outright; this covers a Rust caller that built its identity with the read rules, so a
+//!   URL, path or window title never reaches the writer (which would refuse the whole batch) and
+//!   the action is still recorded.
 //! - Gate: [`CaptureControl::set_accepting`] (paused, disabled, not admitted, shutting down).
 //!   While shut, starts and session events are neither queued nor counted as drops. A new
 //!   channel starts shut: the engine opens it once it has admitted capture.
@@ -655,7 +660,17 @@ impl CaptureDrain {
                 }
             };
             let item = match item {
-                QueuedItem::Started { action, context } => {
+                QueuedItem::Started {
+                    action,
+                    mut context,
+                } => {
+                    // Off the hook's path: an identity built with the read rules keeps only
+                    // what annal may write (the one rule is the schema's).
+                    context.target.application = context
+                        .target
+                        .application
+                        .take()
+                        .and_then(Application::into_writable);
                     self.open.keep(action, &context);
                     CapturedItem::ActionStarted { action, context }
                 }

@@ -813,3 +813,53 @@ fn equal_contexts_share_one_kept_copy_and_a_reused_one_becomes_the_newest() {
         "the context matched last is the newest"
     );
 }
+
+/// An identity a Rust caller built with the read rules (`new_lenient`, or a deserialized
+/// `Application`) reaches the drain with only the fields annal may write: a URL, a path or a
+/// window title is never handed to the writer, and the action is still recorded.
+#[test]
+fn an_identity_outside_the_write_rules_is_drained_without_the_offending_fields() {
+    let (handle, mut drain, _clock) = channel(8);
+    let lenient = |bundle: Option<&str>, name: Option<&str>| {
+        Application::new(
+            bundle.map(|b| BundleId::new_lenient(b).unwrap()),
+            name.map(|n| DisplayName::new_lenient(n).unwrap()),
+        )
+    };
+    let cases = [
+        (
+            lenient(
+                Some("https://evil.example/x?tok=1"),
+                Some("Invoice - Inbox - Gmail"),
+            ),
+            None,
+        ),
+        (
+            lenient(Some("org.example.Mail"), Some("/home/alice/secret.txt")),
+            lenient(Some("org.example.Mail"), None),
+        ),
+        (
+            lenient(Some("C:\\Users\\alice"), Some("Mail")),
+            lenient(None, Some("Mail")),
+        ),
+        (application(), application()),
+    ];
+    for (given, kept) in cases {
+        let token = handle.action_started(capability("input.pointer.click"), given, None);
+        handle.action_completed(token, outcome());
+        let drained = drain_all(&mut drain);
+        assert_eq!(drained.len(), 2, "the action is still recorded");
+        for entry in drained {
+            let Drained::Captured(captured) = entry else {
+                panic!("a drop marker");
+            };
+            let context = match captured.item {
+                CapturedItem::ActionStarted { context, .. } => Some(context),
+                CapturedItem::ActionCompleted { context, .. } => context,
+                _ => None,
+            };
+            let context = context.expect("a context");
+            assert_eq!(context.target().application, kept);
+        }
+    }
+}

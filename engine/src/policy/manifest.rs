@@ -13,8 +13,11 @@
 //!   tools: [history_status, history_query]
 //! ```
 //!
-//! An unknown field, another version, an unknown or repeated operation or tool, or a duration
-//! that does not parse is refused with a message naming the field. An operation is granted only
+//! An unknown, missing or repeated field (a key written twice is refused, never last-one-wins:
+//! serde's derived struct visitor refuses it), another version, an unknown or repeated operation
+//! or tool, or a duration that does not parse is refused with a message naming the field from
+//! the closed schema ([`SchemaFault`]), or saying "an unknown field": never a key or value the
+//! manifest holds. An operation is granted only
 //! when the manifest names both its tool in `allow.tools` and the operation in
 //! `resources.computer_history.operations`, exactly as the reference requires.
 
@@ -75,7 +78,7 @@ impl Manifest {
             return Err(ManifestError::TooLarge);
         }
         let raw: RawManifest = serde_norway::from_str(text)
-            .map_err(|error| ManifestError::Schema(schema_message(&error.to_string())))?;
+            .map_err(|error| ManifestError::Schema(SchemaFault::from_serde(&error.to_string())))?;
         if raw.version != MANIFEST_VERSION {
             return Err(ManifestError::Version);
         }
@@ -116,9 +119,10 @@ pub enum ManifestError {
     /// Longer than [`MANIFEST_MAX_LEN_BYTES`].
     #[error("the manifest is larger than 16 KiB")]
     TooLarge,
-    /// Not the closed schema: an unknown or missing field, or a value of the wrong type.
+    /// Not the closed schema: an unknown, missing or repeated field, or a value of the wrong
+    /// type.
     #[error("the manifest does not match its schema: {0}")]
-    Schema(String),
+    Schema(SchemaFault),
     /// `version` is not 3.
     #[error("version: only version 3 manifests are supported")]
     Version,
@@ -162,21 +166,115 @@ fn named(
     Ok(operations)
 }
 
-/// The part of a serde message that names the field: the YAML path and, for an unknown or
-/// missing field, serde's sentence naming it. A wrong value's text (which serde quotes) is
-/// dropped, so a refused manifest never echoes what it held.
-fn schema_message(serde_message: &str) -> String {
-    let message = serde_message
-        .split(" at line ")
-        .next()
-        .unwrap_or(serde_message);
-    if message.contains("unknown field") || message.contains("missing field") {
-        return message.to_owned();
+/// Every field path of the closed schema: the only names a refusal may show.
+const SCHEMA_PATHS: [&str; 8] = [
+    "version",
+    "expires_after",
+    "idle_timeout",
+    "resources",
+    "resources.computer_history",
+    "resources.computer_history.operations",
+    "allow",
+    "allow.tools",
+];
+
+/// How a manifest breaks its closed schema, named only with [`SCHEMA_PATHS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SchemaFault {
+    /// A field the schema does not have, inside `within` (`None`: at the top level).
+    UnknownField {
+        /// The mapping that holds it.
+        within: Option<&'static str>,
+    },
+    /// A required field is absent.
+    MissingField {
+        /// Which.
+        field: &'static str,
+    },
+    /// A field is written twice in one mapping.
+    RepeatedField {
+        /// Which.
+        field: &'static str,
+    },
+    /// A value of the wrong type (or text that is not YAML), at `at` when known.
+    WrongValue {
+        /// Where.
+        at: Option<&'static str>,
+    },
+}
+
+impl SchemaFault {
+    /// Classifies a serde_norway message, keeping no text of it: the path serde puts first is
+    /// kept only when it is one of [`SCHEMA_PATHS`] (sequence indices dropped), and the field a
+    /// missing or duplicate-field message quotes only when path and field make one of them.
+    /// serde quotes the caller's key in an unknown-field message and a wrong value's text: both
+    /// are dropped.
+    fn from_serde(message: &str) -> Self {
+        let (at, rest) = match message.split_once(": ") {
+            Some((path, rest)) => match schema_path(&strip_indices(path)) {
+                Some(path) => (Some(path), rest),
+                None => (None, message),
+            },
+            None => (None, message),
+        };
+        let quoted_field = |prefix: &str| {
+            let name = rest.strip_prefix(prefix)?.split('`').next()?;
+            match at {
+                Some(at) => schema_path(&format!("{at}.{name}")),
+                None => schema_path(name),
+            }
+        };
+        // A key that is not text at all (`? [a, b]`) fails serde's field-name visitor.
+        if rest.starts_with("unknown field") || rest.contains("expected field identifier") {
+            Self::UnknownField { within: at }
+        } else if let Some(field) = quoted_field("duplicate field `") {
+            Self::RepeatedField { field }
+        } else if let Some(field) = quoted_field("missing field `") {
+            Self::MissingField { field }
+        } else {
+            Self::WrongValue { at }
+        }
     }
-    match message.split_once(": ") {
-        Some((path, _)) if !path.contains(' ') => format!("{path}: wrong type or value"),
-        _ => "wrong type or value".to_owned(),
+}
+
+impl std::fmt::Display for SchemaFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::UnknownField { within: Some(at) } => {
+                write!(f, "{at}: an unknown field (the schema is closed)")
+            }
+            Self::UnknownField { within: None } => {
+                f.write_str("an unknown field (the schema is closed)")
+            }
+            Self::MissingField { field } => write!(f, "{field}: missing"),
+            Self::RepeatedField { field } => {
+                write!(f, "{field}: repeated (write each field once)")
+            }
+            Self::WrongValue { at: Some(at) } => write!(f, "{at}: wrong type or value"),
+            Self::WrongValue { at: None } => f.write_str("not YAML, or a value of the wrong type"),
+        }
     }
+}
+
+/// `path` as one of [`SCHEMA_PATHS`], or `None`.
+fn schema_path(path: &str) -> Option<&'static str> {
+    SCHEMA_PATHS.into_iter().find(|known| *known == path)
+}
+
+/// `path` without its sequence indices (`allow.tools[1]` -> `allow.tools`).
+fn strip_indices(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut in_index = false;
+    for c in path.chars() {
+        match c {
+            '[' => in_index = true,
+            ']' => in_index = false,
+            c if !in_index => out.push(c),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// `<digits><s|m|h|d>` in seconds, or `None`.

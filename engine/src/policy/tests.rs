@@ -380,17 +380,17 @@ fn the_manifest_refusal_table() {
         (
             "unknown top-level field",
             format!("{SEED_MANIFEST}extra: 1\n"),
-            "extra",
+            "an unknown field",
         ),
         (
             "unknown nested field",
             SEED_MANIFEST.replace("  computer_history:", "  computer_history:\n    paths: [x]"),
-            "paths",
+            "resources.computer_history: an unknown field",
         ),
         (
             "unknown allow field",
             SEED_MANIFEST.replace("allow:\n", "allow:\n  hosts: [x]\n"),
-            "hosts",
+            "allow: an unknown field",
         ),
         (
             "another version",
@@ -466,6 +466,17 @@ fn the_manifest_refusal_table() {
         let error = Manifest::parse(&text).expect_err(name);
         let message = error.to_string();
         assert!(message.contains(field), "{name}: {message}");
+        for planted in [
+            "extra",
+            "paths",
+            "hosts",
+            "three",
+            "delete",
+            "shell_exec",
+            "hour",
+        ] {
+            assert!(!message.contains(planted), "{name}: {message}");
+        }
     }
     let huge = format!("{SEED_MANIFEST}#{}\n", "x".repeat(20_000));
     assert_eq!(Manifest::parse(&huge), Err(ManifestError::TooLarge));
@@ -489,6 +500,150 @@ fn a_refused_manifest_never_echoes_a_value() {
     ] {
         let message = Manifest::parse(&text).unwrap_err().to_string();
         assert!(!message.contains("PLANTED"), "{message}");
+    }
+}
+
+/// Manifest errors name a field of the closed schema, or say "an unknown field": a key the caller
+/// wrote is never quoted, at any level, in YAML or JSON, whatever it looks like.
+#[test]
+fn a_refused_manifest_never_echoes_a_field_name() {
+    let planted = "PLANTED_a8f3";
+    let rows: Vec<(String, &str)> = vec![
+        (format!("{SEED_MANIFEST}{planted}: 1\n"), ""),
+        (
+            SEED_MANIFEST.replace("resources:\n", &format!("resources:\n  {planted}: 1\n")),
+            "resources",
+        ),
+        (
+            SEED_MANIFEST.replace(
+                "  computer_history:\n",
+                &format!("  computer_history:\n    {planted}: [x]\n"),
+            ),
+            "resources.computer_history",
+        ),
+        (
+            SEED_MANIFEST.replace("allow:\n", &format!("allow:\n  {planted}: [x]\n")),
+            "allow",
+        ),
+        (
+            format!("\"/home/alice/{planted}.txt\": 1\n{SEED_MANIFEST}"),
+            "",
+        ),
+        (
+            format!("\"https://evil.example/?{planted}=1\": 1\n{SEED_MANIFEST}"),
+            "",
+        ),
+        (
+            format!(
+                r#"{{"version":3,"expires_after":"1h","idle_timeout":"10m","{planted}":1,
+                "resources":{{"computer_history":{{"operations":["query"]}}}},
+                "allow":{{"tools":["history_query"]}}}}"#
+            ),
+            "",
+        ),
+        // A key that is not text at all.
+        (format!("? [{planted}, b]\n: 1\n{SEED_MANIFEST}"), ""),
+        (format!("{SEED_MANIFEST}7: {planted}\n"), ""),
+    ];
+    for (text, path) in rows {
+        let message = Manifest::parse(&text).unwrap_err().to_string();
+        assert!(!message.contains("PLANTED"), "{message}");
+        assert!(!message.contains("alice"), "{message}");
+        assert!(!message.contains("evil"), "{message}");
+        assert!(message.contains("an unknown field"), "{message}");
+        if !path.is_empty() {
+            assert!(message.contains(&format!("{path}: ")), "{message}");
+        }
+    }
+}
+
+proptest::proptest! {
+    /// Whatever key or value a caller plants at any level, the refusal never quotes it.
+    #[test]
+    fn no_planted_key_or_value_is_ever_quoted(
+        key in "zq[A-Za-z0-9_/:.?=~-]{1,24}",
+        value in "zq[A-Za-z0-9_/:.?=~ -]{0,24}",
+        level in 0usize..5,
+        as_value in proptest::bool::ANY,
+    ) {
+        let entry = format!("{key}: \"{value}\"");
+        let text = match (level, as_value) {
+            (0, false) => format!("{entry}\n{SEED_MANIFEST}"),
+            (1, false) => SEED_MANIFEST.replace("resources:\n", &format!("resources:\n  {entry}\n")),
+            (2, false) => SEED_MANIFEST.replace(
+                "  computer_history:\n",
+                &format!("  computer_history:\n    {entry}\n"),
+            ),
+            (3, false) => SEED_MANIFEST.replace("allow:\n", &format!("allow:\n  {entry}\n")),
+            (0, true) => SEED_MANIFEST.replace("version: 3", &format!("version: \"{value}\"")),
+            (1, true) => SEED_MANIFEST.replace("expires_after: 1h", &format!("expires_after: \"{value}\"")),
+            (2, true) => SEED_MANIFEST.replace("      - query\n", &format!("      - \"{value}\"\n")),
+            (3, true) => SEED_MANIFEST.replace("    - history_query\n", &format!("    - \"{value}\"\n")),
+            _ => format!("{SEED_MANIFEST}{entry}\n{key}: 1\n"),
+        };
+        let message = Manifest::parse(&text).unwrap_err().to_string();
+        proptest::prop_assert!(!message.contains("zq"), "{}", message);
+    }
+}
+
+/// A key written twice is refused (never last-one-wins), at every level and in JSON too, and the
+/// message names the field from the closed schema.
+#[test]
+fn duplicate_keys_in_a_manifest_are_refused() {
+    let rows: Vec<(&str, String, &str)> = vec![
+        (
+            "version twice",
+            format!("version: 3\n{SEED_MANIFEST}"),
+            "version",
+        ),
+        (
+            "a duration twice, the later looser",
+            SEED_MANIFEST.replace(
+                "expires_after: 1h\n",
+                "expires_after: 1h\nexpires_after: 30d\n",
+            ),
+            "expires_after",
+        ),
+        (
+            "allow twice",
+            format!("{SEED_MANIFEST}allow:\n  tools:\n    - history_query\n"),
+            "allow",
+        ),
+        (
+            "tools twice",
+            SEED_MANIFEST.replace("allow:\n", "allow:\n  tools: []\n"),
+            "allow.tools",
+        ),
+        (
+            "operations twice",
+            SEED_MANIFEST.replace(
+                "  computer_history:\n",
+                "  computer_history:\n    operations: [status]\n",
+            ),
+            "resources.computer_history.operations",
+        ),
+        (
+            "computer_history twice",
+            SEED_MANIFEST.replace(
+                "resources:\n",
+                "resources:\n  computer_history:\n    operations: []\n",
+            ),
+            "resources.computer_history",
+        ),
+        (
+            "JSON, a key twice",
+            r#"{"version":3,"expires_after":"1h","idle_timeout":"10m","idle_timeout":"1h",
+                "resources":{"computer_history":{"operations":["query"]}},
+                "allow":{"tools":["history_query"]}}"#
+                .to_owned(),
+            "idle_timeout",
+        ),
+    ];
+    for (name, text, field) in rows {
+        let error = Manifest::parse(&text).expect_err(name);
+        let message = error.to_string();
+        assert!(message.contains(field), "{name}: {message}");
+        assert!(message.contains("repeated"), "{name}: {message}");
     }
 }
 
