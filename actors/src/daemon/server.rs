@@ -857,3 +857,104 @@ async fn connection(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` connections admitted as `owner` or not, each idle since `idle_for` ago.
+    fn served(registry: &Arc<Registry>, n: usize, owner: bool, idle_for: Duration) -> Vec<Slot> {
+        (0..n)
+            .map(|_| {
+                let slot = Registry::pending(registry);
+                assert!(slot.admit(owner));
+                slot.idle();
+                let since = Instant::now()
+                    .checked_sub(idle_for)
+                    .unwrap_or_else(Instant::now);
+                if let Some(s) = registry.lock().served.get_mut(&slot.id) {
+                    s.idle_since = Some(since);
+                }
+                slot
+            })
+            .collect()
+    }
+
+    fn is_served(registry: &Registry, slot: &Slot) -> bool {
+        registry.lock().served.contains_key(&slot.id)
+    }
+
+    #[test]
+    fn the_owner_gets_a_reserved_slot_then_reclaims_an_idle_one() {
+        let registry = Arc::new(Registry::default());
+        let others = served(
+            &registry,
+            MAX_CONNECTIONS - OWNER_RESERVED_CONNECTIONS,
+            false,
+            Duration::ZERO,
+        );
+        // Another client: none has been idle long enough to reclaim.
+        let refused = Registry::pending(&registry);
+        assert!(!refused.admit(false));
+        assert!(!is_served(&registry, &refused));
+        // The owner: the reserved slots, without closing anyone.
+        let owners = served(&registry, OWNER_RESERVED_CONNECTIONS, true, Duration::ZERO);
+        assert!(
+            others
+                .iter()
+                .chain(&owners)
+                .all(|s| is_served(&registry, s))
+        );
+        // Full: the owner reclaims the connection idle longest (the first one).
+        let owner = Registry::pending(&registry);
+        assert!(owner.admit(true));
+        assert!(!is_served(&registry, &others[0]));
+        assert_eq!(registry.lock().served.len(), MAX_CONNECTIONS);
+        // The reclaimed one, woken with a frame begun, finds it was: it is not served again.
+        assert!(!others[0].busy());
+    }
+
+    #[test]
+    fn others_reclaim_only_connections_idle_long_enough_and_never_busy_ones() {
+        let registry = Arc::new(Registry::default());
+        let long = Duration::from_millis(RECLAIM_IDLE_AFTER_MS * 2);
+        let mut held = served(&registry, 1, false, long);
+        held.extend(served(
+            &registry,
+            MAX_CONNECTIONS - OWNER_RESERVED_CONNECTIONS - 1,
+            false,
+            Duration::ZERO,
+        ));
+        let driver = Registry::pending(&registry);
+        assert!(driver.admit(false), "the long-idle one is reclaimed");
+        assert!(!is_served(&registry, &held[0]));
+        // Busy connections (a frame begun, or a request being answered) are never reclaimed,
+        // not even for the owner.
+        for slot in held.iter().skip(1).chain([&driver]) {
+            assert!(slot.busy());
+        }
+        let owners = served(&registry, OWNER_RESERVED_CONNECTIONS, true, Duration::ZERO);
+        for slot in &owners {
+            assert!(slot.busy());
+        }
+        let late = Registry::pending(&registry);
+        assert!(!late.admit(true));
+        // Given back when dropped: a slot is free again.
+        drop(held);
+        let again = Registry::pending(&registry);
+        assert!(again.admit(false));
+    }
+
+    #[test]
+    fn the_oldest_pending_connection_is_displaced_at_the_bound() {
+        let registry = Arc::new(Registry::default());
+        let pending: Vec<Slot> = (0..MAX_PENDING_CONNECTIONS)
+            .map(|_| Registry::pending(&registry))
+            .collect();
+        let newest = Registry::pending(&registry);
+        assert_eq!(registry.lock().pending.len(), MAX_PENDING_CONNECTIONS);
+        assert!(!pending[0].admit(true), "displaced: it gets no slot");
+        assert!(pending[1].admit(true));
+        assert!(newest.admit(false));
+    }
+}
