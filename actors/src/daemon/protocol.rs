@@ -3,6 +3,9 @@
 //!
 //! A frame is a 4-byte big-endian length `N` (1 ..= [`MAX_FRAME_BYTES`]) followed by `N` bytes
 //! of one UTF-8 JSON object. Each request frame gets exactly one reply frame, in order.
+//!
+//! [`decode_request`] refuses a key given twice in any object, and its errors name a field of
+//! the closed schema ([`FIELD_NAMES`]) or say "an unknown field": never a caller's text.
 
 use annal_schema::{
     Application, Capability, Delivery, Effect, EscalationKind, EvidenceKind, Route,

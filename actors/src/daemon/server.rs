@@ -603,8 +603,9 @@ async fn refuse(mut stream: UnixStream, error: DaemonError) {
 
 /// Whether `request`, as a connection's first, marks it as the owner's: one of the operations
 /// the `annal` CLI sends (control, settings, the owner's read, grants and manifests, stop). An
-/// agent bridge starts with `tools_for` or `call_tool` (or `approve_manifest`, with
-/// `--manifest`), a capture driver with `hello` or a capture request.
+/// agent bridge starts with `tools_for` or `call_tool` (with `--manifest`, with
+/// `approve_manifest`: then it counts as the owner's), a capture driver with `hello` or a capture
+/// request.
 pub fn is_owner_operation(request: &Request) -> bool {
     !matches!(
         request,
