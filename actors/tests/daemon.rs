@@ -203,6 +203,55 @@ fn capture_status_and_typed_errors_over_the_socket() {
     assert_eq!(planted, 0);
 }
 
+/// A key given twice is refused, at the top level and inside `arguments`, and nothing of the
+/// request is acted on; no refusal quotes a field name or value the caller chose.
+#[test]
+fn duplicate_keys_are_refused_and_no_refusal_echoes_the_caller() {
+    let sandbox = Sandbox::new();
+    let (_daemon, socket) = Daemon::start(&sandbox, &[]);
+    let mut raw = Raw::connect(&socket);
+    assert!(raw.ask(json!({"op": "enable"}))["ok"].is_object());
+
+    // Either actor would be valid: neither is granted anything.
+    raw.send_bytes(
+        br#"{"op":"grant","actor":"agent-first","operation":"status","actor":"agent-second"}"#,
+    );
+    let reply = raw.reply().unwrap();
+    assert_eq!(code(&reply), "invalid_request", "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("\"actor\"") && message.contains("twice"),
+        "{message}"
+    );
+    assert!(!message.contains("agent-"), "{message}");
+    for actor in ["agent-first", "agent-second"] {
+        let tools = raw.ask(json!({"op": "tools_for", "actor": actor}));
+        assert_eq!(tools["ok"]["tools"], json!([]), "{actor}: {tools}");
+    }
+    raw.send_bytes(br#"{"op":"query","arguments":{"limit":1,"planted-key":1,"planted-key":2}}"#);
+    let reply = raw.reply().unwrap();
+    assert_eq!(code(&reply), "invalid_request", "{reply}");
+    assert!(!reply.to_string().contains("planted"), "{reply}");
+
+    // Unknown fields are "an unknown field", whatever their name.
+    for request in [
+        json!({"op": "status", "planted-field-name": 1}),
+        json!({"op": "revoke", "actor": "a", "planted`, expected `actor": 1}),
+        json!({"op": "action_started", "capability": "c", "application": {"planted-app": "x"}}),
+    ] {
+        let reply = raw.ask(request);
+        assert_eq!(code(&reply), "invalid_request", "{reply}");
+        let message = reply["error"]["message"].as_str().unwrap();
+        assert!(message.contains("an unknown field"), "{message}");
+        assert!(!message.contains("planted"), "{message}");
+    }
+    // The connection went on, and a valid grant still works.
+    let granted = raw.ask(json!({"op": "grant", "actor": "agent-first", "operation": "status"}));
+    assert_eq!(granted["ok"]["changed"], true, "{granted}");
+    let tools = raw.ask(json!({"op": "tools_for", "actor": "agent-first"}));
+    assert_eq!(tools["ok"]["tools"], json!(["history_status"]), "{tools}");
+}
+
 /// The socket never shows at its path with any mode but 0600, not even for the instant between
 /// its bind and its chmod: watched from the first moment it appears, over several starts.
 #[test]

@@ -1,14 +1,16 @@
 //! Fuzz targets for the front-ends' parsers of outside input: the daemon's frames and request
 //! enum, and MCP tool calls (name and arguments). Seeded proptest runs, like the engine's
 //! (`engine/tests/fuzz.rs`): no panic, a typed refusal, and a frame's declared length checked
-//! before anything is allocated for it.
+//! before anything is allocated for it. A request that gives a key twice, at any depth, is
+//! refused, and no refusal quotes a name or value the caller chose.
 //!
 //! A `harness = false` target: it prints `FIGURE fuzz.front_ends.cases N`. `ANNAL_FUZZ_CASES`
 //! sets the cases per target.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use annal_actors::daemon::protocol::{
-    DaemonErrorCode, FrameError, KNOWN_OPS, MAX_FRAME_BYTES, decode_request, read_frame,
+    DaemonErrorCode, FIELD_NAMES, FrameError, KNOWN_OPS, MAX_FRAME_BYTES, decode_request,
+    read_frame,
 };
 use annal_actors::gate::ToolCall;
 use proptest::prelude::*;
@@ -27,6 +29,17 @@ const VALID_REQUESTS: [&str; 7] = [
     r#"{"op":"call_tool","actor":"agent-a","tool":"history_query","arguments":{"limit":5,"cursor":"ab"}}"#,
     r#"{"op":"query","arguments":{"since_sequence":1,"until_sequence":9}}"#,
 ];
+
+/// Requests that give a key twice (refused, `invalid_request`), mutated with the valid ones.
+const DUPLICATE_KEY_REQUESTS: [&str; 4] = [
+    r#"{"op":"revoke","actor":"a","actor":"b"}"#,
+    r#"{"op":"status","op":"stop"}"#,
+    r#"{"op":"query","arguments":{"limit":1,"limit":200}}"#,
+    r#"{"op":"action_started","capability":"c","application":{"bundle_id":"x","bundle_id":"y"}}"#,
+];
+
+/// The marker of every name and value the no-echo targets plant: never in a refusal.
+const PLANTED: &str = "zq";
 
 fn run<S: Strategy>(
     total: &mut u64,
@@ -91,11 +104,16 @@ fn main() {
         cases,
         "daemon_request.mutated_valid",
         (
-            0..VALID_REQUESTS.len(),
+            0..VALID_REQUESTS.len() + DUPLICATE_KEY_REQUESTS.len(),
             prop::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 1..4),
         ),
         |(which, edits)| {
-            let mut bytes = VALID_REQUESTS[which].as_bytes().to_vec();
+            let seed = VALID_REQUESTS
+                .iter()
+                .chain(DUPLICATE_KEY_REQUESTS.iter())
+                .nth(which)
+                .unwrap();
+            let mut bytes = seed.as_bytes().to_vec();
             for (at, byte, kind) in edits {
                 let at = at % bytes.len().max(1);
                 match kind {
@@ -144,6 +162,71 @@ fn main() {
                 let value = serde_json::to_value(&request).unwrap();
                 prop_assert!(KNOWN_OPS.iter().any(|op| value["op"] == *op));
                 prop_assert_eq!(&value["op"], &object["op"]);
+            }
+            Ok(())
+        },
+    );
+    run(
+        &mut total,
+        cases,
+        "daemon_request.duplicate_key",
+        (
+            0..VALID_REQUESTS.len(),
+            any::<usize>(),
+            prop_oneof![
+                (0..FIELD_NAMES.len()).prop_map(|i| FIELD_NAMES[i].to_owned()),
+                "[a-z_]{1,10}".prop_map(|name| format!("{PLANTED}{name}")),
+            ],
+        ),
+        |(which, at, key)| {
+            // The same key twice, at the start of one of the seed's objects (the seeds hold no
+            // brace inside a string).
+            let seed = VALID_REQUESTS[which];
+            let starts: Vec<usize> = seed.match_indices('{').map(|(i, _)| i + 1).collect();
+            let at = starts[at % starts.len()];
+            let body = format!(r#"{}"{key}":1,"{key}":2,{}"#, &seed[..at], &seed[at..]);
+            match decode_request(body.as_bytes()) {
+                Ok(request) => {
+                    return Err(TestCaseError::fail(format!(
+                        "{body} accepted as {request:?}"
+                    )));
+                }
+                Err(error) => {
+                    prop_assert_eq!(error.code, DaemonErrorCode::InvalidRequest, "{}", body);
+                    prop_assert!(error.message.contains("twice"), "{}", error.message);
+                    prop_assert!(!error.message.contains(PLANTED), "{}", error.message);
+                }
+            }
+            Ok(())
+        },
+    );
+    run(
+        &mut total,
+        cases,
+        "daemon_request.no_echo",
+        (
+            0..KNOWN_OPS.len(),
+            prop::collection::btree_map(
+                "[a-z_]{1,10}".prop_map(|name| format!("{PLANTED}{name}")),
+                prop_oneof![
+                    ".{0,16}".prop_map(|v| serde_json::Value::from(format!("{PLANTED}{v}"))),
+                    any::<i64>().prop_map(serde_json::Value::from),
+                ],
+                0..4,
+            ),
+            prop::collection::btree_map(
+                (0..FIELD_NAMES.len()).prop_map(|i| FIELD_NAMES[i].to_owned()),
+                ".{0,16}".prop_map(|v| serde_json::Value::from(format!("{PLANTED}{v}"))),
+                0..4,
+            ),
+        ),
+        |(op, planted, known)| {
+            let mut object: serde_json::Map<String, serde_json::Value> =
+                known.into_iter().chain(planted).collect();
+            object.insert("op".into(), KNOWN_OPS[op].into());
+            let body = serde_json::to_vec(&object).unwrap();
+            if let Err(error) = decode_request(&body) {
+                prop_assert!(!error.message.contains(PLANTED), "{}", error.message);
             }
             Ok(())
         },

@@ -3,6 +3,9 @@
 //!
 //! A frame is a 4-byte big-endian length `N` (1 ..= [`MAX_FRAME_BYTES`]) followed by `N` bytes
 //! of one UTF-8 JSON object. Each request frame gets exactly one reply frame, in order.
+//!
+//! [`decode_request`] refuses a key given twice in any object, and its errors name a field of
+//! the closed schema ([`FIELD_NAMES`]) or say "an unknown field": never a caller's text.
 
 use annal_schema::{
     Application, Capability, Delivery, Effect, EscalationKind, EvidenceKind, Route,
@@ -311,7 +314,12 @@ fn check_frame_len(declared_bytes: usize) -> Result<usize, FrameError> {
     }
 }
 
+/// Bytes a frame body's buffer grows by at least while it is read.
+const FRAME_READ_CHUNK_BYTES: usize = 16 * 1024;
+
 /// Reads one frame body. `Closed` when the peer ended the connection cleanly before a header.
+/// The body's buffer grows with the bytes that arrived (never past the declared length), so a
+/// peer that declares a large frame and stops holds only what it sent.
 pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Vec<u8>, FrameError> {
     let mut header = [0u8; FRAME_HEADER_BYTES];
     match reader.read_exact(&mut header).await {
@@ -321,8 +329,26 @@ pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Vec<u8>,
     }
     let declared = usize::try_from(u32::from_be_bytes(header)).unwrap_or(usize::MAX);
     let len = check_frame_len(declared)?;
-    let mut body = vec![0u8; len];
-    reader.read_exact(&mut body).await?;
+    let mut body = Vec::new();
+    while body.len() < len {
+        let left = len - body.len();
+        if body.capacity() == body.len() {
+            // Doubling, capped at the declared length: never more than `len` bytes reserved.
+            body.reserve_exact(body.len().max(FRAME_READ_CHUNK_BYTES).min(left));
+        }
+        let start = body.len();
+        let room = (body.capacity() - start).min(left);
+        body.resize(start + room, 0);
+        let read = reader.read(&mut body[start..]).await;
+        let read = match read {
+            Ok(0) => Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)),
+            other => other,
+        };
+        match read {
+            Ok(n) => body.truncate(start + n),
+            Err(e) => return Err(e.into()),
+        }
+    }
     Ok(body)
 }
 
@@ -346,26 +372,49 @@ pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
     Ok(())
 }
 
-/// Decodes one request body: a typed error naming what is wrong (never the value).
+/// Decodes one request body: a typed error naming what is wrong, never a value or a name the
+/// caller chose. A key given twice in any object of the body (`{"actor":"a","actor":"b"}`) is
+/// refused, at every depth: JSON leaves duplicates undefined and a reader that keeps the last
+/// one would act on a field the caller's own checks may have read differently.
 pub fn decode_request(body: &[u8]) -> Result<Request, DaemonError> {
-    let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
+    let malformed = || {
         DaemonError::new(
             DaemonErrorCode::MalformedFrame,
             "the frame is not one JSON object",
         )
-    })?;
+    };
+    let mut duplicate = None;
+    let value = {
+        let mut reader = serde_json::Deserializer::from_slice(body);
+        let parsed = serde::de::DeserializeSeed::deserialize(
+            UniqueKeys {
+                duplicate: &mut duplicate,
+            },
+            &mut reader,
+        )
+        .and_then(|value| reader.end().map(|()| value));
+        match (parsed, duplicate) {
+            (Ok(value), _) => value,
+            (Err(_), Some(key)) => {
+                return Err(DaemonError::new(
+                    DaemonErrorCode::InvalidRequest,
+                    format!(
+                        "{} is given twice in one object; give each field once",
+                        field_name(&key)
+                    ),
+                ));
+            }
+            (Err(_), None) => return Err(malformed()),
+        }
+    };
     let Some(object) = value.as_object() else {
-        return Err(DaemonError::new(
-            DaemonErrorCode::MalformedFrame,
-            "the frame is not one JSON object",
-        ));
+        return Err(malformed());
     };
     let op = object
         .get("op")
         .and_then(|op| op.as_str())
         .and_then(|op| KNOWN_OPS.iter().find(|known| **known == op).copied());
-    let known = op.is_some();
-    if !known {
+    let Some(op) = op else {
         return Err(DaemonError::new(
             DaemonErrorCode::UnknownRequest,
             format!(
@@ -373,17 +422,134 @@ pub fn decode_request(body: &[u8]) -> Result<Request, DaemonError> {
                 KNOWN_OPS.join(", ")
             ),
         ));
-    }
+    };
     serde_json::from_value(value).map_err(|e| {
         DaemonError::new(
             DaemonErrorCode::InvalidRequest,
-            format!(
-                "invalid \"{}\" request: {}",
-                op.unwrap_or_default(),
-                field_problem(&e)
-            ),
+            format!("invalid \"{op}\" request: {}", field_problem(&e)),
         )
     })
+}
+
+/// Reads one JSON value as [`serde_json::Value`] does, but fails at the first object that gives
+/// a key twice, and keeps that key (for [`field_name`], never for a message as it is).
+struct UniqueKeys<'a> {
+    /// The first key found twice.
+    duplicate: &'a mut Option<String>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for UniqueKeys<'_> {
+    type Value = serde_json::Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeys<'_> {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(UniqueKeys {
+            duplicate: &mut *self.duplicate,
+        })? {
+            items.push(item);
+        }
+        Ok(serde_json::Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                *self.duplicate = Some(key);
+                return Err(serde::de::Error::custom("a key is given twice"));
+            }
+            let value = map.next_value_seed(UniqueKeys {
+                duplicate: &mut *self.duplicate,
+            })?;
+            object.insert(key, value);
+        }
+        Ok(serde_json::Value::Object(object))
+    }
+}
+
+/// Every field name of the closed request schema: the requests' fields, an application's and an
+/// outcome's, and the `history_query` arguments. A name outside this list is never quoted.
+pub const FIELD_NAMES: [&str; 30] = [
+    "op",
+    "arguments",
+    "actor",
+    "tool",
+    "days",
+    "bytes",
+    "on_quota",
+    "operation",
+    "expires_after_secs",
+    "idle_timeout_secs",
+    "manifest",
+    "enabled",
+    "session",
+    "capability",
+    "application",
+    "bundle_id",
+    "display_name",
+    "action",
+    "outcome",
+    "effect",
+    "route",
+    "delivery",
+    "delivered_count",
+    "evidence_kinds",
+    "escalation_kind",
+    "limit",
+    "session_id",
+    "since_sequence",
+    "until_sequence",
+    "cursor",
+];
+
+/// How a message names `key`: `the field "x"` when `x` is a field of the closed schema, else
+/// `an unknown field` (a caller's text is never quoted).
+pub fn field_name(key: &str) -> String {
+    if FIELD_NAMES.contains(&key) {
+        format!("the field \"{key}\"")
+    } else {
+        "an unknown field".to_owned()
+    }
 }
 
 /// Every `op` the protocol knows.
@@ -411,11 +577,16 @@ pub const KNOWN_OPS: [&str; 21] = [
     "stop",
 ];
 
-/// What serde says is wrong, without any value it quotes: the text up to the first quoted or
-/// backticked value is kept only when it names a field (`unknown field `x``, `missing field `y``).
+/// What serde says is wrong, without any value or name the caller chose: a missing field is
+/// named (serde names it from the schema), an unknown one is "an unknown field", anything else
+/// is a field of the wrong type or out of range.
 fn field_problem(error: &serde_json::Error) -> String {
     let text = error.to_string();
-    for prefix in ["unknown field", "missing field", "duplicate field"] {
+    if text.starts_with("unknown field") {
+        return "an unknown field is given; see docs/protocol.md for this request's fields"
+            .to_owned();
+    }
+    for prefix in ["missing field", "duplicate field"] {
         if let Some(rest) = text.strip_prefix(prefix) {
             let name: String = rest
                 .trim_start()
@@ -423,7 +594,12 @@ fn field_problem(error: &serde_json::Error) -> String {
                 .chars()
                 .take_while(|c| *c != '`')
                 .collect();
-            return format!("{prefix} \"{name}\"");
+            let what = if prefix == "missing field" {
+                "is missing"
+            } else {
+                "is given twice"
+            };
+            return format!("{} {what}", field_name(&name));
         }
     }
     "a field has the wrong type or is out of range".to_owned()
@@ -496,6 +672,148 @@ mod tests {
             decode_request(br#"{"op":"status"}"#).ok(),
             Some(Request::Status {})
         );
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_at_every_depth() {
+        let cases: [(&str, &str); 7] = [
+            (
+                r#"{"op":"revoke","actor":"a","actor":"b"}"#,
+                "the field \"actor\"",
+            ),
+            (r#"{"op":"status","op":"status"}"#, "the field \"op\""),
+            (r#"{"op":"status","op":"stop"}"#, "the field \"op\""),
+            (
+                r#"{"op":"query","arguments":{"limit":1,"limit":200}}"#,
+                "the field \"limit\"",
+            ),
+            (
+                r#"{"op":"action_started","capability":"c","application":{"bundle_id":"x","bundle_id":"y"}}"#,
+                "the field \"bundle_id\"",
+            ),
+            (
+                r#"{"op":"call_tool","actor":"a","tool":"history_query","arguments":{"planted-key":1,"planted-key":2}}"#,
+                "an unknown field",
+            ),
+            (
+                r#"{"op":"query","arguments":{"limit":[{"planted-key":{},"planted-key":[]}]}}"#,
+                "an unknown field",
+            ),
+        ];
+        for (body, named) in cases {
+            match decode_request(body.as_bytes()) {
+                Err(error) => {
+                    assert_eq!(error.code, DaemonErrorCode::InvalidRequest, "{body}");
+                    assert!(error.message.contains("twice"), "{}", error.message);
+                    assert!(error.message.contains(named), "{body}: {}", error.message);
+                    assert!(!error.message.contains("planted"), "{}", error.message);
+                }
+                Ok(request) => panic!("{body} was accepted as {request:?}"),
+            }
+        }
+        // The same key in two different objects is no duplicate.
+        let request = decode_request(
+            br#"{"op":"call_tool","actor":"a","tool":"history_query","arguments":{"actor":"b","tool":"c"}}"#,
+        );
+        assert!(request.is_ok(), "{request:?}");
+    }
+
+    #[test]
+    fn no_error_quotes_a_name_or_value_the_caller_chose() {
+        let bodies: [&[u8]; 6] = [
+            br#"{"op":"status","planted-field-name":1}"#,
+            br#"{"op":"revoke","actor":"a","planted`, expected `actor":1}"#,
+            br#"{"op":"grant","actor":"a","operation":"query","planted":"planted-value"}"#,
+            br#"{"op":"set_quota","bytes":1048576,"on_quota":"planted-variant"}"#,
+            br#"{"op":"action_completed","action":1,"outcome":{"effect":"planted","route":"accessibility"}}"#,
+            br#"{"op":"planted-op"}"#,
+        ];
+        for body in bodies {
+            let error = decode_request(body).err();
+            let message = error.map(|e| e.message).unwrap_or_default();
+            assert!(!message.is_empty(), "{}", String::from_utf8_lossy(body));
+            assert!(!message.contains("planted"), "{message}");
+        }
+        let error = decode_request(br#"{"op":"status","planted-field-name":1}"#).err();
+        assert!(
+            error.is_some_and(|e| e.message.contains("an unknown field")),
+            "an unknown field is called that"
+        );
+        let error = decode_request(br#"{"op":"revoke"}"#).err();
+        assert!(
+            error.is_some_and(|e| e.message.contains("the field \"actor\" is missing")),
+            "a missing field is named from the schema"
+        );
+    }
+
+    #[test]
+    fn every_field_of_the_schema_is_a_known_field_name() {
+        let application = WireApplication {
+            bundle_id: Some("b".into()),
+            display_name: Some("d".into()),
+        };
+        let outcome = WireOutcome {
+            effect: Effect::Confirmed,
+            route: Route::Accessibility,
+            delivery: Some(Delivery::Background),
+            delivered_count: Some(1),
+            evidence_kinds: Vec::new(),
+            escalation_kind: Some(EscalationKind::RefreshPageState),
+        };
+        let requests = [
+            Request::Grant {
+                actor: "a".into(),
+                operation: "query".into(),
+                expires_after_secs: Some(1),
+                idle_timeout_secs: Some(1),
+            },
+            Request::SetQuota {
+                bytes: 1,
+                on_quota: annal_engine::journal::OnQuota::EvictOldest,
+            },
+            Request::SetRetention { days: 1 },
+            Request::CallTool {
+                actor: "a".into(),
+                tool: "t".into(),
+                arguments: serde_json::Map::new(),
+            },
+            Request::ApproveManifest {
+                actor: "a".into(),
+                manifest: "m".into(),
+            },
+            Request::SwitchAgents { enabled: true },
+            Request::ActionStarted {
+                capability: "c".into(),
+                application: Some(application),
+                session: Some("s".into()),
+            },
+            Request::ActionCompleted { action: 1, outcome },
+            Request::SessionEnded {
+                session: "s".into(),
+            },
+        ];
+        fn keys(value: &serde_json::Value, out: &mut Vec<String>) {
+            if let Some(object) = value.as_object() {
+                for (key, inner) in object {
+                    out.push(key.clone());
+                    keys(inner, out);
+                }
+            }
+        }
+        for request in requests {
+            let mut names = Vec::new();
+            keys(
+                &serde_json::to_value(&request).unwrap_or_default(),
+                &mut names,
+            );
+            assert!(!names.is_empty());
+            for name in names {
+                assert!(FIELD_NAMES.contains(&name.as_str()), "{name} is not listed");
+            }
+        }
+        for name in ["limit", "session_id", "since_sequence", "until_sequence"] {
+            assert!(FIELD_NAMES.contains(&name));
+        }
     }
 
     #[test]

@@ -5,9 +5,31 @@
 //! A connection's reads and writes touch only its own task, and a reply that the peer does not
 //! read within [`PEER_WRITE_TIMEOUT_MS`] closes that connection: a slow or stuck peer stalls
 //! nobody else, and capture (a non-blocking hook) never waits for any peer.
+//!
+//! # Bounds per connection
+//!
+//! - A connection is *pending* until its first frame is complete, which must be within
+//!   [`FRAME_READ_DEADLINE_MS`] of its accept. At most [`MAX_PENDING_CONNECTIONS`] are pending;
+//!   one more closes the oldest pending one. Pending connections hold no served slot, so peers
+//!   that connect and stall keep nobody out.
+//! - Its first request admits it to a *served* slot: at most [`MAX_CONNECTIONS`], of which
+//!   [`OWNER_RESERVED_CONNECTIONS`] only a connection whose first request is an owner's
+//!   operation may take ([`is_owner_operation`]: what the `annal` CLI sends; the socket
+//!   authenticates the user, not the program, so any same-user process may claim it too).
+//! - When no slot is free, the served connection idle longest (waiting for a frame, none begun)
+//!   is closed to make room: for an owner's request any idle one, for any other one idle at
+//!   least [`RECLAIM_IDLE_AFTER_MS`]. With none, the newcomer gets `too_many_connections`.
+//! - A later frame must arrive whole within [`FRAME_READ_DEADLINE_MS`] of its first byte; a
+//!   connection idle between frames is kept (a capture driver waits for its next action).
+//! - A connection that misses a deadline, is displaced or is reclaimed is closed without a frame.
+//! - A session label is 1..=[`SESSION_LABEL_MAX_BYTES`] bytes; a connection holds at most
+//!   [`MAX_OPEN_SESSIONS_PER_CONNECTION`] open sessions and the daemon
+//!   [`MAX_OPEN_SESSIONS_PER_DAEMON`], and a connection at most
+//!   [`MAX_OPEN_ACTIONS_PER_CONNECTION`] open actions.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use annal_engine::capture::{ActionToken, Admission, CaptureHandle, CaptureSession};
@@ -16,8 +38,9 @@ use annal_engine::policy::{ActorId, GrantTerms, Operation, Principal};
 use annal_schema::AccessOperation;
 use annal_schema::tools::QueryRequest;
 use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{Notify, broadcast, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -29,8 +52,36 @@ use crate::engine::{Engine, EngineError, QueryError};
 use crate::gate::PolicyChange;
 use crate::writer::Setting;
 
-/// Most connections served at once; one more gets `too_many_connections` and is closed.
+/// Most connections served at once (those that completed a first frame); one more, when no
+/// idle one can be reclaimed, gets `too_many_connections` and is closed.
 pub const MAX_CONNECTIONS: usize = 64;
+
+/// Of [`MAX_CONNECTIONS`], the slots only a connection whose first request is an owner's
+/// operation may take, so that the owner's CLI gets in when other clients fill the rest.
+pub const OWNER_RESERVED_CONNECTIONS: usize = 4;
+
+/// Most connections that have not completed their first frame; one more closes the oldest.
+pub const MAX_PENDING_CONNECTIONS: usize = 64;
+
+/// Longest a frame may take to arrive whole, in milliseconds: a connection's first frame from
+/// its accept, each later one from its first byte. Then the connection is closed.
+pub const FRAME_READ_DEADLINE_MS: u64 = 5_000;
+
+/// How long a served connection must have been idle before a newcomer that is not the owner's
+/// may have it closed when no slot is free, in milliseconds.
+pub const RECLAIM_IDLE_AFTER_MS: u64 = 10_000;
+
+/// Longest session label `session_started` accepts, in bytes (at most as many characters as a
+/// `history_query` `session_id` may hold, so every accepted label can be read back by).
+pub const SESSION_LABEL_MAX_BYTES: usize = 128;
+
+const _: () = assert!(
+    SESSION_LABEL_MAX_BYTES <= annal_schema::tools::QUERY_SESSION_ID_MAX_LEN_CHARS,
+    "every accepted label must be a valid session_id to query by"
+);
+
+/// Most sessions open at once over every connection of one daemon.
+pub const MAX_OPEN_SESSIONS_PER_DAEMON: usize = 1_024;
 
 /// Most actions one connection may hold open (started, not completed).
 pub const MAX_OPEN_ACTIONS_PER_CONNECTION: usize = 4_096;
@@ -104,6 +155,8 @@ pub struct Dispatcher {
     stop: Option<mpsc::Sender<()>>,
     /// Runs after each successful `enable`.
     on_enabled: Option<EnableHook>,
+    /// Sessions open over every connection of this dispatcher.
+    open_sessions: Arc<AtomicUsize>,
 }
 
 /// What one connection holds between its requests: its capture hook and the sessions and
@@ -117,6 +170,19 @@ pub struct ConnectionState {
     actions: HashMap<u64, ActionToken>,
     /// The next action handle.
     next_action: u64,
+    /// Sessions open over every connection of the dispatcher (this one's are given back when
+    /// it is dropped).
+    open_sessions: Arc<AtomicUsize>,
+}
+
+impl Drop for ConnectionState {
+    fn drop(&mut self) {
+        let _ = self
+            .open_sessions
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(self.sessions.len()))
+            });
+    }
 }
 
 impl std::fmt::Debug for ConnectionState {
@@ -175,6 +241,7 @@ impl Dispatcher {
             key_store,
             stop: None,
             on_enabled: None,
+            open_sessions: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -191,6 +258,7 @@ impl Dispatcher {
             sessions: HashMap::new(),
             actions: HashMap::new(),
             next_action: 1,
+            open_sessions: Arc::clone(&self.open_sessions),
         }
     }
 
@@ -341,6 +409,11 @@ impl Dispatcher {
                 self.change(PolicyChange::SwitchAgents { enabled }).await
             }
             Request::SessionStarted { session } => {
+                if session.is_empty() || session.len() > SESSION_LABEL_MAX_BYTES {
+                    return Err(invalid(format!(
+                        "\"session\" must be 1..={SESSION_LABEL_MAX_BYTES} bytes"
+                    )));
+                }
                 if connection.sessions.contains_key(&session) {
                     return Err(invalid(
                         "this session was already started on this connection",
@@ -351,6 +424,19 @@ impl Dispatcher {
                         DaemonErrorCode::TooManyOpen,
                         format!(
                             "a connection may hold {MAX_OPEN_SESSIONS_PER_CONNECTION} open sessions; end one first"
+                        ),
+                    ));
+                }
+                let room = connection.open_sessions.fetch_update(
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                    |n| (n < MAX_OPEN_SESSIONS_PER_DAEMON).then_some(n + 1),
+                );
+                if room.is_err() {
+                    return Err(DaemonError::new(
+                        DaemonErrorCode::TooManyOpen,
+                        format!(
+                            "the daemon holds {MAX_OPEN_SESSIONS_PER_DAEMON} open sessions over all connections; end one first"
                         ),
                     ));
                 }
@@ -366,6 +452,11 @@ impl Dispatcher {
                         "no session with that label was started on this connection",
                     )
                 })?;
+                let _ = connection.open_sessions.fetch_update(
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                    |n| Some(n.saturating_sub(1)),
+                );
                 connection.capture.session_ended(started);
                 Ok(json!({}))
             }
@@ -454,7 +545,9 @@ pub async fn serve(
         key_store: options.key_store.clone(),
         stop: Some(stop_tx),
         on_enabled: options.on_enabled.clone(),
+        open_sessions: Arc::new(AtomicUsize::new(0)),
     };
+    let registry = Arc::new(Registry::default());
     let mut connections = JoinSet::new();
     let mut idle_since = Instant::now();
     let mut idle_check = tokio::time::interval(Duration::from_millis(IDLE_CHECK_INTERVAL_MS));
@@ -467,14 +560,8 @@ pub async fn serve(
                     tokio::time::sleep(Duration::from_millis(IDLE_CHECK_INTERVAL_MS / 10)).await;
                     continue;
                 };
-                if connections.len() >= MAX_CONNECTIONS {
-                    tokio::spawn(refuse(stream, DaemonError::new(
-                        DaemonErrorCode::TooManyConnections,
-                        format!("the daemon serves at most {MAX_CONNECTIONS} connections; try again later"),
-                    )));
-                    continue;
-                }
-                connections.spawn(connection(stream, dispatcher.clone(), own_uid, closing.subscribe()));
+                let slot = Registry::pending(&registry);
+                connections.spawn(connection(stream, dispatcher.clone(), own_uid, closing.subscribe(), slot));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {
                 if connections.is_empty() {
@@ -514,16 +601,171 @@ async fn refuse(mut stream: UnixStream, error: DaemonError) {
     .await;
 }
 
-/// Serves one connection until the peer closes it, misbehaves past recovery, or the daemon
-/// closes.
+/// Whether `request`, as a connection's first, marks it as the owner's: one of the operations
+/// the `annal` CLI sends (control, settings, the owner's read, grants and manifests, stop). An
+/// agent bridge starts with `tools_for` or `call_tool` (with `--manifest`, with
+/// `approve_manifest`: then it counts as the owner's), a capture driver with `hello` or a capture
+/// request.
+pub fn is_owner_operation(request: &Request) -> bool {
+    !matches!(
+        request,
+        Request::Hello {}
+            | Request::ToolsFor { .. }
+            | Request::CallTool { .. }
+            | Request::SessionStarted { .. }
+            | Request::SessionEnded { .. }
+            | Request::ActionStarted { .. }
+            | Request::ActionCompleted { .. }
+    )
+}
+
+/// The connections' slots: pending ones in accept order, served ones with their class and since
+/// when they have been idle. Locked only for bookkeeping, never across an await.
+#[derive(Default)]
+struct Registry {
+    /// The slots.
+    slots: Mutex<Slots>,
+}
+
+#[derive(Default)]
+struct Slots {
+    /// The next connection's id (accept order).
+    next_id: u64,
+    /// Connections that have not completed a first frame, oldest first.
+    pending: BTreeMap<u64, Arc<Notify>>,
+    /// Connections that have.
+    served: HashMap<u64, Served>,
+}
+
+struct Served {
+    /// Its first request was an owner's operation.
+    owner: bool,
+    /// Since when it has waited for a frame with none begun; `None` while it reads or answers.
+    idle_since: Option<Instant>,
+    /// Closes it.
+    close: Arc<Notify>,
+}
+
+/// One connection's place in the [`Registry`]; given back when dropped.
+struct Slot {
+    /// Its id.
+    id: u64,
+    /// Where it is registered.
+    registry: Arc<Registry>,
+    /// Signalled when the daemon closes it (displaced while pending, or reclaimed while idle).
+    close: Arc<Notify>,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
+        // The bookkeeping is consistent after every statement: a panic elsewhere leaves it usable.
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new pending connection's slot; at the bound, the oldest pending one is closed.
+    fn pending(registry: &Arc<Self>) -> Slot {
+        let close = Arc::new(Notify::new());
+        let mut slots = registry.lock();
+        if slots.pending.len() >= MAX_PENDING_CONNECTIONS
+            && let Some((_, oldest)) = slots.pending.pop_first()
+        {
+            oldest.notify_one();
+        }
+        let id = slots.next_id;
+        slots.next_id += 1;
+        slots.pending.insert(id, Arc::clone(&close));
+        drop(slots);
+        Slot {
+            id,
+            registry: Arc::clone(registry),
+            close,
+        }
+    }
+}
+
+impl Slot {
+    /// Moves this pending connection to a served slot (reclaiming an idle one if none is free);
+    /// `false` when it gets none, or was displaced meanwhile.
+    fn admit(&self, owner: bool) -> bool {
+        let mut slots = self.registry.lock();
+        if slots.pending.remove(&self.id).is_none() {
+            return false;
+        }
+        let others = slots.served.values().filter(|s| !s.owner).count();
+        let total_full = slots.served.len() >= MAX_CONNECTIONS;
+        let share_full = !owner && others >= MAX_CONNECTIONS - OWNER_RESERVED_CONNECTIONS;
+        if total_full || share_full {
+            let now = Instant::now();
+            let min_idle = if owner {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(RECLAIM_IDLE_AFTER_MS)
+            };
+            let victim = slots
+                .served
+                .iter()
+                .filter(|(_, s)| !(share_full && s.owner))
+                .filter_map(|(id, s)| s.idle_since.map(|since| (*id, since)))
+                .filter(|(_, since)| now.saturating_duration_since(*since) >= min_idle)
+                .min_by_key(|(_, since)| *since)
+                .map(|(id, _)| id);
+            let Some(victim) = victim else {
+                return false;
+            };
+            if let Some(reclaimed) = slots.served.remove(&victim) {
+                reclaimed.close.notify_one();
+            }
+        }
+        slots.served.insert(
+            self.id,
+            Served {
+                owner,
+                idle_since: None,
+                close: Arc::clone(&self.close),
+            },
+        );
+        true
+    }
+
+    /// This served connection now waits for a frame with none begun (it may be reclaimed).
+    fn idle(&self) {
+        if let Some(served) = self.registry.lock().served.get_mut(&self.id) {
+            served.idle_since = Some(Instant::now());
+        }
+    }
+
+    /// A frame began: no longer idle. `false` when it was reclaimed meanwhile.
+    fn busy(&self) -> bool {
+        match self.registry.lock().served.get_mut(&self.id) {
+            Some(served) => {
+                served.idle_since = None;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut slots = self.registry.lock();
+        slots.pending.remove(&self.id);
+        slots.served.remove(&self.id);
+    }
+}
+
+/// Serves one connection until the peer closes it, misbehaves past recovery, misses a frame
+/// deadline, is displaced or reclaimed, or the daemon closes.
 async fn connection(
     mut stream: UnixStream,
     dispatcher: Dispatcher,
     own_uid: u32,
     mut closing: broadcast::Receiver<()>,
+    slot: Slot,
 ) {
     let same_user = stream.peer_cred().is_ok_and(|cred| cred.uid() == own_uid);
     if !same_user {
+        drop(slot);
         refuse(
             stream,
             DaemonError::new(
@@ -534,17 +776,41 @@ async fn connection(
         .await;
         return;
     }
+    let deadline = Duration::from_millis(FRAME_READ_DEADLINE_MS);
     let mut state = dispatcher.connection();
+    let mut admitted = false;
     loop {
-        let frame = tokio::select! {
-            frame = read_frame(&mut stream) => frame,
-            _ = closing.recv() => return,
+        let frame = if admitted {
+            // Idle until a frame begins: no deadline, but reclaimable.
+            slot.idle();
+            let mut first = [0u8; 1];
+            let read = tokio::select! {
+                read = stream.read(&mut first) => read,
+                () = slot.close.notified() => return,
+                _ = closing.recv() => return,
+            };
+            if !matches!(read, Ok(1)) || !slot.busy() {
+                return;
+            }
+            let mut rest = (&first[..]).chain(&mut stream);
+            tokio::select! {
+                frame = tokio::time::timeout(deadline, read_frame(&mut rest)) => frame,
+                _ = closing.recv() => return,
+            }
+        } else {
+            // The first frame, whole, within the deadline of the accept.
+            tokio::select! {
+                frame = tokio::time::timeout(deadline, read_frame(&mut stream)) => frame,
+                () = slot.close.notified() => return,
+                _ = closing.recv() => return,
+            }
         };
-        let reply = match frame {
-            Ok(body) => match decode_request(&body) {
-                Ok(request) => dispatcher.dispatch(&mut state, request).await,
-                Err(error) => Reply::Error(error),
-            },
+        let Ok(frame) = frame else {
+            // The deadline passed mid-frame: the next frame cannot be found.
+            return;
+        };
+        let request = match frame {
+            Ok(body) => decode_request(&body),
             Err(FrameError::TooLarge { declared_bytes }) => {
                 refuse(
                     stream,
@@ -561,6 +827,27 @@ async fn connection(
             }
             Err(_) => return,
         };
+        if !admitted {
+            let owner = request.as_ref().is_ok_and(is_owner_operation);
+            if !slot.admit(owner) {
+                refuse(
+                    stream,
+                    DaemonError::new(
+                        DaemonErrorCode::TooManyConnections,
+                        format!(
+                            "the daemon serves at most {MAX_CONNECTIONS} connections and none is idle; try again later"
+                        ),
+                    ),
+                )
+                .await;
+                return;
+            }
+            admitted = true;
+        }
+        let reply = match request {
+            Ok(request) => dispatcher.dispatch(&mut state, request).await,
+            Err(error) => Reply::Error(error),
+        };
         let written = tokio::time::timeout(
             Duration::from_millis(PEER_WRITE_TIMEOUT_MS),
             write_frame(&mut stream, &reply),
@@ -569,5 +856,106 @@ async fn connection(
         if !matches!(written, Ok(Ok(()))) {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` connections admitted as `owner` or not, each idle since `idle_for` ago.
+    fn served(registry: &Arc<Registry>, n: usize, owner: bool, idle_for: Duration) -> Vec<Slot> {
+        (0..n)
+            .map(|_| {
+                let slot = Registry::pending(registry);
+                assert!(slot.admit(owner));
+                slot.idle();
+                let since = Instant::now()
+                    .checked_sub(idle_for)
+                    .unwrap_or_else(Instant::now);
+                if let Some(s) = registry.lock().served.get_mut(&slot.id) {
+                    s.idle_since = Some(since);
+                }
+                slot
+            })
+            .collect()
+    }
+
+    fn is_served(registry: &Registry, slot: &Slot) -> bool {
+        registry.lock().served.contains_key(&slot.id)
+    }
+
+    #[test]
+    fn the_owner_gets_a_reserved_slot_then_reclaims_an_idle_one() {
+        let registry = Arc::new(Registry::default());
+        let others = served(
+            &registry,
+            MAX_CONNECTIONS - OWNER_RESERVED_CONNECTIONS,
+            false,
+            Duration::ZERO,
+        );
+        // Another client: none has been idle long enough to reclaim.
+        let refused = Registry::pending(&registry);
+        assert!(!refused.admit(false));
+        assert!(!is_served(&registry, &refused));
+        // The owner: the reserved slots, without closing anyone.
+        let owners = served(&registry, OWNER_RESERVED_CONNECTIONS, true, Duration::ZERO);
+        assert!(
+            others
+                .iter()
+                .chain(&owners)
+                .all(|s| is_served(&registry, s))
+        );
+        // Full: the owner reclaims the connection idle longest (the first one).
+        let owner = Registry::pending(&registry);
+        assert!(owner.admit(true));
+        assert!(!is_served(&registry, &others[0]));
+        assert_eq!(registry.lock().served.len(), MAX_CONNECTIONS);
+        // The reclaimed one, woken with a frame begun, finds it was: it is not served again.
+        assert!(!others[0].busy());
+    }
+
+    #[test]
+    fn others_reclaim_only_connections_idle_long_enough_and_never_busy_ones() {
+        let registry = Arc::new(Registry::default());
+        let long = Duration::from_millis(RECLAIM_IDLE_AFTER_MS * 2);
+        let mut held = served(&registry, 1, false, long);
+        held.extend(served(
+            &registry,
+            MAX_CONNECTIONS - OWNER_RESERVED_CONNECTIONS - 1,
+            false,
+            Duration::ZERO,
+        ));
+        let driver = Registry::pending(&registry);
+        assert!(driver.admit(false), "the long-idle one is reclaimed");
+        assert!(!is_served(&registry, &held[0]));
+        // Busy connections (a frame begun, or a request being answered) are never reclaimed,
+        // not even for the owner.
+        for slot in held.iter().skip(1).chain([&driver]) {
+            assert!(slot.busy());
+        }
+        let owners = served(&registry, OWNER_RESERVED_CONNECTIONS, true, Duration::ZERO);
+        for slot in &owners {
+            assert!(slot.busy());
+        }
+        let late = Registry::pending(&registry);
+        assert!(!late.admit(true));
+        // Given back when dropped: a slot is free again.
+        drop(held);
+        let again = Registry::pending(&registry);
+        assert!(again.admit(false));
+    }
+
+    #[test]
+    fn the_oldest_pending_connection_is_displaced_at_the_bound() {
+        let registry = Arc::new(Registry::default());
+        let pending: Vec<Slot> = (0..MAX_PENDING_CONNECTIONS)
+            .map(|_| Registry::pending(&registry))
+            .collect();
+        let newest = Registry::pending(&registry);
+        assert_eq!(registry.lock().pending.len(), MAX_PENDING_CONNECTIONS);
+        assert!(!pending[0].admit(true), "displaced: it gets no slot");
+        assert!(pending[1].admit(true));
+        assert!(newest.admit(false));
     }
 }
