@@ -69,12 +69,17 @@ pub enum PolicyChange {
         /// For how long.
         terms: GrantTerms,
     },
-    /// Approve a bounded-mode manifest for `actor`: a grant for each operation it names.
+    /// Approve a bounded-mode manifest for `actor`: a grant for each operation it names. For
+    /// an actor the owner revoked, nothing, unless `reapprove` (the owner approves it again
+    /// explicitly): a revocation sticks whatever manifest a later start presents
+    /// (`PolicyState::manifest_approval`).
     ApproveManifest {
         /// For whom.
         actor: ActorId,
         /// The approved manifest.
         manifest: annal_engine::policy::manifest::Manifest,
+        /// The owner lifts a revocation of `actor` on purpose.
+        reapprove: bool,
     },
     /// Revoke every grant of `actor`.
     Revoke {
@@ -366,19 +371,14 @@ impl GateState {
                 terms,
                 now_ms,
             )],
-            PolicyChange::ApproveManifest { actor, manifest } => manifest
-                .operations()
-                .iter()
-                .map(|operation| {
-                    PolicyState::grant_event(
-                        &actor,
-                        *operation,
-                        GrantSource::Manifest,
-                        manifest.terms(),
-                        now_ms,
-                    )
-                })
-                .collect(),
+            PolicyChange::ApproveManifest {
+                actor,
+                manifest,
+                reapprove,
+            } => match self.policy.as_ref() {
+                Some(policy) => policy.manifest_approval(&actor, &manifest, reapprove, now_ms),
+                None => return Err(JournalUnavailable),
+            },
             PolicyChange::Revoke { actor } => vec![PolicyEvent::ActorRevoked { actor }],
             PolicyChange::SwitchAgents { enabled } => {
                 vec![PolicyEvent::AgentsSwitched { enabled }]

@@ -18,8 +18,8 @@ use annal_engine::keys::{
 };
 use annal_engine::policy::manifest::Manifest;
 use annal_engine::policy::{
-    ActorId, AuditOutcome, CursorRefusal, DenyReason, GrantTerms, Operation, PolicyEvent,
-    Principal, Refusal, Verdict,
+    ActorId, AuditOutcome, CursorRefusal, DenyReason, GrantSource, GrantTerms, Operation,
+    PolicyEvent, Principal, Refusal, Verdict,
 };
 use annal_engine::storage::{
     Access, FaultKind, FaultOp, FaultyStorage, Storage, StoreLayout, SyncFailure,
@@ -396,7 +396,36 @@ fn an_approved_manifest_grants_exactly_what_it_names_in_both_lists() {
     engine
         .change_policy(PolicyChange::ApproveManifest {
             actor: ActorId::new("m").unwrap(),
+            manifest: manifest.clone(),
+            reapprove: false,
+        })
+        .unwrap();
+    assert_eq!(engine.tools_for(&agent("m")), vec![Operation::Status]);
+    // A revocation sticks: the same manifest presented again (as every `annal mcp --manifest`
+    // start does) grants nothing, and calls are refused as revoked.
+    engine
+        .change_policy(PolicyChange::Revoke {
+            actor: ActorId::new("m").unwrap(),
+        })
+        .unwrap();
+    engine
+        .change_policy(PolicyChange::ApproveManifest {
+            actor: ActorId::new("m").unwrap(),
+            manifest: manifest.clone(),
+            reapprove: false,
+        })
+        .unwrap();
+    assert!(engine.tools_for(&agent("m")).is_empty());
+    assert!(matches!(
+        engine.call_tool(&agent("m"), "history_status", &json!({})),
+        Err(Refusal::Denied(DenyReason::Revoked))
+    ));
+    // Only the owner's explicit re-approval lifts it, and the journal says so.
+    engine
+        .change_policy(PolicyChange::ApproveManifest {
+            actor: ActorId::new("m").unwrap(),
             manifest,
+            reapprove: true,
         })
         .unwrap();
     assert_eq!(engine.tools_for(&agent("m")), vec![Operation::Status]);
@@ -412,6 +441,13 @@ fn an_approved_manifest_grants_exactly_what_it_names_in_both_lists() {
         Some(Refusal::Denied(DenyReason::Expired))
     );
     engine.shutdown();
+    assert!(s.policy_records().iter().any(|(event, _)| matches!(
+        event,
+        PolicyEvent::GrantIssued {
+            source: GrantSource::ManifestReapproved,
+            ..
+        }
+    )));
 }
 
 #[test]

@@ -99,12 +99,17 @@ pub enum Request {
         #[serde(default)]
         idle_timeout_secs: Option<u64>,
     },
-    /// Approve a bounded-mode manifest (its YAML or JSON text) for `actor`.
+    /// Approve a bounded-mode manifest (its YAML or JSON text) for `actor`. For an actor the
+    /// owner revoked it grants nothing unless `reapprove` (the owner lifts the revocation on
+    /// purpose: `annal mcp --reapprove`).
     ApproveManifest {
         /// The agent's id.
         actor: String,
         /// The manifest's text.
         manifest: String,
+        /// Approve it again for a revoked actor (default `false`).
+        #[serde(default)]
+        reapprove: bool,
     },
     /// Revoke every grant of `actor`.
     Revoke {
@@ -509,8 +514,9 @@ impl<'de> serde::de::Visitor<'de> for UniqueKeys<'_> {
 
 /// Every field name of the closed request schema: the requests' fields, an application's and an
 /// outcome's, and the `history_query` arguments. A name outside this list is never quoted.
-pub const FIELD_NAMES: [&str; 30] = [
+pub const FIELD_NAMES: [&str; 31] = [
     "op",
+    "reapprove",
     "arguments",
     "actor",
     "tool",
@@ -780,6 +786,7 @@ mod tests {
             Request::ApproveManifest {
                 actor: "a".into(),
                 manifest: "m".into(),
+                reapprove: true,
             },
             Request::SwitchAgents { enabled: true },
             Request::ActionStarted {

@@ -394,12 +394,17 @@ impl Dispatcher {
             Request::ApproveManifest {
                 actor: text,
                 manifest,
+                reapprove,
             } => {
                 let actor = actor_id(&text)?;
                 let manifest = Manifest::parse(&manifest)
                     .map_err(|e| invalid(format!("the manifest was refused: {e}")))?;
-                self.change(PolicyChange::ApproveManifest { actor, manifest })
-                    .await
+                self.change(PolicyChange::ApproveManifest {
+                    actor,
+                    manifest,
+                    reapprove,
+                })
+                .await
             }
             Request::Revoke { actor: text } => {
                 let actor = actor_id(&text)?;

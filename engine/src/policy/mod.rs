@@ -475,6 +475,10 @@ pub enum GrantSource {
     Owner,
     /// An approved manifest: bounded mode.
     Manifest,
+    /// A manifest the owner approved again explicitly for an actor they had revoked
+    /// (`annal mcp --reapprove`): bounded mode, and the journal says the revocation was lifted
+    /// on purpose.
+    ManifestReapproved,
 }
 
 /// One actor's standing permission for one operation.
@@ -895,6 +899,30 @@ impl PolicyState {
                 self.deny_reason(principal, *op, admission, now_ms)
                     .is_none()
             })
+            .collect()
+    }
+
+    /// The grants approving `manifest` for `actor` at `now_ms`: one per operation it names.
+    /// A revocation sticks: for an actor revoked since its last grant, a manifest presented
+    /// again (each `annal mcp --manifest` start presents it) grants nothing, unless the owner
+    /// approves it again explicitly (`reapprove`), which is journaled as
+    /// [`GrantSource::ManifestReapproved`]. Only an owner's grant or that lifts a revocation.
+    pub fn manifest_approval(
+        &self,
+        actor: &ActorId,
+        manifest: &manifest::Manifest,
+        reapprove: bool,
+        now_ms: u64,
+    ) -> Vec<PolicyEvent> {
+        let source = match (self.revoked.contains(actor), reapprove) {
+            (true, false) => return Vec::new(),
+            (true, true) => GrantSource::ManifestReapproved,
+            (false, _) => GrantSource::Manifest,
+        };
+        manifest
+            .operations()
+            .iter()
+            .map(|operation| Self::grant_event(actor, *operation, source, manifest.terms(), now_ms))
             .collect()
     }
 

@@ -849,3 +849,56 @@ fn outstanding_cursors_are_bounded() {
         Err(CursorRefusal::Replayed)
     );
 }
+
+#[test]
+fn a_revocation_sticks_against_a_manifest_presented_again() {
+    let manifest = Manifest::parse(SEED_MANIFEST).unwrap();
+    // Given an actor approved by manifest, when it is presented again, then it is approved
+    // again (a later `annal mcp` start of a live actor).
+    let approved = policy(&[granted("a", Operation::Query, GrantSource::Manifest)]);
+    let again = approved.manifest_approval(&actor("a"), &manifest, false, T0 + 1);
+    assert_eq!(again.len(), 2);
+    assert!(again.iter().all(|event| matches!(
+        event,
+        PolicyEvent::GrantIssued {
+            source: GrantSource::Manifest,
+            ..
+        }
+    )));
+    // Given the owner revoked it, when the same manifest is presented again, then nothing is
+    // granted and its calls stay revoked.
+    let revoked = policy(&[
+        granted("a", Operation::Query, GrantSource::Manifest),
+        PolicyEvent::ActorRevoked { actor: actor("a") },
+    ]);
+    assert!(
+        revoked
+            .manifest_approval(&actor("a"), &manifest, false, T0 + 1)
+            .is_empty()
+    );
+    assert!(revoked.is_revoked(&actor("a")));
+    // When the owner approves it again explicitly, then the grants say so, and they lift the
+    // revocation.
+    let reapproval = revoked.manifest_approval(&actor("a"), &manifest, true, T0 + 1);
+    assert_eq!(reapproval.len(), 2);
+    assert!(reapproval.iter().all(|event| matches!(
+        event,
+        PolicyEvent::GrantIssued {
+            source: GrantSource::ManifestReapproved,
+            ..
+        }
+    )));
+    let mut lifted = revoked.clone();
+    for event in &reapproval {
+        lifted.apply(event);
+    }
+    assert!(!lifted.is_revoked(&actor("a")));
+    assert_eq!(
+        lifted.deny_reason(&agent("a"), Operation::Query, ADMITTED, T0 + 2),
+        None
+    );
+    // An owner's grant lifts a revocation too (unchanged).
+    let mut granted_again = revoked;
+    granted_again.apply(&granted("a", Operation::Status, GrantSource::Owner));
+    assert!(!granted_again.is_revoked(&actor("a")));
+}

@@ -258,6 +258,7 @@ fn demo(args: &DemoArgs) -> Result<(Vec<Check>, Figures), String> {
         .change_policy(PolicyChange::ApproveManifest {
             actor: agent.clone(),
             manifest,
+            reapprove: false,
         })
         .map_err(|e| format!("approve: {e}"))?;
     checks.push(Check {

@@ -228,6 +228,7 @@ async fn serve_mcp(location: &Location, no_daemon: bool, args: &McpArgs) -> Resu
             .ask(Request::ApproveManifest {
                 actor: args.actor.clone(),
                 manifest,
+                reapprove: false,
             })
             .await?;
     }
