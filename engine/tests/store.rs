@@ -547,6 +547,59 @@ fn a_torn_tail_after_a_crash_stays_readable_and_is_never_appended_to() {
 }
 
 #[test]
+fn a_replayed_last_record_in_the_newest_chunk_is_corrupt_and_never_taken_for_a_torn_tail() {
+    let (_dir, layout) = new_store();
+    let drafts = fixture_drafts();
+    let mut w = writer(open_write(&layout), 12);
+    w.append(drafts[..15].to_vec()).unwrap();
+    w.sync().unwrap();
+    drop(w);
+    let chunk = chunk_files(&layout).remove(0);
+    let report = read_report(&layout);
+    let last = report.chunks[0].verdict.records()[14].clone();
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    let clean_len = bytes.len() as u64;
+    let last_bytes = bytes[last.offset as usize..(last.offset + last.len) as usize].to_vec();
+    // A copy of the last record appended again, then the first bytes of another copy (what a
+    // torn append would look like, were the replay a crash).
+    bytes.extend(&last_bytes);
+    bytes.extend(&last_bytes[..40]);
+    std::fs::write(&chunk, &bytes).unwrap();
+    let report = read_report(&layout);
+    assert!(
+        matches!(
+            report.chunks[0].verdict,
+            ChunkVerdict::Corrupt {
+                record_index: Some(15),
+                reason: CorruptReason::IvPositionMismatch,
+                offset,
+            } if offset == clean_len
+        ),
+        "{:?}",
+        report.chunks[0].verdict.name()
+    );
+    assert!(report.has_corruption());
+    assert_eq!(report.records().count(), 0, "a corrupt chunk fails closed");
+    assert_eq!(report.last_authenticated_sequence(), Some(15));
+    // The writer's open finds no torn tail to record or prune, starts above every sequence that
+    // authenticated, and writes a new chunk: the replayed chunk is left exactly as found, for
+    // the owner to quarantine.
+    let mut w = writer(open_write(&layout), 13);
+    assert!(w.torn_tails_at_open().is_empty());
+    assert_eq!(w.high_water().map(|s| s.get()), Some(15));
+    let receipt = w.append(drafts[15..].to_vec()).unwrap();
+    assert_eq!(receipt.records[0].sequence, 16);
+    w.sync().unwrap();
+    drop(w);
+    assert_eq!(std::fs::read(&chunk).unwrap(), bytes);
+    let report = read_report(&layout);
+    let mut verdicts: Vec<_> = report.chunks.iter().map(|c| c.verdict.name()).collect();
+    verdicts.sort_unstable();
+    assert_eq!(verdicts, ["complete", "corrupt"]);
+    assert_eq!(report.records().count(), 1);
+}
+
+#[test]
 fn wrong_key_is_reported_as_probable_and_refused_for_writing() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("computer-history");
