@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -136,14 +136,23 @@ fn a_symlinked_or_fifo_chunk_is_unreadable_and_the_rest_still_reads() {
     let target = chunk_files(&layout).remove(0);
     std::os::unix::fs::symlink(&target, chunks.join(format!("{}.cborseq", "ab".repeat(16))))
         .unwrap();
-    // A FIFO under a chunk's name: opening it must neither block nor fail the read.
+    // A FIFO under a chunk's name: opening it must neither block nor fail the read. Made
+    // in-process: spawning `mkfifo` forks this test binary, and the child would hold every
+    // descriptor another test has open (a writer's `writer.lock` flock) until it execs.
     let fifo = chunks.join(format!("{}.cborseq", "cd".repeat(16)));
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
     assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
+        std::fs::symlink_metadata(&fifo)
             .unwrap()
-            .success()
+            .file_type()
+            .is_fifo()
     );
     let report = read_report(&layout);
     assert_eq!(report.records().count(), 2);
