@@ -10,10 +10,18 @@
 //! to any writer starts with a `Dropped` marker for it. While no writer runs (a restart), nothing
 //! is drained: the queue fills and capture counts drops; each tick that finds it holding
 //! something tells the supervisor, which counts it all as dropped once it gave up on the writer.
+//!
+//! At most one `Drain` waits in the mailbox ([`DrainWakeup`]). The ticker at every tick, and the
+//! ingress after a flush and after a writer change, each keep a [`StallWatch`]: a claim that a
+//! second look still finds held, with work waiting and no `Drain` taken in between, is presumed
+//! lost and one more `Drain` is sent, so a lost wake-up costs at most two ticks and never strands
+//! the queue until the next flush.
 
 use std::sync::{Arc, Mutex};
 
-use annal_engine::capture::{CaptureControl, CaptureDrain, Captured, DrainWakeup, Drained};
+use annal_engine::capture::{
+    CaptureControl, CaptureDrain, Captured, DrainWakeup, Drained, StallWatch,
+};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::supervisor::SupervisorMsg;
@@ -87,6 +95,9 @@ pub struct IngressState {
     /// Set while a `Drain` is queued for this actor: at most one ever waits in its mailbox, so
     /// a flush or close is never queued behind a pile of drains.
     drain_queued: DrainWakeup,
+    /// The ingress's own look at the claim after a flush or a writer change (the ticker keeps
+    /// another): heals a claim whose `Drain` was lost.
+    watch: StallWatch,
 }
 
 /// What the ingress starts with.
@@ -130,6 +141,7 @@ impl Ticker {
             .name("annal-ingress-tick".into())
             .spawn(move || {
                 let mut quiet = std::time::Duration::ZERO;
+                let mut watch = StallWatch::new();
                 loop {
                     let period = if quiet >= idle_after { idle } else { active };
                     match stopped.recv_timeout(period) {
@@ -138,11 +150,14 @@ impl Ticker {
                     }
                     if control.queued_events() > 0 || control.pending_drops() > 0 {
                         quiet = std::time::Duration::ZERO;
-                        if drain_queued.try_claim() && ingress.cast(IngressMsg::Drain).is_err() {
+                        if watch.claim_or_heal(&drain_queued)
+                            && ingress.cast(IngressMsg::Drain).is_err()
+                        {
                             break;
                         }
                     } else {
                         quiet += period;
+                        watch.idle();
                     }
                 }
             })?;
@@ -224,6 +239,21 @@ impl IngressState {
         )
     }
 
+    /// After a flush or a writer change drained what was queued: when more waits, sends a
+    /// `Drain` if the wake-up is free, or if this look and the previous one found it held with
+    /// no `Drain` taken in between (a lost one; `StallWatch`).
+    fn wake_if_work_waits(&mut self, myself: &ActorRef<IngressMsg>) {
+        if self.writer.is_some()
+            && (self.control.queued_events() > 0 || self.control.pending_drops() > 0)
+        {
+            if self.watch.claim_or_heal(&self.drain_queued) {
+                let _ = myself.cast(IngressMsg::Drain);
+            }
+        } else {
+            self.watch.idle();
+        }
+    }
+
     /// Drains what the queue holds now, not what keeps arriving (under a producer that never
     /// pauses a flush must still end): at most as many entries as were queued when it began,
     /// in batches of up to [`FLUSH_BATCH_MAX_EVENTS`] (one append before a flush's sync, not
@@ -273,6 +303,7 @@ impl Actor for IngressActor {
             control,
             ticker: Some(ticker),
             drain_queued,
+            watch: StallWatch::new(),
         })
     }
 
@@ -297,6 +328,7 @@ impl Actor for IngressActor {
             }
             IngressMsg::Flush { reply } => {
                 state.drain_all().await;
+                state.wake_if_work_waits(&myself);
                 // The writer syncs and answers the caller; the ingress goes back to draining.
                 // The sync comes before any later batch (the writer's mailbox is in order).
                 match &state.writer {
@@ -342,6 +374,7 @@ impl Actor for IngressActor {
             IngressMsg::Writer(writer) => {
                 state.writer = writer;
                 state.drain_all().await;
+                state.wake_if_work_waits(&myself);
             }
         }
         Ok(())

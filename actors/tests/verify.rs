@@ -10,7 +10,7 @@ mod support;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use annal_actors::{Engine, EngineConfig};
@@ -33,6 +33,24 @@ const REQUIRE_ENV: &str = "ANNAL_REQUIRE_REAL_KEY_STORES";
 const EVENTS_PER_SEAL: usize = 7_000;
 
 const ROOT: [u8; 32] = [0x5c; 32];
+
+/// Keeps a spawn from racing an engine restart. Every test here spawns `annal`, and a child
+/// forked while another test's in-process engine holds its store's `writer.lock` keeps a copy
+/// of that descriptor (and so the `flock`) until it execs. A test that shuts its engine down
+/// and starts it again on the same store (the credential-store tests) would then find the
+/// store `Locked`. Those tests take this exclusively; the others, whose engine (if any) is
+/// started once and never again, share it.
+static FORK_GATE: RwLock<()> = RwLock::new(());
+
+/// For a test that restarts an in-process engine: no other test of this binary runs beside it.
+fn restarts_engines() -> RwLockWriteGuard<'static, ()> {
+    FORK_GATE.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// For a test that spawns but never restarts an engine: runs beside others like it.
+fn spawns_only() -> RwLockReadGuard<'static, ()> {
+    FORK_GATE.read().unwrap_or_else(PoisonError::into_inner)
+}
 
 fn key_file(dir: &Path, root: &[u8; 32]) -> std::path::PathBuf {
     let path = dir.join("key.hex");
@@ -94,6 +112,7 @@ fn findings(value: &serde_json::Value) -> Vec<String> {
 
 #[test]
 fn a_store_the_engine_wrote_verifies_clean_and_a_deleted_chunk_is_missing() {
+    let _gate = spawns_only();
     let dir = tempfile::tempdir().unwrap();
     let ns_dir = engine_store(dir.path());
     let key = key_file(dir.path(), &ROOT);
@@ -123,6 +142,7 @@ fn a_store_the_engine_wrote_verifies_clean_and_a_deleted_chunk_is_missing() {
 
 #[test]
 fn the_reference_fixture_verifies_clean_without_seals_and_a_wrong_key_does_not() {
+    let _gate = spawns_only();
     let dir = tempfile::tempdir().unwrap();
     let store =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/cua-reference/store");
@@ -221,6 +241,7 @@ fn checkpoint_ordinal(sandbox: &Sandbox, provider: &Arc<dyn KeyProvider>) -> Opt
 
 #[test]
 fn the_directory_put_back_as_an_older_copy_is_rolled_back_however_far_a_writer_seals_on() {
+    let _gate = restarts_engines();
     let test = "the_directory_put_back_as_an_older_copy_is_rolled_back";
     let Some(provider) = keyutils(test) else {
         return;
@@ -317,6 +338,7 @@ fn health_after_writes(sandbox: &Sandbox, provider: &Arc<dyn KeyProvider>) -> He
 
 #[test]
 fn a_lost_checkpoint_is_checkpoint_missing_until_the_next_writer_mends_it() {
+    let _gate = restarts_engines();
     let test = "a_lost_checkpoint_is_checkpoint_missing_until_the_next_writer_mends_it";
     let Some(provider) = keyutils(test) else {
         return;

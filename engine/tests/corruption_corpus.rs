@@ -215,10 +215,21 @@ fn records_swapped() {
     bytes.extend(fx.record_bytes(3));
     bytes.extend(&fx.chunk_bytes[off(&fx, 5)..]);
     assert_eq!(bytes.len(), fx.chunk_bytes.len());
-    assert_eq!(
-        verdict(&fx, &bytes),
-        corrupt(Some(3), off(&fx, 3), CorruptReason::IvPositionMismatch)
-    );
+    let expected = corrupt(Some(3), off(&fx, 3), CorruptReason::IvPositionMismatch);
+    assert_eq!(verdict(&fx, &bytes), expected);
+    assert_eq!(newest(&fx, &bytes), expected);
+}
+
+#[test]
+fn last_two_records_swapped() {
+    let fx = fixture();
+    let mut bytes = fx.chunk_bytes[..off(&fx, 14)].to_vec();
+    bytes.extend(fx.record_bytes(15));
+    bytes.extend(fx.record_bytes(14));
+    assert_eq!(bytes.len(), fx.chunk_bytes.len());
+    let expected = corrupt(Some(14), off(&fx, 14), CorruptReason::IvPositionMismatch);
+    assert_eq!(verdict(&fx, &bytes), expected);
+    assert_eq!(newest(&fx, &bytes), expected);
 }
 
 #[test]
@@ -227,25 +238,113 @@ fn record_duplicated() {
     let mut bytes = fx.chunk_bytes[..off(&fx, 4)].to_vec();
     bytes.extend(fx.record_bytes(3));
     bytes.extend(&fx.chunk_bytes[off(&fx, 4)..]);
-    assert_eq!(
-        verdict(&fx, &bytes),
-        corrupt(Some(4), off(&fx, 4), CorruptReason::IvPositionMismatch)
-    );
+    let expected = corrupt(Some(4), off(&fx, 4), CorruptReason::IvPositionMismatch);
+    assert_eq!(verdict(&fx, &bytes), expected);
+    assert_eq!(newest(&fx, &bytes), expected);
 }
 
 #[test]
 fn duplicated_last_record_appended() {
+    // A copy of the last record appended again: it authenticates under its own IV (position
+    // 15), so the key wrote it and no crash did. Corrupt in the newest chunk too: tamper
+    // evidence must not depend on where the replay sits.
     let fx = fixture();
     let mut bytes = fx.chunk_bytes.clone();
     bytes.extend(fx.record_bytes(15));
-    assert_eq!(
-        verdict(&fx, &bytes),
-        corrupt(
-            Some(16),
-            fx.chunk_bytes.len(),
-            CorruptReason::IvPositionMismatch
-        )
+    let expected = corrupt(
+        Some(16),
+        fx.chunk_bytes.len(),
+        CorruptReason::IvPositionMismatch,
     );
+    assert_eq!(verdict(&fx, &bytes), expected);
+    assert_eq!(newest(&fx, &bytes), expected);
+}
+
+#[test]
+fn duplicated_last_record_followed_by_a_torn_one() {
+    // The replayed copy, then the torn prefix of the record the writer would have put after
+    // it: the torn bytes cannot make the replay a crash's leftovers.
+    let fx = fixture();
+    let mut plaintexts: Vec<&[u8]> = fx.records.iter().map(|r| r.plaintext.as_bytes()).collect();
+    plaintexts.push(b"never authenticated: only its first bytes reach the file");
+    let resealed = sealed(&fx, &plaintexts);
+    assert_eq!(&resealed[..fx.chunk_bytes.len()], fx.chunk_bytes.as_slice());
+    let mut bytes = fx.chunk_bytes.clone();
+    bytes.extend(fx.record_bytes(15));
+    bytes.extend(&resealed[fx.chunk_bytes.len()..fx.chunk_bytes.len() + 30]);
+    let expected = corrupt(
+        Some(16),
+        fx.chunk_bytes.len(),
+        CorruptReason::IvPositionMismatch,
+    );
+    assert_eq!(verdict(&fx, &bytes), expected);
+    assert_eq!(newest(&fx, &bytes), expected);
+    // The same torn prefix without the replay before it is a crash's tail.
+    let mut torn = fx.chunk_bytes.clone();
+    torn.extend(&resealed[fx.chunk_bytes.len()..fx.chunk_bytes.len() + 30]);
+    assert_torn(&newest(&fx, &torn), 16, fx.chunk_bytes.len());
+}
+
+#[test]
+fn duplicated_last_record_followed_by_zeros() {
+    let fx = fixture();
+    let mut bytes = fx.chunk_bytes.clone();
+    bytes.extend(fx.record_bytes(15));
+    bytes.extend([0u8; 200]);
+    let expected = corrupt(
+        Some(16),
+        fx.chunk_bytes.len(),
+        CorruptReason::IvPositionMismatch,
+    );
+    assert_eq!(verdict(&fx, &bytes), expected);
+    assert_eq!(newest(&fx, &bytes), expected);
+}
+
+#[test]
+fn last_record_moved_up_over_a_removed_one() {
+    // Record 14 cut out, record 15 closes the gap: at position 14 sits a record that
+    // authenticates at position 15. Reordered, not torn.
+    let fx = fixture();
+    let mut bytes = fx.chunk_bytes[..off(&fx, 14)].to_vec();
+    bytes.extend(fx.record_bytes(15));
+    let expected = corrupt(Some(14), off(&fx, 14), CorruptReason::IvPositionMismatch);
+    assert_eq!(verdict(&fx, &bytes), expected);
+    assert_eq!(newest(&fx, &bytes), expected);
+}
+
+#[test]
+fn an_earlier_record_replayed_after_garbage_at_the_tail() {
+    // Garbage where record 15 was, then a copy of record 3: the copy authenticates under its
+    // own IV, so the bytes before it are no crash's leftovers either.
+    let fx = fixture();
+    let mut bytes = fx.chunk_bytes[..off(&fx, 15)].to_vec();
+    bytes.extend(b"\x01\x02garbage");
+    bytes.extend(fx.record_bytes(3));
+    let expected = corrupt(Some(15), off(&fx, 15), CorruptReason::TrailingGarbage);
+    assert_eq!(verdict(&fx, &bytes), expected);
+    assert_eq!(newest(&fx, &bytes), expected);
+}
+
+#[test]
+fn an_earlier_record_replayed_after_a_torn_one() {
+    // Record 15 torn after 100 bytes, then a copy of record 0: whatever the torn bytes decode
+    // as, the copy of record 0 inside the tail still authenticates at its own position, so the
+    // tail is no crash's leftovers.
+    let fx = fixture();
+    let mut bytes = fx.chunk_bytes[..off(&fx, 15) + 100].to_vec();
+    bytes.extend(fx.record_bytes(0));
+    let older = verdict(&fx, &bytes);
+    assert!(
+        matches!(
+            older,
+            ChunkVerdict::Corrupt {
+                record_index: Some(15),
+                ..
+            }
+        ),
+        "{older:?}"
+    );
+    assert_eq!(newest(&fx, &bytes), older);
 }
 
 /// A chunk of the same stream (same root key) with another id and nonce prefix, holding the

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -136,14 +136,23 @@ fn a_symlinked_or_fifo_chunk_is_unreadable_and_the_rest_still_reads() {
     let target = chunk_files(&layout).remove(0);
     std::os::unix::fs::symlink(&target, chunks.join(format!("{}.cborseq", "ab".repeat(16))))
         .unwrap();
-    // A FIFO under a chunk's name: opening it must neither block nor fail the read.
+    // A FIFO under a chunk's name: opening it must neither block nor fail the read. Made
+    // in-process: spawning `mkfifo` forks this test binary, and the child would hold every
+    // descriptor another test has open (a writer's `writer.lock` flock) until it execs.
     let fifo = chunks.join(format!("{}.cborseq", "cd".repeat(16)));
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
     assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
+        std::fs::symlink_metadata(&fifo)
             .unwrap()
-            .success()
+            .file_type()
+            .is_fifo()
     );
     let report = read_report(&layout);
     assert_eq!(report.records().count(), 2);
@@ -544,6 +553,59 @@ fn a_torn_tail_after_a_crash_stays_readable_and_is_never_appended_to() {
     assert_eq!(verdicts, ["torn_tail", "complete"]);
     assert!(!report.has_corruption());
     assert_eq!(report.records().count(), 15);
+}
+
+#[test]
+fn a_replayed_last_record_in_the_newest_chunk_is_corrupt_and_never_taken_for_a_torn_tail() {
+    let (_dir, layout) = new_store();
+    let drafts = fixture_drafts();
+    let mut w = writer(open_write(&layout), 12);
+    w.append(drafts[..15].to_vec()).unwrap();
+    w.sync().unwrap();
+    drop(w);
+    let chunk = chunk_files(&layout).remove(0);
+    let report = read_report(&layout);
+    let last = report.chunks[0].verdict.records()[14].clone();
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    let clean_len = bytes.len() as u64;
+    let last_bytes = bytes[last.offset as usize..(last.offset + last.len) as usize].to_vec();
+    // A copy of the last record appended again, then the first bytes of another copy (what a
+    // torn append would look like, were the replay a crash).
+    bytes.extend(&last_bytes);
+    bytes.extend(&last_bytes[..40]);
+    std::fs::write(&chunk, &bytes).unwrap();
+    let report = read_report(&layout);
+    assert!(
+        matches!(
+            report.chunks[0].verdict,
+            ChunkVerdict::Corrupt {
+                record_index: Some(15),
+                reason: CorruptReason::IvPositionMismatch,
+                offset,
+            } if offset == clean_len
+        ),
+        "{:?}",
+        report.chunks[0].verdict.name()
+    );
+    assert!(report.has_corruption());
+    assert_eq!(report.records().count(), 0, "a corrupt chunk fails closed");
+    assert_eq!(report.last_authenticated_sequence(), Some(15));
+    // The writer's open finds no torn tail to record or prune, starts above every sequence that
+    // authenticated, and writes a new chunk: the replayed chunk is left exactly as found, for
+    // the owner to quarantine.
+    let mut w = writer(open_write(&layout), 13);
+    assert!(w.torn_tails_at_open().is_empty());
+    assert_eq!(w.high_water().map(|s| s.get()), Some(15));
+    let receipt = w.append(drafts[15..].to_vec()).unwrap();
+    assert_eq!(receipt.records[0].sequence, 16);
+    w.sync().unwrap();
+    drop(w);
+    assert_eq!(std::fs::read(&chunk).unwrap(), bytes);
+    let report = read_report(&layout);
+    let mut verdicts: Vec<_> = report.chunks.iter().map(|c| c.verdict.name()).collect();
+    verdicts.sort_unstable();
+    assert_eq!(verdicts, ["complete", "corrupt"]);
+    assert_eq!(report.records().count(), 1);
 }
 
 #[test]

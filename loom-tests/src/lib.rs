@@ -25,9 +25,10 @@
 //!
 //! - [`drain_wakeup`]: `engine/src/capture/wakeup.rs`, the ingress's one-pending-`Drain` flag,
 //!   included verbatim.
-//! - `tests/drain_wakeup.rs`: its model: never two `Drain` messages in flight, and items left
-//!   queued always have one pending (no lost wake-up); and a control that releases the flag
-//!   only after a drain that found items, which loom must catch.
+//! - `tests/drain_wakeup.rs`: its models: never two `Drain` messages in flight, and items left
+//!   queued always have one pending (no lost wake-up); a `Drain` that is lost after its claim is
+//!   sent again by the ticker's `StallWatch` (never three in flight); and two controls loom must
+//!   catch (the flag released only after a drain that found items; looks that never heal).
 //!
 //! Each model file is `#![cfg(loom)]`, so a plain `cargo test` compiles it away. Run them with
 //! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p annal-loom-tests --release`

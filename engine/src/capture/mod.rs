@@ -44,8 +44,8 @@
 //!   After close every capture call is refused and not counted.
 //!
 //! The concurrent core (queue, counters, gate, close, action numbers) is `channel.rs` and the
-//! drain side's one-pending-wake-up flag is `wakeup.rs` ([`DrainWakeup`]); both are
-//! model-checked by `loom-tests`.
+//! drain side's one-pending-wake-up flag, with the [`StallWatch`] that heals a claim whose
+//! message was lost, is `wakeup.rs` ([`DrainWakeup`]); both are model-checked by `loom-tests`.
 
 mod channel;
 mod stamp;
@@ -64,7 +64,7 @@ use crate::sync::Arc;
 pub use channel::{Admission, Drained, FinalDrain};
 use channel::{Channel, Start};
 use stamp::{Stamp, Stamper};
-pub use wakeup::DrainWakeup;
+pub use wakeup::{DrainWakeup, StallWatch};
 
 /// Default capacity of the capture queue, in events (ARCHITECTURE.md section 4). At crossbeam's
 /// ~60-90 ns per push a burst of 512 events takes a producer ~40 us, far longer than agents

@@ -862,4 +862,43 @@ fn an_identity_outside_the_write_rules_is_drained_without_the_offending_fields()
             assert_eq!(context.target().application, kept);
         }
     }
+
+#[test]
+fn a_claim_whose_drain_was_lost_is_healed_at_the_second_look_and_only_once() {
+    let wakeup = DrainWakeup::new();
+    let mut ticker = StallWatch::new();
+    // A claim whose message is lost: claimed, never taken.
+    assert!(wakeup.try_claim());
+    // The first look finds it held: it may just be slow; nothing is sent.
+    assert!(!ticker.claim_or_heal(&wakeup));
+    // The second look, with no message taken in between: presumed lost, one more is sent.
+    assert!(ticker.claim_or_heal(&wakeup));
+    // Once per stall: later looks send nothing more until a message is taken.
+    assert!(!ticker.claim_or_heal(&wakeup));
+    assert!(!ticker.claim_or_heal(&wakeup));
+    // The healing message is taken: the flag is free again and the next look claims.
+    wakeup.release();
+    assert!(ticker.claim_or_heal(&wakeup));
+    assert!(!wakeup.try_claim());
+}
+
+#[test]
+fn a_claim_that_moves_between_looks_is_never_healed() {
+    let wakeup = DrainWakeup::new();
+    let mut ticker = StallWatch::new();
+    let mut ingress = StallWatch::new();
+    assert!(ticker.claim_or_heal(&wakeup));
+    for _ in 0..10 {
+        // Found held, then taken and claimed again before the next look: a busy stream, not a
+        // lost message.
+        assert!(!ticker.claim_or_heal(&wakeup));
+        assert!(!ingress.claim_or_heal(&wakeup));
+        wakeup.release();
+        assert!(wakeup.try_claim());
+    }
+    // A look that finds no work forgets what it saw: the next held claim is new to it.
+    assert!(!ticker.claim_or_heal(&wakeup));
+    ticker.idle();
+    assert!(!ticker.claim_or_heal(&wakeup));
+    assert!(ticker.claim_or_heal(&wakeup));
 }

@@ -5,8 +5,12 @@
 //!
 //! - an authenticated record that breaks the schema or the sequence order, or a bad header, is
 //!   always [`ChunkVerdict::Corrupt`]: the writer sealed it with the key, no crash makes that;
-//! - anything that does not authenticate as the next record (an incomplete item, zeros, other
-//!   bytes, a record with the wrong IV or a bad tag) is the chunk's *tail*. Under
+//! - so is a whole record that authenticates under the IV it carries but stands at another
+//!   position (replayed, duplicated, reordered: `iv_position_mismatch`), and so is any damage
+//!   followed by a record of the chunk that still authenticates, at whatever position its IV
+//!   names: a crash cannot write a record the key authenticates, and tears only a file's end;
+//! - anything else that does not authenticate as the next record (an incomplete item, zeros,
+//!   other bytes, a record with a bad tag) is the chunk's *tail*. Under
 //!   [`TailRule::MayBeTorn`] (the newest chunk of a stream, the only place a crash leaves one)
 //!   the tail is a crash's leftovers: [`ChunkVerdict::TornTail`], with the records before it
 //!   readable. Under [`TailRule::MustBeClean`] it is corruption, with the precise reason.
@@ -56,7 +60,8 @@ pub enum ChunkVerdict<E = annal_schema::Event> {
         records: Vec<Record<E>>,
     },
     /// The newest chunk of a stream, whose records are followed by bytes that do not
-    /// authenticate as the next record: what a crash during an append leaves behind.
+    /// authenticate at all (no whole record of the chunk is among them): what a crash during
+    /// an append leaves behind.
     TornTail {
         /// The valid records before the tail.
         records: Vec<Record<E>>,
@@ -218,8 +223,8 @@ pub struct ChunkReading<E = annal_schema::Event> {
 /// Whether a chunk may end in a torn tail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TailRule {
-    /// The newest chunk of its stream: bytes after the last authenticated record are a crash's
-    /// leftovers.
+    /// The newest chunk of its stream: bytes after the last authenticated record that do not
+    /// authenticate are a crash's leftovers (a record that does, at the wrong position, never is).
     MayBeTorn,
     /// Any other chunk: it must end exactly after its last record.
     MustBeClean,
@@ -230,7 +235,8 @@ pub enum TailRule {
 pub enum ScanEnd {
     /// At the end of the file, on an item boundary.
     Clean,
-    /// At bytes that do not authenticate as the record at `record_index`.
+    /// At bytes that do not authenticate as the record at `record_index`, nor as any record of
+    /// the chunk under its own IV.
     Tail {
         /// Where the tail starts (the valid prefix's length).
         valid_len: u64,
@@ -239,8 +245,9 @@ pub enum ScanEnd {
         /// What the bytes there are (the reason given when the chunk must be clean).
         reason: CorruptReason,
     },
-    /// At a fault no crash produces: a bad header, or an authenticated record that breaks the
-    /// schema or the order.
+    /// At a fault no crash produces: a bad header, an authenticated record that breaks the
+    /// schema or the order, a record that authenticates under its own IV at the wrong position,
+    /// or damage with an authenticated record after it.
     Fault {
         /// The record at fault; `None` for the header.
         record_index: Option<u64>,
@@ -440,14 +447,17 @@ pub fn scan_chunk<S: RecordSchema>(
         };
         let (item, rest) = before.split_at(item_len);
         cursor = rest;
-        let plaintext = match opener.cipher.open_record(item, position) {
-            Ok(plaintext) => plaintext,
-            Err(reason) => break tail(reason),
-        };
         let fault = |reason| ScanEnd::Fault {
             record_index: Some(position),
             offset: offset as u64,
             reason,
+        };
+        let plaintext = match opener.cipher.open_record(item, position) {
+            Ok(plaintext) => plaintext,
+            // A whole record the key authenticates, at the wrong position: the key wrote it, no
+            // crash did. Corrupt wherever it stands, the end of the newest chunk included.
+            Err(reason) if opener.cipher.authenticates_under_own_iv(item) => break fault(reason),
+            Err(reason) => break tail(reason),
         };
         let record = match opener.validate::<S>(plaintext, item, position, offset as u64) {
             Ok(record) => record,
@@ -460,22 +470,19 @@ pub fn scan_chunk<S: RecordSchema>(
         last_sequence = Some(sequence);
         records.push(record);
     };
-    // Where the scan stopped early, look past it for records that still authenticate: they
-    // keep the writer's high-water mark above their sequences, and they decide that a tail is
-    // no tail (a crash tears the end of a file, never its middle, so a damaged record with
-    // valid records after it is tampering, in the newest chunk too).
+    // Where the scan stopped early, look past it for records that still authenticate, at any
+    // position their IV names: they keep the writer's high-water mark above their sequences,
+    // and they decide that a tail is no tail (a crash tears the end of a file, never its
+    // middle, and never writes a whole record the key authenticates, so damage with a valid
+    // record after it, later or replayed, is tampering, in the newest chunk too).
     let later = match end {
         ScanEnd::Clean => LaterRecords::default(),
-        ScanEnd::Tail {
-            valid_len,
-            record_index,
-            ..
-        }
+        ScanEnd::Tail { valid_len, .. }
         | ScanEnd::Fault {
-            record_index: Some(record_index),
+            record_index: Some(_),
             offset: valid_len,
             ..
-        } => opener.later_records::<S>(&bytes[valid_len as usize..], record_index),
+        } => opener.later_records::<S>(&bytes[valid_len as usize..]),
         ScanEnd::Fault { .. } => LaterRecords::default(),
     };
     let end = match end {
@@ -537,10 +544,10 @@ impl RecordOpener {
     }
 
     /// The records of this chunk that authenticate somewhere in `rest` after its first byte,
-    /// at any position from `position` on: found by their fixed framing and nonce prefix, opened
-    /// at the position their IV names. Only run on a chunk that already failed, so its cost
-    /// never reaches a healthy read.
-    fn later_records<S: RecordSchema>(&self, rest: &[u8], position: u64) -> LaterRecords {
+    /// at whatever position their IV names (a later one, or an earlier one replayed): found by
+    /// their fixed framing and nonce prefix, opened under their own IV. Only run on a chunk that
+    /// already failed, so its cost never reaches a healthy read.
+    fn later_records<S: RecordSchema>(&self, rest: &[u8]) -> LaterRecords {
         let mut marker = [0u8; RECORD_FRAMING_BEFORE_IV.len() + NONCE_PREFIX_LEN_BYTES];
         marker[..RECORD_FRAMING_BEFORE_IV.len()].copy_from_slice(&RECORD_FRAMING_BEFORE_IV);
         marker[RECORD_FRAMING_BEFORE_IV.len()..].copy_from_slice(&self.nonce_prefix);
@@ -553,9 +560,6 @@ impl RecordOpener {
             let mut counter = [0u8; 8];
             counter.copy_from_slice(&candidate[marker.len()..RECORD_FIXED_PREFIX_LEN_BYTES]);
             let claimed = u64::from_be_bytes(counter);
-            if claimed < position {
-                continue;
-            }
             let Some(len) = self.cipher.framed_record_len(candidate, claimed) else {
                 continue;
             };

@@ -209,6 +209,49 @@ impl ChunkCipher {
         }
     }
 
+    /// Whether `item` (exactly one CBOR item) is a record of this chunk that authenticates under
+    /// the IV it carries, whatever position that IV names: a record the key wrote, found where
+    /// it does not belong (replayed, duplicated, reordered). Bytes a crash leaves never pass
+    /// this. Only run on an item that already failed [`Self::open_record`], so its decode never
+    /// reaches a healthy read.
+    pub(crate) fn authenticates_under_own_iv(&self, item: &[u8]) -> bool {
+        let mut cursor = item;
+        let Ok(Value::Tag(COSE_ENCRYPT0_TAG, inner)) = decode_item(&mut cursor) else {
+            return false;
+        };
+        if !cursor.is_empty() {
+            return false;
+        }
+        let Value::Array(parts) = *inner else {
+            return false;
+        };
+        let Ok::<[Value; 3], _>(
+            [
+                Value::Bytes(protected),
+                Value::Map(unprotected),
+                Value::Bytes(ciphertext),
+            ],
+        ) = parts.try_into()
+        else {
+            return false;
+        };
+        // The AAD holds the exact protected bytes every record carries; a record spelled with
+        // others cannot authenticate under this chunk's Enc_structure.
+        if protected.as_slice() != PROTECTED_HEADER_BYTES {
+            return false;
+        }
+        let iv_label = Value::Integer(COSE_IV_LABEL.into());
+        let Some(iv) = unprotected.iter().find_map(|(label, value)| match value {
+            Value::Bytes(iv) if *label == iv_label => {
+                <[u8; IV_LEN_BYTES]>::try_from(iv.as_slice()).ok()
+            }
+            _ => None,
+        }) else {
+            return false;
+        };
+        self.open_detached(&iv, &ciphertext).is_ok()
+    }
+
     /// The slow path of [`Self::open_record`]: decodes `item` into a CBOR value, classifies what
     /// is wrong with it, and only if nothing is (not expected: the fast framing check accepts
     /// every well-formed record) decrypts it.

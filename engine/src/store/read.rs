@@ -10,7 +10,9 @@
 //! the newest chunk of its stream (each writer generation writes its own stream, and a writer
 //! that abandons a chunk after a write error starts a new one), so only there is it a
 //! [`ChunkVerdict::TornTail`]; in any other chunk the same bytes are
-//! [`ChunkVerdict::Corrupt`].
+//! [`ChunkVerdict::Corrupt`]. A record that authenticates under its own IV at the wrong
+//! position (replayed, duplicated, reordered) is never a tail: the chunk reader makes it
+//! corrupt wherever it stands (`profile::reader`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;

@@ -119,7 +119,10 @@ fn demo_dir() -> Result<(PathBuf, String), String> {
     OsEntropy.fill(&mut random).map_err(|e| e.to_string())?;
     let tag = annal_schema::ids::encode_lower_hex(&random);
     let dir = std::env::temp_dir().join(format!("annal-demo-{tag}"));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // 0700 at creation, like every directory annal makes (the temp directory itself exists).
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .create(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok((dir, tag))
 }
 

@@ -34,6 +34,9 @@ const SOCKET_NAME_HASH_HEX_CHARS: usize = 16;
 /// Mode of every directory annal creates for a store or a socket.
 const PRIVATE_DIR_MODE: u32 = 0o700;
 
+/// Mode of every file the CLI creates in the store directory (the key-store record).
+const PRIVATE_FILE_MODE: u32 = 0o600;
+
 /// One store, as the global options name it.
 #[derive(Debug, Clone)]
 pub struct Location {
@@ -122,11 +125,28 @@ impl Location {
         })
     }
 
-    /// Records `kind` as the store's credential store.
+    /// Records `kind` as the store's credential store. The file is created 0600 (never with
+    /// the umask's mode and narrowed later); one an older annal wrote wider is narrowed through
+    /// its open descriptor.
     pub fn record_key_store(&self, kind: &str) -> Result<(), CliError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
         let path = self.dir.join(KEY_STORE_RECORD_FILE_NAME);
-        std::fs::write(&path, format!("{kind}\n"))
-            .map_err(|e| CliError::unavailable(format!("{}: {e}", path.display())))
+        let failed = |e: std::io::Error| CliError::unavailable(format!("{}: {e}", path.display()));
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(PRIVATE_FILE_MODE)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&path)
+            .map_err(failed)?;
+        if file.metadata().map_err(failed)?.mode() & 0o7777 != PRIVATE_FILE_MODE {
+            file.set_permissions(std::fs::Permissions::from_mode(PRIVATE_FILE_MODE))
+                .map_err(failed)?;
+        }
+        file.write_all(format!("{kind}\n").as_bytes())
+            .map_err(failed)
     }
 
     /// The choice to open: the recorded store when there is one (an explicit other choice is
