@@ -862,6 +862,7 @@ fn an_identity_outside_the_write_rules_is_drained_without_the_offending_fields()
             assert_eq!(context.target().application, kept);
         }
     }
+}
 
 #[test]
 fn a_claim_whose_drain_was_lost_is_healed_at_the_second_look_and_only_once() {
