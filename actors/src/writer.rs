@@ -803,6 +803,11 @@ impl WriterState {
     /// The contract's status, from the journal's current projection (health included: a fold
     /// over the persisted signals and the live drop count).
     async fn status(&mut self) -> StatusResponse {
+        // Read from the directories, as the reference reads them (the running count adds only
+        // records, not the headers of chunks created since).
+        if let Some(storage) = self.storage.get() {
+            self.bytes = StoreBytes::read(storage.as_ref());
+        }
         let admitted = self.config.admitted;
         let pending_drops = self.capture.pending_drops() + self.lost_unreported;
         let reading = ractor::call_t!(

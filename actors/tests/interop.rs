@@ -433,3 +433,34 @@ fn after_a_writer_crash_the_skip_is_recorded_and_accounts_for_the_only_gap() {
         "bounded by the reservation"
     );
 }
+
+/// Bytes of the regular files directly in `dir`.
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().metadata().unwrap())
+        .filter(|meta| meta.is_file())
+        .map(|meta| meta.len())
+        .sum()
+}
+
+#[test]
+fn bytes_used_counts_the_contract_stores_chunks_as_the_reference_does() {
+    let s = setup();
+    let engine = s.start();
+    engine.enable().unwrap();
+    for _ in 0..5 {
+        assert_eq!(capture_one(&engine), Admission::Accepted);
+    }
+    let status = engine.flush().unwrap();
+    let chunks = dir_bytes(&s.layout.history_root().join("chunks"));
+    let journal = dir_bytes(&s.layout.sidecar().unwrap().join("journal"));
+    assert!(chunks > 0 && journal > 0);
+    // The reference's `bytes_used`: its `chunks/` only, never annal's sidecar journal.
+    assert_eq!(status.bytes_used, chunks);
+    engine.shutdown();
+    let engine = s.start();
+    let chunks = dir_bytes(&s.layout.history_root().join("chunks"));
+    assert_eq!(engine.status().unwrap().bytes_used, chunks);
+    engine.shutdown();
+}
