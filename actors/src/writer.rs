@@ -8,6 +8,13 @@
 //! batch would pass the reservation (durable before the history write, so a sequence is never
 //! reused), appends the batch through `StoreWriter<History>`, and syncs on the next tick (group
 //! commit) or at once for a flush or control operation.
+//!
+//! At open it reads the contract's on/off state beside the journal (`state.json` and the newest
+//! unread lifecycle `control` event): a disable or pause another implementation wrote wins, is
+//! journaled with its source, and annal's answer is written back to both places
+//! (`docs/design.md`, "One truth about on and off"). It records the sequences a crashed
+//! predecessor skipped, and a clean stop releases the rest of its reservation, so a clean
+//! restart leaves no gap ("No gap without a cause").
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
@@ -41,7 +48,8 @@ use crate::key_custody::{KeyCustodyMsg, StreamKeys};
 /// How many sequences the writer reserves in the journal at a time. The reservation is made
 /// durable before any history record uses one of its sequences, so after a crash the next
 /// generation starts above it: sequences are never reused, at the cost of a gap of at most
-/// this many numbers per restart (gaps are valid evidence in the contract). Each reservation is
+/// this many numbers per crash, recorded as skipped (a clean stop releases what it did not
+/// hand out, so a clean restart leaves none). Each reservation is
 /// a durable journal append on the writer's path (~0.4 ms here): at 4,096 a 100,000-event
 /// stream made 24 of them, one in every ~5 commits; at 65,536 it makes two.
 pub const SEQUENCE_RESERVE_BLOCK: u64 = 65_536;

@@ -614,7 +614,7 @@ fn a_skip_after_a_crash_is_recorded_once_and_apart_from_drops() {
         first_sequence: 5,
         last_sequence: 10,
     };
-    given(&[lost.clone()])
+    given(std::slice::from_ref(&lost))
         .when_by(daemon, skip(5, 10))
         .then_expect_nothing();
     given(&[lost.clone(), skipped(11, 20)])
