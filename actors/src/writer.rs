@@ -8,6 +8,13 @@
 //! batch would pass the reservation (durable before the history write, so a sequence is never
 //! reused), appends the batch through `StoreWriter<History>`, and syncs on the next tick (group
 //! commit) or at once for a flush or control operation.
+//!
+//! At open it reads the contract's on/off state beside the journal (`state.json` and the newest
+//! unread lifecycle `control` event): a disable or pause another implementation wrote wins, is
+//! journaled with its source, and annal's answer is written back to both places
+//! (`docs/design.md`, "One truth about on and off"). It records the sequences a crashed
+//! predecessor skipped, and a clean stop releases the rest of its reservation, so a clean
+//! restart leaves no gap ("No gap without a cause").
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
@@ -18,12 +25,14 @@ use annal_engine::capture::{
 };
 use annal_engine::clock::Clock;
 use annal_engine::health::{KeyFault, Signal, SignalKind, StorageFault};
-use annal_engine::journal::{CallerKind, Command, JournalEvent, State as Projection, decide};
+use annal_engine::journal::{
+    CallerKind, Command, ContractSource, JournalEvent, State as Projection, decide,
+};
 use annal_engine::keys::{KeyError, SessionIdKey};
 use annal_engine::storage::{Access, Storage};
 use annal_engine::store::{
-    AppendError, AppendReceipt, History, StateMirror, StoreWriter, WriterConfig, create_store,
-    open_store, write_state_mirror,
+    AppendError, AppendReceipt, ControlRead, History, OpenState, StateMirror, StoreWriter,
+    WriterConfig, create_store, open_store, read_state_mirror, write_state_mirror,
 };
 use annal_schema::tools::{STORAGE_PROFILE_ID, StatusResponse};
 use annal_schema::{
@@ -39,7 +48,8 @@ use crate::key_custody::{KeyCustodyMsg, StreamKeys};
 /// How many sequences the writer reserves in the journal at a time. The reservation is made
 /// durable before any history record uses one of its sequences, so after a crash the next
 /// generation starts above it: sequences are never reused, at the cost of a gap of at most
-/// this many numbers per restart (gaps are valid evidence in the contract). Each reservation is
+/// this many numbers per crash, recorded as skipped (a clean stop releases what it did not
+/// hand out, so a clean restart leaves none). Each reservation is
 /// a durable journal append on the writer's path (~0.4 ms here): at 4,096 a 100,000-event
 /// stream made 24 of them, one in every ~5 commits; at 65,536 it makes two.
 pub const SEQUENCE_RESERVE_BLOCK: u64 = 65_536;
@@ -315,8 +325,9 @@ pub struct WriterState {
     lost_unreported: u64,
     /// Raw label -> keyed session id.
     session_ids: SessionIds,
-    /// Encrypted bytes in the store, as far as this writer knows.
-    bytes_used: u64,
+    /// Encrypted bytes in the store, as far as this writer knows: the history's chunks (the
+    /// contract's `bytes_used`) and annal's journal chunks; the quota counts both.
+    bytes: StoreBytes,
     /// This actor, for arming the group-commit timer.
     myself: ActorRef<WriterMsg>,
     /// Whether a group-commit tick is armed (an idle writer has none).
@@ -487,19 +498,40 @@ impl SealJob {
 /// The Writer actor.
 pub struct WriterActor;
 
-/// Bytes of every chunk file in the store (history and journal).
-fn store_bytes(storage: &dyn Storage) -> u64 {
-    use annal_engine::storage::Area;
-    [Area::Chunks, Area::Journal]
-        .into_iter()
-        .filter_map(|area| storage.list(area).ok().map(|entries| (area, entries)))
-        .flat_map(|(area, entries)| {
-            entries
+/// Encrypted bytes of the store's chunk files, by stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct StoreBytes {
+    /// The history's chunks (`computer-history/chunks/`): what the reference counts as
+    /// `bytes_used`, and what the contract's status reports.
+    history: u64,
+    /// annal's journal chunks (the sidecar's `engine/journal/`).
+    journal: u64,
+}
+
+impl StoreBytes {
+    /// Both, read from the directories.
+    fn read(storage: &dyn Storage) -> Self {
+        use annal_engine::storage::Area;
+        let of = |area: Area| -> u64 {
+            storage
+                .list(area)
+                .ok()
                 .into_iter()
-                .filter_map(move |e| e.file_name().map(|name| (area, name)))
-        })
-        .filter_map(|(area, name)| storage.open_read(area, &name).ok().map(|f| f.len()))
-        .sum()
+                .flatten()
+                .filter_map(|entry| entry.file_name())
+                .filter_map(|name| storage.open_read(area, &name).ok().map(|f| f.len()))
+                .sum()
+        };
+        Self {
+            history: of(Area::Chunks),
+            journal: of(Area::Journal),
+        }
+    }
+
+    /// What the quota counts: history and journal chunks (`docs/design.md`, "Pruning").
+    fn total(self) -> u64 {
+        self.history.saturating_add(self.journal)
+    }
 }
 
 /// The drop markers of one history batch, by their place in it: what a failed append lost is
@@ -655,7 +687,7 @@ impl WriterState {
     /// what eviction cannot free (the open chunk, unsealed chunks, the journal) stops capture
     /// under `evict_oldest`.
     fn check_quota(&mut self) {
-        let at = self.open.is_some() && self.bytes_used >= self.projection.quota_bytes;
+        let at = self.open.is_some() && self.bytes.total() >= self.projection.quota_bytes;
         if at != self.at_quota {
             self.at_quota = at;
             self.signal(if at {
@@ -682,7 +714,7 @@ impl WriterState {
     fn eviction(&self) -> Option<annal_engine::store::Eviction> {
         (self.projection.on_quota == annal_engine::journal::OnQuota::EvictOldest).then_some(
             annal_engine::store::Eviction {
-                used_bytes: self.bytes_used,
+                used_bytes: self.bytes.total(),
                 quota_bytes: self.projection.quota_bytes,
             },
         )
@@ -779,7 +811,7 @@ impl WriterState {
             Some(open) => open.pruner.remove_recorded(storage.as_ref()),
             None => return,
         };
-        self.bytes_used = store_bytes(storage.as_ref());
+        self.bytes = StoreBytes::read(storage.as_ref());
         if removed.is_err() {
             let _ = self.storage_fault(HealthCategory::StorageUnavailable);
         }
@@ -788,6 +820,11 @@ impl WriterState {
     /// The contract's status, from the journal's current projection (health included: a fold
     /// over the persisted signals and the live drop count).
     async fn status(&mut self) -> StatusResponse {
+        // Read from the directories, as the reference reads them (the running count adds only
+        // records, not the headers of chunks created since).
+        if let Some(storage) = self.storage.get() {
+            self.bytes = StoreBytes::read(storage.as_ref());
+        }
         let admitted = self.config.admitted;
         let pending_drops = self.capture.pending_drops() + self.lost_unreported;
         let reading = ractor::call_t!(
@@ -800,7 +837,7 @@ impl WriterState {
             CHILD_CALL_DEADLINE_MS
         )
         .unwrap_or_else(|_| self.projection.status_reading(admitted, pending_drops));
-        status_from(&self.config, reading, self.bytes_used, pending_drops)
+        status_from(&self.config, reading, self.bytes.history, pending_drops)
     }
 
     /// Opens the store (creating it when `create`), loads the key (creating it when `create`),
@@ -931,7 +968,9 @@ impl WriterState {
             pruner
         })
         .unwrap_or_default();
-        self.bytes_used = store_bytes(storage.as_ref());
+        self.bytes = StoreBytes::read(storage.as_ref());
+        let journal_floor = projection.history_high_water;
+        let open_state = history.open_state();
         self.projection = projection;
         self.at_quota = false;
         self.open = Some(Open {
@@ -945,10 +984,118 @@ impl WriterState {
         if !leftovers.is_empty() {
             self.seal(&leftovers).await;
         }
+        self.record_skip(journal_floor, open_state);
+        self.reconcile_contract(open_state.newest_control).await;
         self.prune().await;
         self.check_quota();
         self.mark_owed_drops().await;
         Ok(())
+    }
+
+    /// The sequences this writer skips: above what the store holds and through the journal's
+    /// mark, which only a writer that did not stop cleanly leaves above it (a clean stop
+    /// releases the rest of its reservation, [`WriterState::release_sequences`]). Recorded
+    /// once, so a reader tells this gap from drops (`State::skipped`).
+    fn record_skip(&mut self, journal_floor: Option<u64>, open_state: OpenState) {
+        let stored = open_state.stored_high_water.map_or(0, |s| s.get());
+        let Some(floor) = journal_floor.filter(|&floor| floor > stored) else {
+            return;
+        };
+        let command = Command::RecordSkip {
+            first_sequence: stored + 1,
+            last_sequence: floor,
+        };
+        if let Ok(events) = decide(&self.projection, command, CallerKind::Daemon)
+            && !events.is_empty()
+        {
+            for event in &events {
+                self.projection.apply(event);
+            }
+            let _ = self.journal.cast(JournalMsg::Record(events));
+        }
+    }
+
+    /// One truth about on and off (`docs/design.md`): reads the contract's state beside the
+    /// journal, `state.json` and the newest lifecycle `control` event of the history stream
+    /// not read before (`newest`, from the chunks this open read), and journals what it says
+    /// (`contract_observed`, with its source): a disable or a pause wins, a widening is never
+    /// taken. Then writes the answer back to whichever place says otherwise, in the contract's
+    /// form: `state.json`, and a `control` event when the stream's last word disagrees.
+    async fn reconcile_contract(&mut self, newest: Option<ControlRead>) {
+        let Some(storage) = self.storage.get().cloned() else {
+            return;
+        };
+        let file = read_state_mirror(storage.as_ref()).ok().flatten();
+        let unread = newest.filter(|read| read.sequence > self.projection.contract_read_through);
+        let mut observations = Vec::new();
+        if let Some(read) = unread {
+            observations.push(Command::ObserveContract {
+                operation: read.operation,
+                source: ContractSource::ControlEvent,
+                sequence: read.sequence,
+            });
+        }
+        if let Some(operation) = file.and_then(narrowing_of) {
+            observations.push(Command::ObserveContract {
+                operation,
+                source: ContractSource::StateFile,
+                sequence: 0,
+            });
+        }
+        let before = (self.projection.enabled, self.projection.paused);
+        let mut events = Vec::new();
+        for command in observations {
+            if let Ok(decided) = decide(&self.projection, command, CallerKind::Daemon) {
+                for event in &decided {
+                    self.projection.apply(event);
+                }
+                events.extend(decided);
+            }
+        }
+        // Durable before capture opens. A failure leaves the narrowing in effect all the same
+        // (an observation never widens): the journal keeps it and appends it again.
+        if !events.is_empty() {
+            let _ = self.journal(events, true).await;
+        }
+        let answer = StateMirror {
+            enabled: self.projection.enabled,
+            paused: self.projection.paused,
+        };
+        if file != Some(answer) {
+            self.mirror_state();
+        }
+        // The stream disagrees when its newest control event says otherwise, or, when none was
+        // read, when the state file narrowed annal: the stream's last word is then annal's own,
+        // wider one.
+        let stream_disagrees = match unread {
+            Some(read) => implied_by(read.operation) != answer,
+            None => (answer.enabled, answer.paused) != before,
+        };
+        if stream_disagrees && let Some(operation) = narrowing_of(answer) {
+            if let Some(draft) = self.draft("control", Payload::Control { operation }) {
+                self.append_history(vec![draft]).await;
+            }
+            let _ = self.sync();
+        }
+    }
+
+    /// A clean stop: the journal's mark comes down from the reservation to the last sequence
+    /// this writer handed out, so the next writer goes on at the one after it (no gap). Only
+    /// the rest of the reservation is released: nothing above this writer's high-water mark
+    /// was ever handed out, so no sequence can be reused. A release that fails leaves the
+    /// reservation (and the next open records the skip).
+    async fn release_sequences(&mut self) {
+        let Some(high_water) = self.open.as_ref().and_then(|o| o.history.high_water()) else {
+            return;
+        };
+        let command = Command::ReleaseSequences {
+            high_water: high_water.get(),
+        };
+        if let Ok(events) = decide(&self.projection, command, CallerKind::Daemon)
+            && !events.is_empty()
+        {
+            let _ = self.journal(events, true).await;
+        }
     }
 
     fn key_fault(&mut self, category: HealthCategory) -> ControlError {
@@ -1177,7 +1324,7 @@ impl WriterState {
                 if !self.tick_armed {
                     self.arm_tick(self.config.sync_interval);
                 }
-                self.bytes_used += written;
+                self.bytes.history += written;
                 self.seal(&closed).await;
                 self.prune().await;
                 self.check_quota();
@@ -1576,16 +1723,59 @@ impl WriterState {
             self.mirror_state();
             return Err(error);
         }
-        // The contract's v0 control event, in the history stream too.
+        // The contract's two places, in the order that leaves the narrower answer after a crash
+        // between them (as the reference orders them): a narrowing writes `state.json` first,
+        // a widening its `control` event first. The next open reads both, and the narrower
+        // wins (`reconcile_contract`).
+        let narrowing = matches!(
+            operation,
+            ControlOperation::Disable | ControlOperation::Pause
+        );
+        if narrowing {
+            self.mirror_state();
+        }
         if (applied || operation == ControlOperation::Flush)
             && let Some(draft) = self.draft("control", Payload::Control { operation })
         {
             self.append_history(vec![draft]).await;
         }
-        self.sync()?;
-        self.mirror_state();
+        let synced = self.sync();
+        if !narrowing {
+            self.mirror_state();
+        }
+        synced?;
         self.update_capture();
         Ok(self.status().await)
+    }
+}
+
+/// The narrowing a contract state says against an enabled, running store: `disable` when it
+/// is disabled, `pause` when it is paused, nothing when it is running.
+fn narrowing_of(state: StateMirror) -> Option<ControlOperation> {
+    if !state.enabled {
+        Some(ControlOperation::Disable)
+    } else if state.paused {
+        Some(ControlOperation::Pause)
+    } else {
+        None
+    }
+}
+
+/// The state a lifecycle `control` event leaves.
+fn implied_by(operation: ControlOperation) -> StateMirror {
+    match operation {
+        ControlOperation::Disable | ControlOperation::Delete => StateMirror {
+            enabled: false,
+            paused: false,
+        },
+        ControlOperation::Pause => StateMirror {
+            enabled: true,
+            paused: true,
+        },
+        _ => StateMirror {
+            enabled: true,
+            paused: false,
+        },
     }
 }
 
@@ -1637,7 +1827,7 @@ impl Actor for WriterActor {
             key_failing: false,
             lost_unreported: 0,
             session_ids: SessionIds::default(),
-            bytes_used: 0,
+            bytes: StoreBytes::default(),
             myself: myself.clone(),
             tick_armed: false,
             at_quota: false,
@@ -1770,6 +1960,8 @@ impl Actor for WriterActor {
             Some(Ok(None)) | None => {}
         }
         state.reap_seal_writes(true).await;
+        // Last: nothing more is handed out in this writer's life.
+        state.release_sequences().await;
         state.capture.set_accepting(false);
         Ok(())
     }

@@ -5,8 +5,9 @@
 //! capabilities and applications, actions with their completions (at once, later, or never),
 //! pauses, bursts that overflow a small capture queue (drop markers), clock jumps (small ones,
 //! ones past the chunk age that rotate the chunk, and days that age events past retention), and
-//! restarts between writer generations (each leaves a gap in the sequences: the journal's
-//! reservation). Then it runs random valid queries (every filter and combination, limits
+//! restarts between writer generations, each after a writer crash (a panic, so no clean stop:
+//! the next generation starts above the crashed writer's reservation, a gap in the sequences;
+//! a clean restart alone leaves none). Then it runs random valid queries (every filter and combination, limits
 //! 1..=200, sequence bounds on, next to and off the stored sequences, a session by raw label,
 //! by opaque id, or matching nothing, the clock at an event's exact retention edge or a
 //! nanosecond either side) and compares each answer with a full scan of every event read back
@@ -79,7 +80,8 @@ const PROPTEST_SEED: u64 = 0x5eed_0a11_0c1e;
 /// Most shrink steps after a failure (each writes a whole store again).
 const MAX_SHRINK_ITERS: u32 = 64;
 
-/// Writer generations (engine runs) per store; each restart leaves a sequence gap.
+/// Writer generations (engine runs) per store; each restart follows a writer crash, which
+/// leaves a sequence gap.
 const GENERATIONS_MAX: usize = 3;
 
 /// Capture steps per generation.
@@ -357,9 +359,26 @@ fn write(store: &Store, plan: &StorePlan) -> (Engine, u64) {
         current.enable().unwrap();
         run_generation(&current, &store.clock, steps);
         current.flush().unwrap();
+        if generation + 1 < plan.generations.len() {
+            crash_the_writer(&current);
+        }
         engine = Some(current);
     }
     (engine.expect("at least one generation"), own_from)
+}
+
+/// Panics the writer (no clean stop, so its reservation is not released) and waits until the
+/// supervisor's restarted writer answers a flush.
+fn crash_the_writer(engine: &Engine) {
+    engine.inject_writer_panic();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while engine.flush().is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writer did not come back"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// The open session of label `which`, started now if it is not open.

@@ -12,8 +12,8 @@ use proptest::prelude::*;
 
 use crate::health::{Child, FailureCategory, KeyFault, Signal, SignalKind, StorageFault};
 use crate::journal::{
-    CallerKind, Command, JOURNAL_TIME_MAX_MS, JournalEvent, OnQuota, PruneReason, QUOTA_MAX_BYTES,
-    QUOTA_MIN_BYTES, RETENTION_MAX_DAYS, RETENTION_MIN_DAYS, TORN_TAIL_MAX_BYTES,
+    CallerKind, Command, ContractSource, JOURNAL_TIME_MAX_MS, JournalEvent, OnQuota, PruneReason,
+    QUOTA_MAX_BYTES, QUOTA_MIN_BYTES, RETENTION_MAX_DAYS, RETENTION_MIN_DAYS, TORN_TAIL_MAX_BYTES,
 };
 use crate::keys::KeyReference;
 use crate::profile::ChunkId;
@@ -146,6 +146,37 @@ pub fn event() -> impl Strategy<Value = JournalEvent> {
                 }
             }),
         policy_event().prop_map(JournalEvent::Policy),
+        prop_oneof![
+            Just(ControlOperation::Disable),
+            Just(ControlOperation::Pause)
+        ]
+        .prop_map(|operation| JournalEvent::ContractObserved {
+            operation,
+            source: ContractSource::StateFile,
+            sequence: 0,
+        }),
+        (operation(), 1..=u64::MAX).prop_filter_map(
+            "flush says nothing about on and off",
+            |(operation, sequence)| (operation != ControlOperation::Flush).then_some(
+                JournalEvent::ContractObserved {
+                    operation,
+                    source: ContractSource::ControlEvent,
+                    sequence,
+                }
+            )
+        ),
+        (1..=u64::MAX, 0..=u64::MAX).prop_map(|(reserved, below)| {
+            JournalEvent::SequenceReleased {
+                reserved,
+                high_water: reserved - below % reserved,
+            }
+        }),
+        (1..=u64::MAX, 0..=65_536u64).prop_map(|(first_sequence, more)| {
+            JournalEvent::SequencesSkipped {
+                first_sequence,
+                last_sequence: first_sequence.saturating_add(more),
+            }
+        }),
     ]
 }
 
@@ -252,5 +283,21 @@ pub fn command() -> impl Strategy<Value = Command> {
                 reference: KeyReference::new(reference).expect("a valid reference"),
             }),
         signal().prop_map(Command::RecordSignal),
+        (operation(), 0..4u64, any::<bool>()).prop_map(|(operation, sequence, from_file)| {
+            Command::ObserveContract {
+                operation,
+                source: if from_file {
+                    ContractSource::StateFile
+                } else {
+                    ContractSource::ControlEvent
+                },
+                sequence,
+            }
+        }),
+        (0..100u64).prop_map(|high_water| Command::ReleaseSequences { high_water }),
+        (0..100u64, 0..100u64).prop_map(|(first_sequence, last_sequence)| Command::RecordSkip {
+            first_sequence,
+            last_sequence,
+        }),
     ]
 }

@@ -23,10 +23,10 @@ pub mod state;
 pub use failed_commit::Widenings;
 pub use outbox::{OUTBOX_HELD_MAX_EVENTS, Outbox};
 pub use schema::{
-    BoundViolation, CallerKind, JOURNAL_DATASCHEMA_V1, JOURNAL_TIME_MAX_MS, Journal, JournalEntry,
-    JournalEvent, JournalRecord, JournalSchema, OnQuota, PruneReason, QUOTA_MAX_BYTES,
-    QUOTA_MIN_BYTES, RETENTION_MAX_DAYS, RETENTION_MIN_DAYS, TORN_TAIL_MAX_BYTES, quota_in_bounds,
-    retention_in_bounds,
+    BoundViolation, CallerKind, ContractSource, JOURNAL_DATASCHEMA_V1, JOURNAL_TIME_MAX_MS,
+    Journal, JournalEntry, JournalEvent, JournalRecord, JournalSchema, OnQuota, PruneReason,
+    QUOTA_MAX_BYTES, QUOTA_MIN_BYTES, RETENTION_MAX_DAYS, RETENTION_MIN_DAYS, TORN_TAIL_MAX_BYTES,
+    quota_in_bounds, retention_in_bounds,
 };
 pub use state::{Command, CommandError, KeyEpoch, State, StatusFlags, StatusReading, decide};
 

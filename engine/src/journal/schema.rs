@@ -103,6 +103,18 @@ pub enum PruneReason {
     EvictOldest,
 }
 
+/// Where annal read another implementation's lifecycle state (the contract keeps it in two
+/// places: `docs/design.md`, "One truth about on and off").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ContractSource {
+    /// The contract store's `state.json` (`{"enabled":bool,"paused":bool}`).
+    StateFile,
+    /// The newest lifecycle `control` event of the history stream (by `data.sequence`).
+    ControlEvent,
+}
+
 /// One thing that happened to the engine, in the past tense. Closed: every field is a bounded
 /// number, a closed enum or a bounded, charset-checked id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,6 +203,36 @@ pub enum JournalEvent {
     },
     /// A policy fact: a grant, a revocation, the agents switch, an audit record.
     Policy(PolicyEvent),
+    /// At open, the contract's state (written by another implementation, or by annal before a
+    /// crash between its writes) said `operation`. A narrowing (`disable`, `delete`, `pause`)
+    /// is taken; a widening (`enable`, `resume`) never is. A control event read is never read
+    /// again: the projection keeps the highest `sequence` read ([`super::State::contract_read_through`]).
+    ContractObserved {
+        /// What the contract said (never `flush`; from `state_file` only `disable` or `pause`).
+        operation: ControlOperation,
+        /// Where it said so.
+        source: ContractSource,
+        /// The control event's `data.sequence` (>= 1); 0 for `state_file`.
+        sequence: u64,
+    },
+    /// A clean stop: of the sequences reserved through `reserved`, only those through
+    /// `high_water` were handed out; the rest is released, so the next writer goes on at
+    /// `high_water + 1` (no gap). Applies only while the mark is still `reserved`.
+    SequenceReleased {
+        /// The reservation released (the mark it applies to).
+        reserved: u64,
+        /// The highest sequence handed out (1..=`reserved`).
+        high_water: u64,
+    },
+    /// A writer opened above sequences that no record holds: reserved by a writer that did
+    /// not stop cleanly (a crash), some maybe handed out and lost with it. A gap with this
+    /// cause, not a drop: none of them was an event captured and lost.
+    SequencesSkipped {
+        /// The first sequence skipped (>= 1).
+        first_sequence: u64,
+        /// The last sequence skipped (>= `first_sequence`).
+        last_sequence: u64,
+    },
 }
 
 /// Which bound an event or record breaks. Names the field, never its value.
@@ -227,6 +269,13 @@ pub enum BoundViolation {
     /// A pruned chunk's `last_time_ms` or `records` is outside its bounds.
     #[error("a pruned chunk's time or record count is outside its bounds")]
     ChunkPruned,
+    /// A contract observation names `flush`, a `state_file` widening, or a sequence that does not
+    /// fit its source.
+    #[error("a contract observation is outside its bounds")]
+    ContractObserved,
+    /// A release's `high_water` is 0 or above its `reserved`.
+    #[error("a released `high_water` is 0 or above the reservation")]
+    SequenceReleased,
 }
 
 impl JournalEvent {
@@ -285,7 +334,49 @@ impl JournalEvent {
             Self::Policy(event) => {
                 ok_if(event.in_bounds(JOURNAL_TIME_MAX_MS), BoundViolation::Policy)
             }
+            Self::ContractObserved {
+                operation,
+                source,
+                sequence,
+            } => ok_if(
+                observation_in_bounds(*operation, *source, *sequence),
+                BoundViolation::ContractObserved,
+            ),
+            Self::SequenceReleased {
+                reserved,
+                high_water,
+            } => ok_if(
+                *high_water >= 1 && high_water <= reserved,
+                BoundViolation::SequenceReleased,
+            ),
+            Self::SequencesSkipped {
+                first_sequence,
+                last_sequence,
+            } => ok_if(
+                *first_sequence >= 1 && first_sequence <= last_sequence,
+                BoundViolation::LostRange,
+            ),
         }
+    }
+}
+
+/// Whether an observation of the contract's state is well formed: never `flush` (it says
+/// nothing about on and off); from `state_file` only a narrowing (`disable`, `pause`: the file
+/// is read only when it is narrower than annal) with sequence 0; from a `control_event` a
+/// sequence of at least 1.
+fn observation_in_bounds(
+    operation: ControlOperation,
+    source: ContractSource,
+    sequence: u64,
+) -> bool {
+    match source {
+        ContractSource::StateFile => {
+            matches!(
+                operation,
+                ControlOperation::Disable | ControlOperation::Pause
+            ) && sequence == 0
+        }
+        ContractSource::ControlEvent => operation != ControlOperation::Flush && sequence >= 1,
     }
 }
 
@@ -597,6 +688,19 @@ enum WireEvent {
         outcome: AuditOutcome,
         returned_events: u16,
     },
+    ContractObserved {
+        operation: ControlOperation,
+        source: ContractSource,
+        sequence: u64,
+    },
+    SequenceReleased {
+        reserved: u64,
+        high_water: u64,
+    },
+    SequencesSkipped {
+        first_sequence: u64,
+        last_sequence: u64,
+    },
 }
 
 /// A stored signal, internally tagged by `kind`; each variant's fields are those of the
@@ -702,6 +806,29 @@ impl WireEvent {
                 records: *records,
             },
             JournalEvent::Policy(event) => Self::from_policy(event),
+            JournalEvent::ContractObserved {
+                operation,
+                source,
+                sequence,
+            } => Self::ContractObserved {
+                operation: *operation,
+                source: *source,
+                sequence: *sequence,
+            },
+            JournalEvent::SequenceReleased {
+                reserved,
+                high_water,
+            } => Self::SequenceReleased {
+                reserved: *reserved,
+                high_water: *high_water,
+            },
+            JournalEvent::SequencesSkipped {
+                first_sequence,
+                last_sequence,
+            } => Self::SequencesSkipped {
+                first_sequence: *first_sequence,
+                last_sequence: *last_sequence,
+            },
         }
     }
 
@@ -852,6 +979,29 @@ impl WireEvent {
                 outcome,
                 returned_events,
             }),
+            Self::ContractObserved {
+                operation,
+                source,
+                sequence,
+            } => JournalEvent::ContractObserved {
+                operation,
+                source,
+                sequence,
+            },
+            Self::SequenceReleased {
+                reserved,
+                high_water,
+            } => JournalEvent::SequenceReleased {
+                reserved,
+                high_water,
+            },
+            Self::SequencesSkipped {
+                first_sequence,
+                last_sequence,
+            } => JournalEvent::SequencesSkipped {
+                first_sequence,
+                last_sequence,
+            },
         }
     }
 }

@@ -20,6 +20,9 @@
 //! | `MarkSequence { high_water }`| daemon                       | 0, or below the current mark        | equal to the mark    |
 //! | `StartKeyEpoch { .. }`       | daemon                       | epoch not above the current one     | same epoch and name  |
 //! | `RecordSignal(signal)`       | daemon                       | signal out of bounds                |                      |
+//! | `ObserveContract { .. }`     | daemon                       | out of bounds                       | a control event at or below the one read last; a state file that does not narrow |
+//! | `ReleaseSequences { high_water }` | daemon                  |                                     | 0, or not below the mark |
+//! | `RecordSkip { first, last }` | daemon                       | empty or starting at 0              | already recorded skipped or lost |
 //!
 //! An agent may never change engine state: every command from [`CallerKind::Agent`] is
 //! refused. Repeating a state change is an idempotent no-op with no event, because the journal
@@ -36,7 +39,12 @@
 //! `ControlApplied { Delete }` returns capture to disabled and not paused; a torn tail adds the
 //! chunk to the recorded set once (readers still leave the tail out by themselves); a
 //! quarantine adds the chunk to the quarantined set once; a prune adds the chunk to the pruned
-//! set once (its file may still be there after a crash: `store::prune` removes it then).
+//! set once (its file may still be there after a crash: `store::prune` removes it then); a
+//! contract observation narrows (`disable`, `delete`: disabled; `pause`: paused while enabled)
+//! and never widens, and a control event's moves [`State::contract_read_through`] up; a
+//! `SequenceReleased` lowers the mark to its `high_water` only while the mark is still the
+//! reservation it names (so a release appended late, after a newer reservation, changes
+//! nothing); a skip adds its range to [`State::skipped`].
 
 use std::collections::BTreeSet;
 use std::num::NonZeroU64;
@@ -45,8 +53,8 @@ use annal_schema::ControlOperation;
 use annal_schema::tools::{DEFAULT_QUOTA_BYTES, DEFAULT_RETENTION_DAYS};
 
 use super::schema::{
-    CallerKind, JournalEvent, OnQuota, QUOTA_MAX_BYTES, QUOTA_MIN_BYTES, RETENTION_MAX_DAYS,
-    RETENTION_MIN_DAYS, check_signal, quota_in_bounds, retention_in_bounds,
+    CallerKind, ContractSource, JournalEvent, OnQuota, QUOTA_MAX_BYTES, QUOTA_MIN_BYTES,
+    RETENTION_MAX_DAYS, RETENTION_MIN_DAYS, check_signal, quota_in_bounds, retention_in_bounds,
 };
 use annal_schema::HealthCategory;
 
@@ -80,7 +88,8 @@ pub struct State {
     pub on_quota: OnQuota,
     /// Events the capture path dropped, over the store's life.
     pub dropped_total: u64,
-    /// The highest history sequence ever handed out; never decreases.
+    /// The history sequences reserved (handed out or about to be) through this mark: a writer
+    /// starts above it. Only a clean stop's release lowers it, to the last sequence handed out.
     pub history_high_water: Option<u64>,
     /// The current key epoch, once one was recorded.
     pub key_epoch: Option<KeyEpoch>,
@@ -105,6 +114,13 @@ pub struct State {
     pub pruned: BTreeSet<ChunkId>,
     /// Grants, revocations, the agents switch and the audit counter.
     pub policy: PolicyState,
+    /// The highest `data.sequence` of a history control event whose lifecycle operation was
+    /// taken into account at an open (0: none yet): an open reads only newer ones.
+    pub contract_read_through: u64,
+    /// History sequences skipped at an open after a writer that did not stop cleanly (its
+    /// reservation), in sequence order, merged: gaps with a cause, apart from drops. One range
+    /// per crash.
+    pub skipped: Vec<std::ops::RangeInclusive<u64>>,
 }
 
 impl Default for State {
@@ -127,6 +143,8 @@ impl Default for State {
             torn_tails: Vec::new(),
             pruned: BTreeSet::new(),
             policy: PolicyState::default(),
+            contract_read_through: 0,
+            skipped: Vec::new(),
         }
     }
 }
@@ -224,27 +242,69 @@ impl State {
             JournalEvent::ChunkPruned { chunk, .. } => {
                 self.pruned.insert(*chunk);
             }
+            JournalEvent::ContractObserved {
+                operation,
+                source,
+                sequence,
+            } => {
+                if *source == ContractSource::ControlEvent {
+                    self.contract_read_through = self.contract_read_through.max(*sequence);
+                }
+                if narrows(self, *operation) {
+                    self.apply_narrowing(*operation);
+                }
+            }
+            JournalEvent::SequenceReleased {
+                reserved,
+                high_water,
+            } => {
+                if self.history_high_water == Some(*reserved) {
+                    self.history_high_water = Some(*high_water);
+                }
+            }
+            JournalEvent::SequencesSkipped {
+                first_sequence,
+                last_sequence,
+            } => merge_range(&mut self.skipped, *first_sequence..=*last_sequence),
+        }
+    }
+
+    /// What a narrowing observed in the contract does: `disable` and `delete` disable (and
+    /// clear a pause), `pause` pauses.
+    fn apply_narrowing(&mut self, operation: ControlOperation) {
+        match operation {
+            ControlOperation::Disable | ControlOperation::Delete => {
+                self.enabled = false;
+                self.paused = false;
+            }
+            ControlOperation::Pause => self.paused = true,
+            _ => {}
         }
     }
 
     /// Adds `range` to [`State::lost`], merged with a range it overlaps or touches (a lost
     /// range is recorded again when the journal retries what a failed sync of its own lost).
     fn note_lost(&mut self, range: std::ops::RangeInclusive<u64>) {
-        if range.is_empty() {
-            return;
-        }
-        let (mut start, mut end) = range.into_inner();
-        self.lost.retain(|kept| {
-            let apart =
-                *kept.end() < start.saturating_sub(1) || *kept.start() > end.saturating_add(1);
-            if !apart {
-                start = start.min(*kept.start());
-                end = end.max(*kept.end());
+        merge_range(&mut self.lost, range);
+    }
+
+    /// Whether every sequence of `range` is recorded skipped or lost already.
+    pub fn accounts_for(&self, range: &std::ops::RangeInclusive<u64>) -> bool {
+        let covered = |ranges: &[std::ops::RangeInclusive<u64>], at: u64| {
+            ranges
+                .iter()
+                .find(|kept| kept.contains(&at))
+                .map(|kept| *kept.end())
+        };
+        let mut at = *range.start();
+        while at <= *range.end() {
+            match covered(&self.skipped, at).or_else(|| covered(&self.lost, at)) {
+                Some(end) if end >= *range.end() => return true,
+                Some(end) => at = end + 1,
+                None => return false,
             }
-            apart
-        });
-        let at = self.lost.partition_point(|kept| *kept.start() < start);
-        self.lost.insert(at, start..=end);
+        }
+        true
     }
 
     /// Drops in the lifetime total that no history marker reports yet (signalled observed, not
@@ -317,6 +377,37 @@ impl State {
     }
 }
 
+/// Adds `range` to `ranges` (in order, disjoint), merged with a range it overlaps or touches.
+fn merge_range(
+    ranges: &mut Vec<std::ops::RangeInclusive<u64>>,
+    range: std::ops::RangeInclusive<u64>,
+) {
+    if range.is_empty() {
+        return;
+    }
+    let (mut start, mut end) = range.into_inner();
+    ranges.retain(|kept| {
+        let apart = *kept.end() < start.saturating_sub(1) || *kept.start() > end.saturating_add(1);
+        if !apart {
+            start = start.min(*kept.start());
+            end = end.max(*kept.end());
+        }
+        apart
+    });
+    let at = ranges.partition_point(|kept| *kept.start() < start);
+    ranges.insert(at, start..=end);
+}
+
+/// Whether the contract saying `operation` is narrower than `state`: a disable (or delete)
+/// of an enabled store, a pause of an enabled, running one. Nothing else narrows.
+fn narrows(state: &State, operation: ControlOperation) -> bool {
+    match operation {
+        ControlOperation::Disable | ControlOperation::Delete => state.enabled,
+        ControlOperation::Pause => state.enabled && !state.paused,
+        _ => false,
+    }
+}
+
 /// What someone asks the engine to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -362,6 +453,29 @@ pub enum Command {
     },
     /// Record a supervision or store signal.
     RecordSignal(Signal),
+    /// Record what the contract's state said at open (`docs/design.md`, "One truth about on
+    /// and off"): taken when it narrows, and a control event is never read twice.
+    ObserveContract {
+        /// What it said.
+        operation: ControlOperation,
+        /// Where.
+        source: ContractSource,
+        /// The control event's sequence; 0 for the state file.
+        sequence: u64,
+    },
+    /// A clean stop: only sequences through `high_water` were handed out; the rest of the
+    /// reservation is released.
+    ReleaseSequences {
+        /// The highest sequence handed out.
+        high_water: u64,
+    },
+    /// Record sequences skipped at an open after a writer that did not stop cleanly.
+    RecordSkip {
+        /// The first skipped.
+        first_sequence: u64,
+        /// The last skipped.
+        last_sequence: u64,
+    },
 }
 
 /// Why a command was refused. Carries only fixed values, never free-form content.
@@ -415,6 +529,13 @@ pub enum CommandError {
     /// The signal is outside its bounds (a time beyond annal's range, a zero drop count).
     #[error("the signal is outside its bounds")]
     SignalOutOfBounds,
+    /// A contract observation is outside its bounds (`flush`, a widening from the state file,
+    /// a sequence that does not fit its source).
+    #[error("the observation is outside its bounds")]
+    ObservationOutOfBounds,
+    /// A skipped range is empty or starts at 0.
+    #[error("a skipped range must be non-empty and start at 1 or above")]
+    SkipOutOfBounds,
 }
 
 /// Who may ask for what.
@@ -435,7 +556,10 @@ fn permitted(command: &Command, caller: CallerKind) -> bool {
         Command::RecordDrops { .. }
         | Command::MarkSequence { .. }
         | Command::StartKeyEpoch { .. }
-        | Command::RecordSignal(_) => caller == CallerKind::Daemon,
+        | Command::RecordSignal(_)
+        | Command::ObserveContract { .. }
+        | Command::ReleaseSequences { .. }
+        | Command::RecordSkip { .. } => caller == CallerKind::Daemon,
     }
 }
 
@@ -514,6 +638,55 @@ pub fn decide(
         Command::RecordSignal(signal) => {
             check_signal(&signal).map_err(|_| CommandError::SignalOutOfBounds)?;
             Ok(vec![JournalEvent::SupervisorSignalled(signal)])
+        }
+        Command::ObserveContract {
+            operation,
+            source,
+            sequence,
+        } => {
+            let event = JournalEvent::ContractObserved {
+                operation,
+                source,
+                sequence,
+            };
+            event
+                .check_bounds()
+                .map_err(|_| CommandError::ObservationOutOfBounds)?;
+            // A control event at or below the one read last was taken into account then (a
+            // crash's unsealed chunk is read at every open): it never narrows again.
+            let (unread, from_event) = match source {
+                ContractSource::ControlEvent => (sequence > state.contract_read_through, true),
+                _ => (true, false),
+            };
+            if unread && (from_event || narrows(state, operation)) {
+                Ok(vec![event])
+            } else {
+                Ok(Vec::new())
+            }
+        }
+        Command::ReleaseSequences { high_water } => match state.history_high_water {
+            Some(reserved) if high_water >= 1 && high_water < reserved => {
+                Ok(vec![JournalEvent::SequenceReleased {
+                    reserved,
+                    high_water,
+                }])
+            }
+            _ => Ok(Vec::new()),
+        },
+        Command::RecordSkip {
+            first_sequence,
+            last_sequence,
+        } => {
+            if first_sequence == 0 || first_sequence > last_sequence {
+                Err(CommandError::SkipOutOfBounds)
+            } else if state.accounts_for(&(first_sequence..=last_sequence)) {
+                Ok(Vec::new())
+            } else {
+                Ok(vec![JournalEvent::SequencesSkipped {
+                    first_sequence,
+                    last_sequence,
+                }])
+            }
         }
     }
 }

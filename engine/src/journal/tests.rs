@@ -241,6 +241,22 @@ fn caller_decision_table() {
             &daemon,
         ),
         (Command::RecordSignal(signal), &daemon),
+        (
+            Command::ObserveContract {
+                operation: ControlOperation::Disable,
+                source: ContractSource::StateFile,
+                sequence: 0,
+            },
+            &daemon,
+        ),
+        (Command::ReleaseSequences { high_water: 3 }, &daemon),
+        (
+            Command::RecordSkip {
+                first_sequence: 4,
+                last_sequence: 9,
+            },
+            &daemon,
+        ),
     ];
     // An enabled, paused journal, so pause and resume are not refused for state.
     let state = State::replay(&[enabled()]);
@@ -367,6 +383,255 @@ fn the_high_water_mark_never_goes_backwards() {
     assert_eq!(
         State::replay(&[mark(10), mark(3)]).history_high_water,
         Some(10)
+    );
+}
+
+// ---- One truth about on and off: the contract's state observed at open ----
+
+fn observe(operation: ControlOperation, source: ContractSource, sequence: u64) -> Command {
+    Command::ObserveContract {
+        operation,
+        source,
+        sequence,
+    }
+}
+
+fn observed(operation: ControlOperation, source: ContractSource, sequence: u64) -> JournalEvent {
+    JournalEvent::ContractObserved {
+        operation,
+        source,
+        sequence,
+    }
+}
+
+#[test]
+fn a_disable_written_elsewhere_wins_and_is_recorded_with_its_source() {
+    let daemon = CallerKind::Daemon;
+    let (disable, event, file) = (
+        ControlOperation::Disable,
+        ContractSource::ControlEvent,
+        ContractSource::StateFile,
+    );
+    let state = given(&[enabled()])
+        .when_by(daemon, observe(disable, event, 40))
+        .then_expect(&[observed(disable, event, 40)]);
+    assert!(!state.enabled && !state.paused);
+    assert_eq!(state.contract_read_through, 40);
+    let state = given(&[enabled(), paused()])
+        .when_by(daemon, observe(disable, file, 0))
+        .then_expect(&[observed(disable, file, 0)]);
+    assert!(!state.enabled && !state.paused);
+    assert_eq!(state.contract_read_through, 0);
+    // A delete left in the stream (its removal crashed) disables too.
+    let state = given(&[enabled()])
+        .when_by(daemon, observe(ControlOperation::Delete, event, 7))
+        .then_expect(&[observed(ControlOperation::Delete, event, 7)]);
+    assert!(!state.enabled);
+    // Already as narrow: the file changes nothing and records nothing.
+    given(&[])
+        .when_by(daemon, observe(disable, file, 0))
+        .then_expect_nothing();
+}
+
+#[test]
+fn a_pause_written_elsewhere_pauses_an_enabled_store_only() {
+    let daemon = CallerKind::Daemon;
+    let (pause, event, file) = (
+        ControlOperation::Pause,
+        ContractSource::ControlEvent,
+        ContractSource::StateFile,
+    );
+    let state = given(&[enabled()])
+        .when_by(daemon, observe(pause, file, 0))
+        .then_expect(&[observed(pause, file, 0)]);
+    assert!(state.enabled && state.paused);
+    given(&[enabled(), paused()])
+        .when_by(daemon, observe(pause, file, 0))
+        .then_expect_nothing();
+    // Paused is never set on a disabled store (the event still moves what was read).
+    let state = given(&[])
+        .when_by(daemon, observe(pause, event, 3))
+        .then_expect(&[observed(pause, event, 3)]);
+    assert!(!state.enabled && !state.paused);
+    given(&[])
+        .when_by(daemon, observe(pause, file, 0))
+        .then_expect_nothing();
+}
+
+#[test]
+fn a_widening_written_elsewhere_is_read_but_never_taken() {
+    let daemon = CallerKind::Daemon;
+    let event = ContractSource::ControlEvent;
+    for operation in [ControlOperation::Enable, ControlOperation::Resume] {
+        let state = given(&[enabled(), paused(), control(ControlOperation::Disable)])
+            .when_by(daemon, observe(operation, event, 12))
+            .then_expect(&[observed(operation, event, 12)]);
+        assert!(!state.enabled && !state.paused, "{operation:?}");
+        assert_eq!(state.contract_read_through, 12);
+        let state = given(&[enabled(), paused()])
+            .when_by(daemon, observe(operation, event, 12))
+            .then_expect(&[observed(operation, event, 12)]);
+        assert!(state.enabled && state.paused, "{operation:?}");
+    }
+    // From the state file a widening is not even an observation.
+    for operation in [ControlOperation::Enable, ControlOperation::Resume] {
+        given(&[])
+            .when_by(daemon, observe(operation, ContractSource::StateFile, 0))
+            .then_expect_error(CommandError::ObservationOutOfBounds);
+    }
+}
+
+#[test]
+fn a_control_event_read_once_is_never_taken_again() {
+    // An unsealed chunk (a crash's torn one) is read at every open: its old pause must not
+    // undo a resume the owner made since.
+    let daemon = CallerKind::Daemon;
+    let (pause, event) = (ControlOperation::Pause, ContractSource::ControlEvent);
+    let history = [
+        enabled(),
+        observed(ControlOperation::Resume, event, 9),
+        paused(),
+        control(ControlOperation::Resume),
+    ];
+    given(&history)
+        .when_by(daemon, observe(pause, event, 8))
+        .then_expect_nothing();
+    given(&history)
+        .when_by(daemon, observe(pause, event, 9))
+        .then_expect_nothing();
+    let state = given(&history)
+        .when_by(daemon, observe(pause, event, 10))
+        .then_expect(&[observed(pause, event, 10)]);
+    assert!(state.paused);
+    // What was read never goes back.
+    assert_eq!(
+        State::replay(&[observed(pause, event, 10), observed(pause, event, 4)])
+            .contract_read_through,
+        10
+    );
+}
+
+#[test]
+fn an_observation_outside_its_bounds_is_refused_and_changes_nothing_replayed() {
+    let daemon = CallerKind::Daemon;
+    let bad = [
+        (ControlOperation::Flush, ContractSource::ControlEvent, 5),
+        (ControlOperation::Flush, ContractSource::StateFile, 0),
+        (ControlOperation::Disable, ContractSource::ControlEvent, 0),
+        (ControlOperation::Disable, ContractSource::StateFile, 5),
+        (ControlOperation::Delete, ContractSource::StateFile, 0),
+    ];
+    for (operation, source, sequence) in bad {
+        given(&[enabled()])
+            .when_by(daemon, observe(operation, source, sequence))
+            .then_expect_error(CommandError::ObservationOutOfBounds);
+        let state = State::replay(&[enabled(), observed(operation, source, sequence)]);
+        assert!(state.enabled, "{operation:?} {source:?} {sequence}");
+        assert_eq!(
+            observed(operation, source, sequence).check_bounds(),
+            Err(BoundViolation::ContractObserved)
+        );
+    }
+}
+
+// ---- No gap without a cause: releases and skips ----
+
+#[test]
+fn a_clean_stop_releases_the_rest_of_its_reservation() {
+    let daemon = CallerKind::Daemon;
+    let mark = |high_water| JournalEvent::SequenceMarked { high_water };
+    let released = |reserved, high_water| JournalEvent::SequenceReleased {
+        reserved,
+        high_water,
+    };
+    let state = given(&[mark(65_575)])
+        .when_by(daemon, Command::ReleaseSequences { high_water: 39 })
+        .then_expect(&[released(65_575, 39)]);
+    assert_eq!(state.history_high_water, Some(39));
+    // Nothing reserved beyond what was handed out, nothing reserved at all, or 0: no event.
+    for (history, high_water) in [
+        (vec![mark(39)], 39),
+        (vec![mark(39)], 40),
+        (vec![], 5),
+        (vec![mark(39)], 0),
+    ] {
+        given(&history)
+            .when_by(daemon, Command::ReleaseSequences { high_water })
+            .then_expect_nothing();
+    }
+    assert_eq!(
+        released(10, 11).check_bounds(),
+        Err(BoundViolation::SequenceReleased)
+    );
+    assert_eq!(
+        released(10, 0).check_bounds(),
+        Err(BoundViolation::SequenceReleased)
+    );
+}
+
+#[test]
+fn a_release_appended_after_a_newer_reservation_changes_nothing() {
+    // A release the journal retried late (after a failed sync) behind the next writer's
+    // reservation must not lower the mark below what that writer hands out.
+    let mark = |high_water| JournalEvent::SequenceMarked { high_water };
+    let released = JournalEvent::SequenceReleased {
+        reserved: 100,
+        high_water: 39,
+    };
+    assert_eq!(
+        State::replay(&[mark(100), mark(200), released.clone()]).history_high_water,
+        Some(200)
+    );
+    assert_eq!(
+        State::replay(&[mark(100), released.clone(), mark(200), released]).history_high_water,
+        Some(200)
+    );
+}
+
+#[test]
+fn a_skip_after_a_crash_is_recorded_once_and_apart_from_drops() {
+    let daemon = CallerKind::Daemon;
+    let skip = |first_sequence, last_sequence| Command::RecordSkip {
+        first_sequence,
+        last_sequence,
+    };
+    let skipped = |first_sequence, last_sequence| JournalEvent::SequencesSkipped {
+        first_sequence,
+        last_sequence,
+    };
+    let state = given(&[])
+        .when_by(daemon, skip(40, 65_575))
+        .then_expect(&[skipped(40, 65_575)]);
+    assert_eq!(state.skipped, [40..=65_575]);
+    assert_eq!(state.dropped_total, 0, "a skip is not a drop");
+    assert!(state.lost.is_empty());
+    // The same skip found by the next open again: nothing new.
+    given(&[skipped(40, 65_575)])
+        .when_by(daemon, skip(40, 65_575))
+        .then_expect_nothing();
+    // Sequences a failed append already reported lost are accounted for.
+    let lost = JournalEvent::RecordsLost {
+        first_sequence: 5,
+        last_sequence: 10,
+    };
+    given(std::slice::from_ref(&lost))
+        .when_by(daemon, skip(5, 10))
+        .then_expect_nothing();
+    given(&[lost.clone(), skipped(11, 20)])
+        .when_by(daemon, skip(5, 20))
+        .then_expect_nothing();
+    given(&[lost])
+        .when_by(daemon, skip(5, 12))
+        .then_expect(&[skipped(5, 12)]);
+    given(&[])
+        .when_by(daemon, skip(0, 3))
+        .then_expect_error(CommandError::SkipOutOfBounds);
+    given(&[])
+        .when_by(daemon, skip(5, 4))
+        .then_expect_error(CommandError::SkipOutOfBounds);
+    assert_eq!(
+        State::replay(&[skipped(30, 40), skipped(10, 20), skipped(21, 25)]).skipped,
+        [10..=25, 30..=40]
     );
 }
 
@@ -689,6 +954,36 @@ fn golden() -> Vec<(JournalEvent, &'static str)> {
             r#"{"kind":"supervisor_signalled","at_ms":14,"signal":{"kind":"checkpoint_verified"}}"#,
         ),
         (
+            JournalEvent::ContractObserved {
+                operation: ControlOperation::Disable,
+                source: ContractSource::ControlEvent,
+                sequence: 40,
+            },
+            r#"{"kind":"contract_observed","operation":"disable","source":"control_event","sequence":40}"#,
+        ),
+        (
+            JournalEvent::ContractObserved {
+                operation: ControlOperation::Pause,
+                source: ContractSource::StateFile,
+                sequence: 0,
+            },
+            r#"{"kind":"contract_observed","operation":"pause","source":"state_file","sequence":0}"#,
+        ),
+        (
+            JournalEvent::SequenceReleased {
+                reserved: 65_575,
+                high_water: 39,
+            },
+            r#"{"kind":"sequence_released","reserved":65575,"high_water":39}"#,
+        ),
+        (
+            JournalEvent::SequencesSkipped {
+                first_sequence: 40,
+                last_sequence: 65_575,
+            },
+            r#"{"kind":"sequences_skipped","first_sequence":40,"last_sequence":65575}"#,
+        ),
+        (
             JournalEvent::RecordsLost {
                 first_sequence: 6,
                 last_sequence: 10,
@@ -796,6 +1091,32 @@ fn the_schema_is_closed() {
         edited(golden().len() - 1, r#""status""#, r#""delete""#),
         edited(golden().len() - 1, r#","operation":"status""#, ""),
         edited(golden().len() - 1, "agent-a", "-agent"),
+        edited(golden().len() - 6, r#""control_event""#, r#""rumour""#),
+        edited(golden().len() - 6, r#""sequence":40"#, r#""sequence":0"#),
+        edited(golden().len() - 6, r#""disable""#, r#""flush""#),
+        edited(golden().len() - 5, r#""pause""#, r#""enable""#),
+        edited(golden().len() - 5, r#""sequence":0"#, r#""sequence":3"#),
+        edited(golden().len() - 5, r#","sequence":0"#, ""),
+        edited(
+            golden().len() - 4,
+            r#""high_water":39"#,
+            r#""high_water":0"#,
+        ),
+        edited(
+            golden().len() - 4,
+            r#""high_water":39"#,
+            r#""high_water":65576"#,
+        ),
+        edited(
+            golden().len() - 3,
+            r#""first_sequence":40"#,
+            r#""first_sequence":0"#,
+        ),
+        edited(
+            golden().len() - 3,
+            r#""last_sequence":65575"#,
+            r#""last_sequence":39"#,
+        ),
         edited(0, r#""sequence":7"#, r#""sequence":0"#),
         edited(0, "1764540843753", "16756761600000"),
         edited(0, "1764540843753", "-1"),
@@ -1000,7 +1321,7 @@ proptest! {
     }
 
     #[test]
-    fn decisions_never_lower_the_high_water_mark_or_the_drop_total(
+    fn decisions_never_lower_the_drop_total_nor_the_mark_but_by_a_release(
         steps in proptest::collection::vec(
             (test_strategies::command(), test_strategies::caller()), 0..64),
     ) {
@@ -1008,6 +1329,7 @@ proptest! {
         let mut journal = Vec::new();
         for (command, caller) in steps {
             let before = state.clone();
+            let release = matches!(command, Command::ReleaseSequences { .. });
             if let Ok(events) = decide(&state, command, caller) {
                 for event in &events {
                     prop_assert_eq!(event.check_bounds(), Ok(()));
@@ -1017,7 +1339,8 @@ proptest! {
             } else {
                 // A refusal appends nothing, so the state cannot change.
             }
-            prop_assert!(state.history_high_water >= before.history_high_water);
+            // Only a clean stop's release lowers the mark (tested apart).
+            prop_assert!(release || state.history_high_water >= before.history_high_water);
             prop_assert!(state.dropped_total >= before.dropped_total);
             prop_assert!(state.key_epoch.as_ref().map(|k| k.epoch) >= before.key_epoch.as_ref().map(|k| k.epoch));
             prop_assert!(!state.paused || state.enabled);

@@ -56,8 +56,9 @@ pub use read::{
 };
 pub use stream::{History, RecordIdentity, Stream};
 pub use write::{
-    AppendError, AppendReceipt, CHUNK_MAX_AGE_SECS, ClosedChunk, EARLY_ROTATION_HEADROOM_FRACTION,
-    OpenWriterError, RecordLocation, SealedChunk, StoreWriter, TornTailFound, WriterConfig,
+    AppendError, AppendReceipt, CHUNK_MAX_AGE_SECS, ClosedChunk, ControlRead,
+    EARLY_ROTATION_HEADROOM_FRACTION, OpenState, OpenWriterError, RecordLocation, SealedChunk,
+    StoreWriter, TornTailFound, WriterConfig,
 };
 
 use crate::profile::ChunkId;

@@ -4,7 +4,9 @@
 //! journal share one implementation, and the type system keeps them apart: a history writer can
 //! only be given [`HistoryKeys`], a journal writer only journal keys.
 
-use annal_schema::{EventDraft, OpaqueId, Sequence, SourceUrn, WriteRuleViolation};
+use annal_schema::{
+    ControlOperation, EventDraft, OpaqueId, Payload, Sequence, SourceUrn, WriteRuleViolation,
+};
 
 use crate::keys::{ChunkKeys, HistoryKeys};
 use crate::profile::{HistorySchema, RecordSchema};
@@ -47,6 +49,14 @@ pub trait Stream: 'static {
 
     /// Serializes `event` (once: the writer never parses its own output back) into `out`.
     fn encode(event: &EventOf<Self>, out: &mut Vec<u8>);
+
+    /// The lifecycle operation `event` records, when it is the contract's `control` event of
+    /// one (`enable`, `disable`, `pause`, `resume`, `delete`; never `flush`, which says
+    /// nothing about on and off). Only the history stream has such events.
+    fn lifecycle_control(event: &EventOf<Self>) -> Option<ControlOperation> {
+        let _ = event;
+        None
+    }
 }
 
 /// The parsed record type of a stream.
@@ -83,5 +93,14 @@ impl Stream for History {
             Ok(event),
             "the writer's own JSON must read back as the event it wrote"
         );
+    }
+
+    fn lifecycle_control(event: &annal_schema::Event) -> Option<ControlOperation> {
+        match event.data.payload {
+            Payload::Control { operation } if operation != ControlOperation::Flush => {
+                Some(operation)
+            }
+            _ => None,
+        }
     }
 }

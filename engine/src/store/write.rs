@@ -536,6 +536,52 @@ pub struct StoreWriter<S: Stream> {
     /// Complete chunks of earlier generations that no seal covers, found by
     /// [`StoreWriter::open_skipping_sealed`]: a crash's last chunks, to be sealed now.
     unsealed_at_open: Vec<ClosedChunk>,
+    /// What the store itself showed at open (sequences and control events), before the
+    /// caller's floor: [`OpenState`].
+    open_state: OpenState,
+}
+
+/// What a writer learned of the stream's own records when it opened, apart from the floor its
+/// caller gave it: the sequence rule and the contract's lifecycle state need both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OpenState {
+    /// The highest sequence the store holds: of any authenticated record read, and of the
+    /// seals of the chunks not read. Below [`StoreWriter::high_water`] when the caller's floor
+    /// (the journal's reservation) is above it: sequences skipped after a crash.
+    pub stored_high_water: Option<Sequence>,
+    /// The newest lifecycle `control` event among the records read (by `data.sequence`; not
+    /// in the chunks a seal vouched for, which were not read): another implementation's
+    /// disable or pause, or annal's own in a crash's unsealed chunk.
+    pub newest_control: Option<ControlRead>,
+}
+
+/// A lifecycle `control` event read at open: its operation and its `data.sequence`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlRead {
+    /// `enable`, `disable`, `pause`, `resume` or `delete` (never `flush`).
+    pub operation: annal_schema::ControlOperation,
+    /// Its `data.sequence`.
+    pub sequence: u64,
+}
+
+/// [`OpenState`] of `report`: its highest sequence and its newest lifecycle control event.
+fn open_state_of<S: Stream>(report: &StoreReport<EventOf<S>>) -> OpenState {
+    use crate::profile::RecordSchema as _;
+    let newest_control = report
+        .chunks
+        .iter()
+        .flat_map(|chunk| chunk.verdict.records())
+        .filter_map(|record| {
+            S::lifecycle_control(&record.event).map(|operation| ControlRead {
+                operation,
+                sequence: S::Schema::sequence(&record.event),
+            })
+        })
+        .max_by_key(|read| read.sequence);
+    OpenState {
+        stored_high_water: report.last_authenticated_sequence().and_then(Sequence::new),
+        newest_control,
+    }
 }
 
 impl<S: Stream> std::fmt::Debug for StoreWriter<S> {
@@ -652,9 +698,16 @@ impl<S: Stream> StoreWriter<S> {
             reader.read(&keys)?
         };
         let unsealed = unsealed_complete_chunks::<S>(storage.as_ref(), &report, sealed);
+        let sealed_high_water = skipped
+            .iter()
+            .map(|s| s.last_sequence)
+            .max()
+            .and_then(Sequence::new);
         let mut writer =
             Self::open_from_report(storage, keys, config, clock, Box::new(OsEntropy), &report)?;
         writer.unsealed_at_open = unsealed;
+        writer.open_state.stored_high_water =
+            writer.open_state.stored_high_water.max(sealed_high_water);
         Ok(writer)
     }
 
@@ -738,7 +791,13 @@ impl<S: Stream> StoreWriter<S> {
             written_unreported: (Vec::new(), Vec::new()),
             torn_tails_at_open,
             unsealed_at_open: Vec::new(),
+            open_state: open_state_of::<S>(report),
         })
+    }
+
+    /// What the store itself showed when this writer opened ([`OpenState`]).
+    pub fn open_state(&self) -> OpenState {
+        self.open_state
     }
 
     /// The torn tails found when this writer opened (in the store's chunk order).
