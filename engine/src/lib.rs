@@ -56,6 +56,7 @@
 
 pub mod capture;
 pub mod clock;
+pub mod consultation;
 pub mod entropy;
 pub mod health;
 pub mod index;
