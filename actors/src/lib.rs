@@ -83,6 +83,7 @@ pub mod gate;
 pub mod ingress;
 pub mod journal;
 pub mod key_custody;
+pub mod preflight;
 pub mod query;
 pub mod supervisor;
 pub mod writer;

@@ -21,6 +21,9 @@ pub enum StatusSeen {
     Denied,
     /// The status call failed (`history_storage_unavailable` and the like).
     Failed,
+    /// History was never enabled on this store: there is no journal to audit a call in, so
+    /// the gate refuses every call, and the reason is that history is off.
+    NeverEnabled,
     /// The status.
     Answered(Box<StatusResponse>),
 }
@@ -136,6 +139,7 @@ pub fn consult(status: &StatusSeen, query: QuerySeen) -> Consultation {
         StatusSeen::Absent => return Without(WithoutHistory::Absent),
         StatusSeen::Denied => return Without(WithoutHistory::StatusDenied),
         StatusSeen::Failed => return Without(WithoutHistory::Failed),
+        StatusSeen::NeverEnabled => return Without(WithoutHistory::Disabled),
         StatusSeen::Answered(status) => status,
     };
     if !status.admitted {
@@ -248,6 +252,12 @@ mod tests {
                 without(W::Failed),
             ),
             (
+                "never enabled",
+                StatusSeen::NeverEnabled,
+                SOME,
+                without(W::Disabled),
+            ),
+            (
                 "not admitted",
                 status(|s| s.admitted = false),
                 SOME,
@@ -352,7 +362,12 @@ mod tests {
 
     #[test]
     fn every_failure_continues_without_history_and_never_uses_it() {
-        for status in [StatusSeen::Absent, StatusSeen::Denied, StatusSeen::Failed] {
+        for status in [
+            StatusSeen::Absent,
+            StatusSeen::Denied,
+            StatusSeen::Failed,
+            StatusSeen::NeverEnabled,
+        ] {
             for query in [
                 QuerySeen::NotGranted,
                 QuerySeen::Denied,
