@@ -75,18 +75,18 @@ impl Engine {
                 _ => (StatusSeen::Failed, None),
             },
         };
-        // Whether the status alone already decides (history off, unreadable, refused).
         let probe = QuerySeen::Returned {
             events: 1,
             missing: 0,
         };
         let mut events = Vec::new();
-        let query = if matches!(
+        // No query when the status alone already decides (history off, unreadable, refused),
+        // nor one the actor may not make (a host that listed the tools would not make it).
+        let status_decides = matches!(
             consultation::consult(&seen, probe),
             Consultation::ContinueWithoutHistory(_)
-        ) {
-            QuerySeen::NotGranted
-        } else if !self.tools_for(principal).contains(&Operation::Query) {
+        );
+        let query = if status_decides || !self.tools_for(principal).contains(&Operation::Query) {
             QuerySeen::NotGranted
         } else {
             match self.call_tool(principal, "history_query", &request.arguments) {
