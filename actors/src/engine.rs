@@ -81,7 +81,7 @@ pub struct ShutdownReport {
 /// The running engine.
 pub struct Engine {
     /// The engine's own runtime (its thread runs it).
-    runtime: tokio::runtime::Handle,
+    pub(crate) runtime: tokio::runtime::Handle,
     /// The root of the actor tree.
     supervisor: ActorRef<SupervisorMsg>,
     /// The capture hook handed to the embedder.

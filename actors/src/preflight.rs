@@ -59,10 +59,71 @@ pub struct Preflight {
     pub consultation: Consultation,
 }
 
+impl Preflight {
+    /// The JSON form `annal preflight --json` prints and the daemon's `preflight` request
+    /// answers: `consultation` (`verdict`: `use`, `use_with_caveats` with `caveats`, or
+    /// `continue_without_history` with `reason`), `status` (or `null`), `events` (the contract's
+    /// form) and `gaps` (`first`, `last` of each missing range).
+    pub fn to_json(&self) -> serde_json::Value {
+        let consultation = match &self.consultation {
+            Consultation::Use => serde_json::json!({ "verdict": "use" }),
+            Consultation::UseWithCaveats(caveats) => serde_json::json!({
+                "verdict": "use_with_caveats",
+                "caveats": caveats.iter().map(|c| c.code()).collect::<Vec<_>>(),
+            }),
+            Consultation::ContinueWithoutHistory(reason) => serde_json::json!({
+                "verdict": "continue_without_history",
+                "reason": reason.code(),
+            }),
+        };
+        let gaps: Vec<serde_json::Value> = self
+            .gaps
+            .iter()
+            .map(|gap| serde_json::json!({ "first": gap.start(), "last": gap.end() }))
+            .collect();
+        serde_json::json!({
+            "consultation": consultation,
+            "status": self.status,
+            "events": self.events,
+            "gaps": gaps,
+        })
+    }
+
+    /// The preflight of a host that found no history service at all (no store, no daemon):
+    /// continue without history.
+    pub fn absent() -> Self {
+        Self {
+            status: None,
+            events: Vec::new(),
+            gaps: Vec::new(),
+            consultation: consultation::consult(&StatusSeen::Absent, QuerySeen::NotGranted),
+        }
+    }
+}
+
 impl Engine {
-    /// The preflight for `principal` (module doc of `annal_actors::preflight`).
+    /// The preflight for `principal` (module doc of `annal_actors::preflight`). From inside an
+    /// async runtime, use [`Engine::preflight_async`]: here that continues without history.
     pub fn preflight(&self, principal: &Principal, request: &PreflightRequest) -> Preflight {
-        let answer = self.call_tool(principal, "history_status", &serde_json::json!({}));
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Preflight {
+                consultation: consultation::consult(&StatusSeen::Failed, QuerySeen::NotGranted),
+                ..Preflight::absent()
+            };
+        }
+        self.runtime
+            .block_on(self.preflight_async(principal, request))
+    }
+
+    /// [`Engine::preflight`], for async callers.
+    pub async fn preflight_async(
+        &self,
+        principal: &Principal,
+        request: &PreflightRequest,
+    ) -> Preflight {
+        let answer = self
+            .call_tool_async(principal, "history_status", &serde_json::json!({}))
+            .await;
         let (seen, status) = match answer {
             Ok(ToolAnswer::Status(status)) => {
                 (StatusSeen::Answered(Box::new(status.clone())), Some(status))
@@ -70,7 +131,7 @@ impl Engine {
             Err(Refusal::Denied(_)) => (StatusSeen::Denied, None),
             // A store never enabled has no journal, so the gate refuses every call: the
             // engine's own state says which (it picks the reason, never an answer).
-            Ok(ToolAnswer::Query { .. }) | Err(_) => match self.status() {
+            Ok(ToolAnswer::Query { .. }) | Err(_) => match self.status_async().await {
                 Ok(own) if !own.enabled => (StatusSeen::NeverEnabled, None),
                 _ => (StatusSeen::Failed, None),
             },
@@ -79,17 +140,25 @@ impl Engine {
             events: 1,
             missing: 0,
         };
-        let mut events = Vec::new();
         // No query when the status alone already decides (history off, unreadable, refused),
         // nor one the actor may not make (a host that listed the tools would not make it).
         let status_decides = matches!(
             consultation::consult(&seen, probe),
             Consultation::ContinueWithoutHistory(_)
         );
-        let query = if status_decides || !self.tools_for(principal).contains(&Operation::Query) {
+        let mut events = Vec::new();
+        let query = if status_decides
+            || !self
+                .tools_for_async(principal)
+                .await
+                .contains(&Operation::Query)
+        {
             QuerySeen::NotGranted
         } else {
-            match self.call_tool(principal, "history_query", &request.arguments) {
+            match self
+                .call_tool_async(principal, "history_query", &request.arguments)
+                .await
+            {
                 Ok(ToolAnswer::Query { response, .. }) => {
                     events = response.events;
                     let sequences: Vec<u64> =

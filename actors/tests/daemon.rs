@@ -656,3 +656,37 @@ fn the_key_store_is_recorded_at_enable_and_a_conflicting_choice_is_refused() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--key-store keyutils"));
     assert_eq!(sandbox.json(&["status"])["key_store"], "keyutils");
 }
+
+/// A host's preflight over the socket: the verdict for an actor without grants, then for one
+/// with both; a bad limit is the caller's error (`invalid_request`), never a verdict.
+#[test]
+fn a_preflight_over_the_socket_answers_a_verdict() {
+    let sandbox = Sandbox::new();
+    let (_daemon, socket) = Daemon::start(&sandbox, &[]);
+    let mut raw = Raw::connect(&socket);
+    assert_eq!(
+        raw.ask(json!({"op": "enable"}))["ok"]["status"]["enabled"],
+        true
+    );
+    let stranger = raw.ask(json!({"op": "preflight", "actor": "host"}));
+    assert_eq!(
+        stranger["ok"]["consultation"],
+        json!({"verdict": "continue_without_history", "reason": "status_denied"}),
+        "{stranger}"
+    );
+    assert!(stranger["ok"]["status"].is_null());
+    for operation in ["status", "query"] {
+        let granted = raw.ask(json!({"op": "grant", "actor": "host", "operation": operation}));
+        assert!(granted["ok"].is_object(), "{granted}");
+    }
+    let host = raw.ask(json!({"op": "preflight", "actor": "host", "limit": 1}));
+    assert_eq!(
+        host["ok"]["consultation"],
+        json!({"verdict": "use"}),
+        "{host}"
+    );
+    assert_eq!(host["ok"]["events"].as_array().map(Vec::len), Some(1));
+    assert_eq!(host["ok"]["status"]["enabled"], true);
+    let bad = raw.ask(json!({"op": "preflight", "actor": "host", "limit": 0}));
+    assert_eq!(code(&bad), "invalid_request", "{bad}");
+}

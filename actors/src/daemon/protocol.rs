@@ -13,6 +13,9 @@ use annal_schema::{
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+/// Events a `preflight` request reads when it names no `limit`.
+pub const PREFLIGHT_DEFAULT_LIMIT_EVENTS: u8 = 20;
+
 /// Version of this protocol, answered by `hello`. A client that needs a newer one says so.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -71,6 +74,19 @@ pub enum Request {
         /// The tool's arguments.
         #[serde(default)]
         arguments: serde_json::Map<String, serde_json::Value>,
+    },
+    /// A host's preflight for `actor` (`Engine::preflight`): status, then the newest `limit`
+    /// events (default [`PREFLIGHT_DEFAULT_LIMIT_EVENTS`]) of `session_id` when given, each
+    /// through the policy gate, and the consultation verdict.
+    Preflight {
+        /// The agent's id.
+        actor: String,
+        /// Newest events to read (1..=200).
+        #[serde(default)]
+        limit: Option<u8>,
+        /// Only this session's events (the keyed id `history_query` takes).
+        #[serde(default)]
+        session_id: Option<String>,
     },
     /// Set query-visible retention (the owner's; durable before the reply).
     SetRetention {
@@ -559,7 +575,7 @@ pub fn field_name(key: &str) -> String {
 }
 
 /// Every `op` the protocol knows.
-pub const KNOWN_OPS: [&str; 21] = [
+pub const KNOWN_OPS: [&str; 22] = [
     "hello",
     "status",
     "enable",
@@ -572,6 +588,7 @@ pub const KNOWN_OPS: [&str; 21] = [
     "query",
     "tools_for",
     "call_tool",
+    "preflight",
     "grant",
     "approve_manifest",
     "revoke",
@@ -787,6 +804,11 @@ mod tests {
                 actor: "a".into(),
                 manifest: "m".into(),
                 reapprove: true,
+            },
+            Request::Preflight {
+                actor: "a".into(),
+                limit: Some(5),
+                session_id: Some("s".into()),
             },
             Request::SwitchAgents { enabled: true },
             Request::ActionStarted {

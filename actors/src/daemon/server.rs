@@ -50,6 +50,7 @@ use super::protocol::{
 };
 use crate::engine::{Engine, EngineError, QueryError};
 use crate::gate::PolicyChange;
+use crate::preflight::PreflightRequest;
 use crate::writer::Setting;
 
 /// Most connections served at once (those that completed a first frame); one more, when no
@@ -370,6 +371,21 @@ impl Dispatcher {
                     Err(refusal) => Ok(json!({"refusal": refusal})),
                 }
             }
+            Request::Preflight {
+                actor: text,
+                limit,
+                session_id,
+            } => {
+                let principal = actor(&text)?;
+                let limit = limit.unwrap_or(super::protocol::PREFLIGHT_DEFAULT_LIMIT_EVENTS);
+                let request =
+                    PreflightRequest::new(limit, session_id.as_deref()).map_err(|_| {
+                        invalid(
+                            "\"limit\" must be 1..=200 and \"session_id\" a session id of at most 128 characters",
+                        )
+                    })?;
+                Ok(engine.preflight_async(&principal, &request).await.to_json())
+            }
             Request::Grant {
                 actor: text,
                 operation,
@@ -617,6 +633,7 @@ pub fn is_owner_operation(request: &Request) -> bool {
         Request::Hello {}
             | Request::ToolsFor { .. }
             | Request::CallTool { .. }
+            | Request::Preflight { .. }
             | Request::SessionStarted { .. }
             | Request::SessionEnded { .. }
             | Request::ActionStarted { .. }
