@@ -23,8 +23,10 @@ use ractor::{Actor, ActorRef, RpcReplyPort};
 
 use crate::config::{CONTROL_DEADLINE_MS, EngineConfig};
 use crate::gate::{GateMsg, PolicyChange, ToolAnswer, ToolCall};
+use crate::journal::JournalMsg;
 use crate::supervisor::{SupervisorActor, SupervisorArgs, SupervisorMsg};
 use crate::writer::{ControlError, Setting};
+use annal_engine::policy::views::{AuditEntry, AuditFilter, GrantView};
 use annal_engine::policy::{Operation, Principal, Refusal};
 
 /// Worker threads of the engine's own runtime: one for the writer's blocking file I/O, one so
@@ -97,6 +99,8 @@ pub struct Engine {
     config: EngineConfig,
     /// Where the gate is found: tool calls go to it, not through the supervisor.
     children: crate::children::Children,
+    /// The engine's clock (whether a grant is live now).
+    clock: Arc<dyn annal_engine::clock::Clock>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -185,6 +189,7 @@ impl Engine {
             Some(injected) => Some(injected),
             None => open_existing_store(&startup.config.layout)?,
         };
+        let clock = Arc::clone(&startup.clock);
         let args = SupervisorArgs {
             config: startup.config.clone(),
             clock: startup.clock,
@@ -241,6 +246,7 @@ impl Engine {
             ended: Some(std::sync::Mutex::new(ended_rx)),
             config: startup.config,
             children,
+            clock,
         })
     }
 
@@ -480,6 +486,50 @@ impl Engine {
             .unwrap_or_default()
     }
 
+    /// The grants in force and the revoked actors, as the owner sees them (`annal grants`):
+    /// each grant's source, expiry, idle deadline, last use and whether it is live now. Read
+    /// from the journal's projection, which the gate keeps its policy from.
+    pub fn grants(&self) -> Result<Grants, EngineError> {
+        let journal = self.children.journal().ok_or(EngineError::Unavailable)?;
+        let state = self.ask_blocking_to(&journal, |reply| JournalMsg::Snapshot { reply })?;
+        Ok(Grants {
+            grants: state.policy.grant_views(self.clock.now_ms()),
+            revoked: state.policy.revoked_actors(),
+        })
+    }
+
+    /// [`Engine::grants`], for async callers.
+    pub async fn grants_async(&self) -> Result<Grants, EngineError> {
+        let journal = self.children.journal().ok_or(EngineError::Unavailable)?;
+        let state = Self::ask_async_to(&self.runtime, journal, |reply| JournalMsg::Snapshot {
+            reply,
+        })
+        .await?;
+        Ok(Grants {
+            grants: state.policy.grant_views(self.clock.now_ms()),
+            revoked: state.policy.revoked_actors(),
+        })
+    }
+
+    /// Who read my history (`annal audit`): every gated call, its verdict, outcome and returned
+    /// count, oldest first, filtered. Read from the journal's own records.
+    pub fn audit(&self, filter: AuditFilter) -> Result<Vec<AuditEntry>, EngineError> {
+        let journal = self.children.journal().ok_or(EngineError::Unavailable)?;
+        self.ask_blocking_to(&journal, |reply| JournalMsg::Audit { filter, reply })?
+            .map_err(|_| EngineError::Unavailable)
+    }
+
+    /// [`Engine::audit`], for async callers.
+    pub async fn audit_async(&self, filter: AuditFilter) -> Result<Vec<AuditEntry>, EngineError> {
+        let journal = self.children.journal().ok_or(EngineError::Unavailable)?;
+        Self::ask_async_to(&self.runtime, journal, |reply| JournalMsg::Audit {
+            filter,
+            reply,
+        })
+        .await?
+        .map_err(|_| EngineError::Unavailable)
+    }
+
     /// [`Engine::tools_for`], for async callers.
     pub async fn tools_for_async(&self, principal: &Principal) -> Vec<Operation> {
         let principal = principal.clone();
@@ -658,6 +708,15 @@ fn open_existing_store(
         Err(OpenStoreError::Storage(OpenStorageError::Locked)) => Err(EngineError::StoreLocked),
         Err(_) => Ok(None),
     }
+}
+
+/// The grants in force, as the owner sees them ([`Engine::grants`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grants {
+    /// Each grant, by actor and operation.
+    pub grants: Vec<GrantView>,
+    /// The actors revoked since their last grant.
+    pub revoked: Vec<annal_engine::policy::ActorId>,
 }
 
 const UNAVAILABLE: Refusal = Refusal::Contract(annal_schema::ErrorCode::HistoryStorageUnavailable);

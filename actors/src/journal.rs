@@ -88,6 +88,15 @@ pub enum JournalMsg {
         /// Where it goes.
         reply: RpcReplyPort<Vec<std::ops::RangeInclusive<u64>>>,
     },
+    /// The owner's audit trail: every gated call's records paired, filtered
+    /// (`annal_engine::policy::views::audit_entries`), read from the journal's own records.
+    Audit {
+        /// Which entries.
+        filter: annal_engine::policy::views::AuditFilter,
+        /// The entries, oldest first.
+        reply:
+            RpcReplyPort<Result<Vec<annal_engine::policy::views::AuditEntry>, JournalUnavailable>>,
+    },
     /// The current projection.
     Snapshot {
         /// Where it goes.
@@ -124,6 +133,8 @@ pub struct JournalState {
     clock: Arc<dyn Clock>,
     /// The writer, once open.
     writer: Option<StoreWriter<Journal>>,
+    /// The journal's keys, once open (the owner's audit view reads the records with them).
+    keys: Option<annal_engine::keys::JournalKeys>,
     /// The projection of everything journaled (and held).
     projection: State,
     /// Events applied but not durable yet: held (the journal was not open, or an append
@@ -302,6 +313,24 @@ impl JournalState {
         }
     }
 
+    /// The audit trail on disk and held (appended records are read back whether synced or not).
+    fn audit(
+        &mut self,
+        filter: &annal_engine::policy::views::AuditFilter,
+    ) -> Result<Vec<annal_engine::policy::views::AuditEntry>, JournalUnavailable> {
+        self.flush_held()?;
+        let keys = self.keys.as_ref().ok_or(JournalUnavailable)?;
+        let storage = self.storage.get().cloned().ok_or(JournalUnavailable)?;
+        let report = StoreReader::<Journal>::new(storage)
+            .read(keys)
+            .map_err(|_| JournalUnavailable)?;
+        let policy = report.records().filter_map(|r| match &r.event.event {
+            JournalEvent::Policy(event) => Some(event),
+            _ => None,
+        });
+        Ok(annal_engine::policy::views::audit_entries(policy, filter))
+    }
+
     fn open(&mut self, keys: &StreamKeys) -> Result<State, JournalUnavailable> {
         if self.writer.is_some() {
             return Ok(self.projection.clone());
@@ -325,6 +354,7 @@ impl JournalState {
         )
         .map_err(|_| JournalUnavailable)?;
         self.writer = Some(writer);
+        self.keys = Some(keys.journal.clone());
         self.projection = projection;
         self.flush_held()?;
         self.sync()?;
@@ -346,6 +376,7 @@ impl Actor for JournalActor {
             storage: args.storage,
             clock: args.clock,
             writer: None,
+            keys: None,
             projection: State::default(),
             outbox: Outbox::default(),
             myself: myself.clone(),
@@ -403,6 +434,9 @@ impl Actor for JournalActor {
             }
             JournalMsg::Lost { reply } => {
                 let _ = reply.send(state.projection.lost.clone());
+            }
+            JournalMsg::Audit { filter, reply } => {
+                let _ = reply.send(state.audit(&filter));
             }
             JournalMsg::Snapshot { reply } => {
                 let _ = reply.send(state.projection.clone());

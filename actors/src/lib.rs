@@ -89,5 +89,5 @@ pub mod supervisor;
 pub mod writer;
 
 pub use config::EngineConfig;
-pub use engine::{Engine, EngineError, QueryError, ShutdownReport};
+pub use engine::{Engine, EngineError, Grants, QueryError, ShutdownReport};
 pub use writer::{ControlError, Setting};

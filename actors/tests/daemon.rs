@@ -690,3 +690,69 @@ fn a_preflight_over_the_socket_answers_a_verdict() {
     let bad = raw.ask(json!({"op": "preflight", "actor": "host", "limit": 0}));
     assert_eq!(code(&bad), "invalid_request", "{bad}");
 }
+
+/// The owner's views over the socket: the grants with their deadlines, the audit trail of an
+/// agent's calls (and only its denials when asked), and a revocation of an actor that holds
+/// nothing refused instead of silently succeeding.
+#[test]
+fn the_owner_sees_grants_and_who_read_and_an_unknown_revoke_is_refused() {
+    let sandbox = Sandbox::new();
+    let (_daemon, socket) = Daemon::start(&sandbox, &[]);
+    let mut raw = Raw::connect(&socket);
+    assert_eq!(
+        raw.ask(json!({"op": "enable"}))["ok"]["status"]["enabled"],
+        true
+    );
+    let granted = raw.ask(json!({"op": "grant", "actor": "host", "operation": "query"}));
+    assert!(granted["ok"].is_object(), "{granted}");
+    let grants = raw.ask(json!({"op": "grants"}));
+    let listed = &grants["ok"]["grants"];
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{grants}");
+    assert_eq!(listed[0]["actor"], "host");
+    assert_eq!(listed[0]["operation"], "query");
+    assert_eq!(listed[0]["source"], "owner");
+    assert_eq!(listed[0]["live"], true);
+    assert!(listed[0]["expires_at_ms"].as_u64() > listed[0]["last_used_ms"].as_u64());
+
+    let status = raw.ask(json!({"op": "call_tool", "actor": "host", "tool": "history_status"}));
+    assert!(status["ok"]["refusal"].is_object(), "{status}");
+    let query = raw.ask(
+        json!({"op": "call_tool", "actor": "host", "tool": "history_query",
+        "arguments": {"limit": 1}}),
+    );
+    assert!(query["ok"]["answer"].is_object(), "{query}");
+    let audit = raw.ask(json!({"op": "audit", "actor": "host"}));
+    let entries = audit["ok"]["entries"].as_array().unwrap();
+    let seen: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e["operation"].as_str().unwrap(),
+                e["verdict"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [("status", "not_granted"), ("query", "allowed")],
+        "{audit}"
+    );
+    assert_eq!(entries[1]["returned_events"], 1);
+    let denied = raw.ask(json!({"op": "audit", "denied": true}));
+    assert_eq!(
+        denied["ok"]["entries"].as_array().map(Vec::len),
+        Some(1),
+        "{denied}"
+    );
+
+    let nobody = raw.ask(json!({"op": "revoke", "actor": "nobody"}));
+    assert_eq!(code(&nobody), "invalid_request", "{nobody}");
+    assert!(
+        !nobody.to_string().contains("nobody"),
+        "the caller's text is not echoed"
+    );
+    assert!(raw.ask(json!({"op": "revoke", "actor": "host"}))["ok"].is_object());
+    let after = raw.ask(json!({"op": "grants"}));
+    assert_eq!(after["ok"]["grants"], json!([]));
+    assert_eq!(after["ok"]["revoked"], json!(["host"]));
+}

@@ -127,6 +127,20 @@ pub enum Request {
         #[serde(default)]
         reapprove: bool,
     },
+    /// The grants in force and the revoked actors (the owner's `annal grants`).
+    Grants,
+    /// The audit trail, one entry per gated call, oldest first (the owner's `annal audit`).
+    Audit {
+        /// Only this agent's calls.
+        #[serde(default)]
+        actor: Option<String>,
+        /// Only calls decided at or after this time, in ms since the epoch.
+        #[serde(default)]
+        since_ms: Option<u64>,
+        /// Only calls the gate denied.
+        #[serde(default)]
+        denied: bool,
+    },
     /// Revoke every grant of `actor`.
     Revoke {
         /// The agent's id.
@@ -530,8 +544,10 @@ impl<'de> serde::de::Visitor<'de> for UniqueKeys<'_> {
 
 /// Every field name of the closed request schema: the requests' fields, an application's and an
 /// outcome's, and the `history_query` arguments. A name outside this list is never quoted.
-pub const FIELD_NAMES: [&str; 31] = [
+pub const FIELD_NAMES: [&str; 33] = [
     "op",
+    "since_ms",
+    "denied",
     "reapprove",
     "arguments",
     "actor",
@@ -575,7 +591,7 @@ pub fn field_name(key: &str) -> String {
 }
 
 /// Every `op` the protocol knows.
-pub const KNOWN_OPS: [&str; 22] = [
+pub const KNOWN_OPS: [&str; 24] = [
     "hello",
     "status",
     "enable",
@@ -589,6 +605,8 @@ pub const KNOWN_OPS: [&str; 22] = [
     "tools_for",
     "call_tool",
     "preflight",
+    "grants",
+    "audit",
     "grant",
     "approve_manifest",
     "revoke",
@@ -809,6 +827,12 @@ mod tests {
                 actor: "a".into(),
                 limit: Some(5),
                 session_id: Some("s".into()),
+            },
+            Request::Grants,
+            Request::Audit {
+                actor: Some("a".into()),
+                since_ms: Some(1),
+                denied: true,
             },
             Request::SwitchAgents { enabled: true },
             Request::ActionStarted {

@@ -203,6 +203,45 @@ fn admission_name(admission: Admission) -> &'static str {
     }
 }
 
+/// The `grants` answer: each grant with its deadlines (ms since the epoch), and the revoked.
+fn grants_json(grants: &crate::engine::Grants) -> Value {
+    let each: Vec<Value> = grants
+        .grants
+        .iter()
+        .map(|g| {
+            json!({
+                "actor": g.actor.as_str(),
+                "operation": g.operation.name(),
+                "source": g.source,
+                "expires_at_ms": g.expires_at_ms,
+                "idle_deadline_ms": g.idle_deadline_ms,
+                "last_used_ms": g.last_used_ms,
+                "live": g.live,
+            })
+        })
+        .collect();
+    let revoked: Vec<&str> = grants.revoked.iter().map(ActorId::as_str).collect();
+    json!({"grants": each, "revoked": revoked})
+}
+
+/// One `audit` entry: who (an agent's id, or `owner`), when, what, the verdict and outcome
+/// codes, and the returned count. No argument or content: the records hold none.
+fn audit_json(entry: &annal_engine::policy::views::AuditEntry) -> Value {
+    let who = match &entry.principal {
+        Principal::Owner => "owner",
+        Principal::Agent(actor) => actor.as_str(),
+    };
+    json!({
+        "audit": entry.audit,
+        "at_ms": entry.at_ms,
+        "actor": who,
+        "operation": entry.operation.name(),
+        "verdict": entry.verdict.code(),
+        "outcome": entry.outcome.map(|o| o.code()),
+        "returned_events": entry.returned_events,
+    })
+}
+
 fn invalid(message: impl Into<String>) -> DaemonError {
     DaemonError::new(DaemonErrorCode::InvalidRequest, message)
 }
@@ -422,8 +461,36 @@ impl Dispatcher {
                 })
                 .await
             }
+            Request::Grants => {
+                let grants = engine.grants_async().await.map_err(|e| failed(&e))?;
+                Ok(grants_json(&grants))
+            }
+            Request::Audit {
+                actor: text,
+                since_ms,
+                denied,
+            } => {
+                let actor = text.as_deref().map(actor_id).transpose()?;
+                let filter = annal_engine::policy::views::AuditFilter {
+                    actor,
+                    since_ms,
+                    denied_only: denied,
+                };
+                let entries = engine.audit_async(filter).await.map_err(|e| failed(&e))?;
+                Ok(json!({"entries": entries.iter().map(audit_json).collect::<Vec<_>>()}))
+            }
             Request::Revoke { actor: text } => {
                 let actor = actor_id(&text)?;
+                // Revoking an actor that holds no grant and was never revoked does nothing:
+                // say so (a mistyped name must not read as a revocation).
+                let grants = engine.grants_async().await.map_err(|e| failed(&e))?;
+                let known = grants.grants.iter().any(|g| g.actor == actor)
+                    || grants.revoked.contains(&actor);
+                if !known {
+                    return Err(invalid(
+                        "\"actor\" holds no grant and was never revoked: `annal grants` lists the actors",
+                    ));
+                }
                 self.change(PolicyChange::Revoke { actor }).await
             }
             Request::SwitchAgents { enabled } => {

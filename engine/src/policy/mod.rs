@@ -40,6 +40,7 @@
 
 pub mod cursor;
 pub mod manifest;
+pub mod views;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,280 @@
+//! The owner's views of the policy: the grants in force (`annal grants`) and the audit trail,
+//! one entry per gated call (`annal audit`: who read my history, when, and what they got).
+//! Pure: built from the policy state and the journal's policy records, so the owner's views and
+//! the gate read the same facts. Neither holds an argument, a filter value, a label or any
+//! content: the audit records cannot express one.
+
+use std::collections::BTreeMap;
+
+use super::{
+    ActorId, AuditOutcome, GrantSource, MS_PER_SEC, Operation, PolicyEvent, PolicyState, Principal,
+    Verdict,
+};
+
+/// One grant in force, as the owner sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantView {
+    /// To whom.
+    pub actor: ActorId,
+    /// For what.
+    pub operation: Operation,
+    /// Where it came from.
+    pub source: GrantSource,
+    /// When it ends, in ms since the epoch.
+    pub expires_at_ms: u64,
+    /// When it lapses unless used before, in ms since the epoch (never after its expiry).
+    pub idle_deadline_ms: u64,
+    /// When it was issued or last allowed a call, in ms since the epoch.
+    pub last_used_ms: u64,
+    /// Whether it would allow a call at the time the view was taken.
+    pub live: bool,
+}
+
+impl PolicyState {
+    /// Every grant, by actor and operation, with its deadlines and whether it is live at
+    /// `now_ms` (an expired or idle one stays listed, not live, until it is replaced or revoked).
+    pub fn grant_views(&self, now_ms: u64) -> Vec<GrantView> {
+        self.grants
+            .iter()
+            .map(|((actor, operation), grant)| {
+                let idle_deadline_ms = grant
+                    .last_used_ms
+                    .saturating_add(grant.idle_timeout_ms)
+                    .min(grant.expires_at_ms);
+                GrantView {
+                    actor: actor.clone(),
+                    operation: *operation,
+                    source: grant.source,
+                    expires_at_ms: grant.expires_at_ms,
+                    idle_deadline_ms,
+                    last_used_ms: grant.last_used_ms,
+                    live: now_ms < idle_deadline_ms,
+                }
+            })
+            .collect()
+    }
+
+    /// The actors revoked since their last grant, by name.
+    pub fn revoked_actors(&self) -> Vec<ActorId> {
+        self.revoked.iter().cloned().collect()
+    }
+}
+
+/// One gated call, its pre-execution record and its completion paired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    /// The audit id.
+    pub audit: u64,
+    /// When it was decided, in ms since the epoch.
+    pub at_ms: u64,
+    /// Who called.
+    pub principal: Principal,
+    /// Which operation.
+    pub operation: Operation,
+    /// The gate's verdict.
+    pub verdict: Verdict,
+    /// How it ended (`None`: no completion record, e.g. the process ended first).
+    pub outcome: Option<AuditOutcome>,
+    /// How many events it returned.
+    pub returned_events: u16,
+}
+
+/// Which audit entries the owner asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditFilter {
+    /// Only this agent's calls.
+    pub actor: Option<ActorId>,
+    /// Only calls decided at or after this time, in ms since the epoch.
+    pub since_ms: Option<u64>,
+    /// Only calls the gate denied.
+    pub denied_only: bool,
+}
+
+impl AuditFilter {
+    /// Whether `entry` passes.
+    fn admits(&self, entry: &AuditEntry) -> bool {
+        let actor_matches = match (&self.actor, &entry.principal) {
+            (None, _) => true,
+            (Some(wanted), Principal::Agent(actor)) => wanted == actor,
+            (Some(_), Principal::Owner) => false,
+        };
+        actor_matches
+            && self.since_ms.is_none_or(|since| entry.at_ms >= since)
+            && (!self.denied_only || matches!(entry.verdict, Verdict::Denied(_)))
+    }
+}
+
+/// The audit trail in `events` (the journal's policy records, in journal order) as one entry
+/// per call, oldest first, filtered by `filter`.
+pub fn audit_entries<'a>(
+    events: impl IntoIterator<Item = &'a PolicyEvent>,
+    filter: &AuditFilter,
+) -> Vec<AuditEntry> {
+    let mut entries: BTreeMap<u64, AuditEntry> = BTreeMap::new();
+    for event in events {
+        match event {
+            PolicyEvent::AuditStarted {
+                audit,
+                at_ms,
+                principal,
+                operation,
+                verdict,
+            } => {
+                entries.insert(
+                    *audit,
+                    AuditEntry {
+                        audit: *audit,
+                        at_ms: *at_ms,
+                        principal: principal.clone(),
+                        operation: *operation,
+                        verdict: *verdict,
+                        outcome: None,
+                        returned_events: 0,
+                    },
+                );
+            }
+            PolicyEvent::AuditFinished {
+                audit,
+                outcome,
+                returned_events,
+            } => {
+                if let Some(entry) = entries.get_mut(audit) {
+                    entry.outcome = Some(*outcome);
+                    entry.returned_events = *returned_events;
+                }
+            }
+            _ => {}
+        }
+    }
+    entries
+        .into_values()
+        .filter(|entry| filter.admits(entry))
+        .collect()
+}
+
+/// Milliseconds in `secs` seconds (for callers that take durations in seconds).
+pub const fn secs_to_ms(secs: u64) -> u64 {
+    secs.saturating_mul(MS_PER_SEC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{DenyReason, GrantTerms, Refusal};
+
+    const T0: u64 = 1_800_000_000_000;
+
+    fn actor(name: &str) -> ActorId {
+        ActorId::new(name).unwrap()
+    }
+
+    fn started(audit: u64, at_ms: u64, who: Principal, verdict: Verdict) -> PolicyEvent {
+        PolicyEvent::AuditStarted {
+            audit,
+            at_ms,
+            principal: who,
+            operation: Operation::Query,
+            verdict,
+        }
+    }
+
+    fn finished(audit: u64, outcome: AuditOutcome, returned_events: u16) -> PolicyEvent {
+        PolicyEvent::AuditFinished {
+            audit,
+            outcome,
+            returned_events,
+        }
+    }
+
+    #[test]
+    fn grants_are_listed_with_their_deadlines_and_liveness() {
+        // Given a grant of one hour with a ten-minute idle timeout, issued at T0.
+        let terms = GrantTerms::new(3_600, 600).unwrap();
+        let mut state = PolicyState::default();
+        state.apply(&PolicyState::grant_event(
+            &actor("a"),
+            Operation::Query,
+            GrantSource::Owner,
+            terms,
+            T0,
+        ));
+        // When the owner looks within the idle timeout, then it is live with both deadlines.
+        let views = state.grant_views(T0 + 1);
+        assert_eq!(
+            views,
+            vec![GrantView {
+                actor: actor("a"),
+                operation: Operation::Query,
+                source: GrantSource::Owner,
+                expires_at_ms: T0 + secs_to_ms(3_600),
+                idle_deadline_ms: T0 + secs_to_ms(600),
+                last_used_ms: T0,
+                live: true,
+            }]
+        );
+        // When it went unused past its idle timeout, then it is listed and not live.
+        assert!(!state.grant_views(T0 + secs_to_ms(601))[0].live);
+        // When it is revoked, then it is gone and the actor is listed as revoked.
+        state.apply(&PolicyEvent::ActorRevoked { actor: actor("a") });
+        assert!(state.grant_views(T0 + 1).is_empty());
+        assert_eq!(state.revoked_actors(), vec![actor("a")]);
+    }
+
+    #[test]
+    fn audit_records_pair_into_one_entry_per_call_and_filter() {
+        let a = Principal::Agent(actor("a"));
+        let b = Principal::Agent(actor("b"));
+        let denied = Verdict::Denied(DenyReason::NotGranted);
+        let events = [
+            started(1, T0, a.clone(), Verdict::Allowed),
+            finished(1, AuditOutcome::Completed, 5),
+            started(2, T0 + 10, b.clone(), denied),
+            finished(
+                2,
+                AuditOutcome::Refused(Refusal::Denied(DenyReason::NotGranted)),
+                0,
+            ),
+            started(3, T0 + 20, Principal::Owner, Verdict::Allowed),
+            finished(3, AuditOutcome::Completed, 7),
+            // A call whose completion never came (the process ended).
+            started(4, T0 + 30, a.clone(), Verdict::Allowed),
+        ];
+        let all = audit_entries(&events, &AuditFilter::default());
+        assert_eq!(
+            all.iter().map(|e| e.audit).collect::<Vec<_>>(),
+            [1, 2, 3, 4]
+        );
+        assert_eq!(all[0].returned_events, 5);
+        assert_eq!(all[0].outcome, Some(AuditOutcome::Completed));
+        assert_eq!(all[3].outcome, None);
+        let of_a = AuditFilter {
+            actor: Some(actor("a")),
+            ..AuditFilter::default()
+        };
+        assert_eq!(
+            audit_entries(&events, &of_a)
+                .iter()
+                .map(|e| e.audit)
+                .collect::<Vec<_>>(),
+            [1, 4]
+        );
+        let denied_only = AuditFilter {
+            denied_only: true,
+            ..AuditFilter::default()
+        };
+        let denials = audit_entries(&events, &denied_only);
+        assert_eq!(denials.len(), 1);
+        assert_eq!(denials[0].principal, b);
+        let since = AuditFilter {
+            since_ms: Some(T0 + 20),
+            ..AuditFilter::default()
+        };
+        assert_eq!(
+            audit_entries(&events, &since)
+                .iter()
+                .map(|e| e.audit)
+                .collect::<Vec<_>>(),
+            [3, 4]
+        );
+    }
+}
