@@ -19,10 +19,15 @@ pub const SYNC_INTERVAL_MS: u64 = 5;
 /// polls, and backs off while idle (`DRAIN_IDLE_TICK_MS`).
 pub const DRAIN_TICK_MS: u64 = 2;
 
-/// How often the ingress looks at the capture queue once it found it empty for
-/// `DRAIN_IDLE_AFTER_MS`, in milliseconds: an idle engine wakes 50 times a second, well under
-/// 0.5 % of one core. The first event after an idle spell waits at most this long to be drained.
+/// How often the ingress first looks at the capture queue once it found it empty for
+/// `DRAIN_IDLE_AFTER_MS`, in milliseconds; each look that still finds it empty doubles the
+/// period, up to `DRAIN_IDLE_TICK_MAX_MS` (`annal_engine::capture::TickSchedule`).
 pub const DRAIN_IDLE_TICK_MS: u64 = 20;
+
+/// The longest period between two looks at an empty capture queue, in milliseconds: an idle
+/// engine wakes about once a second. The first event after a long idle spell waits at most this
+/// long to be drained (a flush drains at once).
+pub const DRAIN_IDLE_TICK_MAX_MS: u64 = 1_000;
 
 /// How long the queue must stay empty before the ingress backs off to `DRAIN_IDLE_TICK_MS`, in
 /// milliseconds.
@@ -58,6 +63,9 @@ pub struct EngineConfig {
     pub drain_tick: Duration,
     /// Drain tick of the ingress once idle.
     pub drain_idle_tick: Duration,
+    /// The longest period between two looks at an empty capture queue
+    /// ([`DRAIN_IDLE_TICK_MAX_MS`]); raised to `drain_idle_tick` when lower.
+    pub drain_idle_tick_max: Duration,
     /// Deadline of one credential-store call.
     pub key_call_deadline: Duration,
     /// Restart intensity of the supervisor.
@@ -79,6 +87,7 @@ impl EngineConfig {
             sync_interval: Duration::from_millis(SYNC_INTERVAL_MS),
             drain_tick: Duration::from_millis(DRAIN_TICK_MS),
             drain_idle_tick: Duration::from_millis(DRAIN_IDLE_TICK_MS),
+            drain_idle_tick_max: Duration::from_millis(DRAIN_IDLE_TICK_MAX_MS),
             key_call_deadline: Duration::from_millis(KEY_CALL_DEADLINE_MS),
             restart_policy: RestartPolicy::default(),
             shutdown_deadline: Duration::from_millis(SHUTDOWN_DEADLINE_MS),

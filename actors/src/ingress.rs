@@ -20,7 +20,7 @@
 use std::sync::{Arc, Mutex};
 
 use annal_engine::capture::{
-    CaptureControl, CaptureDrain, Captured, DrainWakeup, Drained, StallWatch,
+    CaptureControl, CaptureDrain, Captured, DrainWakeup, Drained, StallWatch, TickSchedule,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
@@ -108,8 +108,10 @@ pub struct IngressArgs {
     pub supervisor: ActorRef<SupervisorMsg>,
     /// How often to look at the queue while events flow.
     pub tick: std::time::Duration,
-    /// How often to look once the queue stayed empty for a while.
+    /// How often to look first once the queue stayed empty for a while.
     pub idle_tick: std::time::Duration,
+    /// The longest period between looks at an empty queue.
+    pub idle_tick_max: std::time::Duration,
 }
 
 /// The Ingress actor.
@@ -125,38 +127,31 @@ struct Ticker {
 }
 
 impl Ticker {
-    /// Starts the thread: every `active` period while events flow, every `idle` period once
-    /// the queue stayed empty for `DRAIN_IDLE_AFTER_MS`; back to `active` at the first event.
+    /// Starts the thread, on `schedule` (`annal_engine::capture::TickSchedule`: active while
+    /// events flow, backing off while the queue stays empty, active again at the first event).
     fn spawn(
         control: CaptureControl,
         ingress: ActorRef<IngressMsg>,
         drain_queued: DrainWakeup,
-        active: std::time::Duration,
-        idle: std::time::Duration,
+        mut schedule: TickSchedule,
     ) -> std::io::Result<Self> {
         use std::sync::mpsc::RecvTimeoutError;
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let idle_after = std::time::Duration::from_millis(crate::config::DRAIN_IDLE_AFTER_MS);
         std::thread::Builder::new()
             .name("annal-ingress-tick".into())
             .spawn(move || {
-                let mut quiet = std::time::Duration::ZERO;
                 let mut watch = StallWatch::new();
-                loop {
-                    let period = if quiet >= idle_after { idle } else { active };
-                    match stopped.recv_timeout(period) {
-                        Err(RecvTimeoutError::Timeout) => {}
-                        Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
-                    }
-                    if control.queued_events() > 0 || control.pending_drops() > 0 {
-                        quiet = std::time::Duration::ZERO;
+                // Until the ingress's state drops the sender (or sends): each timeout is a look.
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(schedule.period()) {
+                    let found_work = control.queued_events() > 0 || control.pending_drops() > 0;
+                    schedule.looked(found_work);
+                    if found_work {
                         if watch.claim_or_heal(&drain_queued)
                             && ingress.cast(IngressMsg::Drain).is_err()
                         {
                             break;
                         }
                     } else {
-                        quiet += period;
                         watch.idle();
                     }
                 }
@@ -291,8 +286,12 @@ impl Actor for IngressActor {
             control.clone(),
             myself.clone(),
             drain_queued.clone(),
-            args.tick,
-            args.idle_tick.max(args.tick),
+            TickSchedule::new(
+                args.tick,
+                args.idle_tick,
+                args.idle_tick_max,
+                std::time::Duration::from_millis(crate::config::DRAIN_IDLE_AFTER_MS),
+            ),
         )?;
         Ok(IngressState {
             drain: args.drain,

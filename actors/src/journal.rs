@@ -301,7 +301,11 @@ impl JournalState {
             return Ok(());
         }
         let writer = self.writer.as_mut().ok_or(JournalUnavailable)?;
-        match writer.sync() {
+        // The sync blocks for the disk's fdatasync: the worker thread is handed over to the
+        // runtime's other work meanwhile (the engine's runtime is multi-threaded), so a group
+        // commit never holds up the calls and the writer that run beside it; commits that
+        // arrive during it wait in the mailbox and form the next group.
+        match tokio::task::block_in_place(|| writer.sync()) {
             Ok(_) => {
                 self.outbox.synced();
                 Ok(())

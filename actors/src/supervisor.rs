@@ -335,6 +335,7 @@ impl SupervisorState {
             supervisor: myself.clone(),
             tick: self.config.drain_tick,
             idle_tick: self.config.drain_idle_tick,
+            idle_tick_max: self.config.drain_idle_tick_max,
         };
         let Some(ingress) = spawn_child(myself, self.name("ingress"), IngressActor, args).await
         else {

@@ -26,6 +26,13 @@
 //! `FIGURE append.commit_latency.{p50,p99,max}_us <n> us` (over every flush of
 //! [`STREAM_ROUNDS`] runs of `stream_with_flusher`), `FIGURE append.commits <n> commits` and
 //! `FIGURE capture.idle_cpu_percent <x> %`.
+//!
+//! And an engine left idle the way a long-running agent runtime leaves it (enabled, nothing
+//! captured, called or flushed) for [`ENGINE_IDLE_WINDOW`], once the drain tick has backed off
+//! (`DRAIN_IDLE_TICK_MAX_MS`): `FIGURE engine.idle_cpu_percent`, `engine.idle_wakeups_per_s`
+//! (every thread's context switches, voluntary and not, from `/proc/self/task/*/status`: each
+//! is a wake-up), `engine.start_ms` (`Engine::start` and `enable` to ready) and
+//! `engine.idle_rss_bytes` (`VmRSS`).
 #![allow(missing_docs)]
 
 use annal_bench::quantile;
@@ -84,6 +91,76 @@ fn idle_cpu_percent() -> f64 {
     let wall = wall_before.elapsed();
     rig.finish(0, 0).unwrap_or_else(|e| panic!("idle: {e}"));
     PERCENT * cpu.as_secs_f64() / wall.as_secs_f64()
+}
+
+/// How long the engine idle figures watch an idle engine.
+const ENGINE_IDLE_WINDOW: Duration = Duration::from_secs(60);
+
+/// How long an idle engine is left before the engine idle figures start: past the drain
+/// tick's back-off to its ceiling (`DRAIN_IDLE_TICK_MAX_MS`, reached in about 2 s).
+const ENGINE_IDLE_SETTLE: Duration = Duration::from_secs(5);
+
+/// Context switches of every thread of this process so far (each is a wake-up).
+fn context_switches() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|line| line.contains("ctxt_switches:"))
+                .filter_map(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+/// This process's resident set, in bytes.
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|line| line.starts_with("VmRSS:"))
+                .and_then(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1_024)
+}
+
+/// The engine idle figures (module doc).
+fn print_engine_idle_figures() {
+    let started = Instant::now();
+    let rig = EngineRig::start().unwrap_or_else(|e| panic!("start: {e}"));
+    let start_ms = started.elapsed().as_secs_f64() * 1_000.0;
+    thread::sleep(ENGINE_IDLE_SETTLE);
+    let cpu_before = process_cpu_time();
+    let switches_before = context_switches();
+    let wall_before = Instant::now();
+    thread::sleep(ENGINE_IDLE_WINDOW);
+    let cpu = process_cpu_time().saturating_sub(cpu_before);
+    // This thread's own wake-up at the end of its sleep is not the engine's.
+    let switches = context_switches()
+        .saturating_sub(switches_before)
+        .saturating_sub(1);
+    let wall = wall_before.elapsed().as_secs_f64();
+    let rss = rss_bytes();
+    rig.finish(0, 0).unwrap_or_else(|e| panic!("idle: {e}"));
+    print_figure(
+        "engine.idle_cpu_percent",
+        format!("{:.3}", PERCENT * cpu.as_secs_f64() / wall),
+        "%",
+    );
+    print_figure(
+        "engine.idle_wakeups_per_s",
+        format!("{:.2}", switches as f64 / wall),
+        "wakeups/s",
+    );
+    print_figure("engine.start_ms", format!("{start_ms:.1}"), "ms");
+    print_figure("engine.idle_rss_bytes", rss, "bytes");
 }
 
 /// The median of `values` (upper median for an even count).
@@ -149,6 +226,7 @@ fn main() {
         format!("{:.2}", idle_cpu_percent()),
         "%",
     );
+    print_engine_idle_figures();
 }
 
 /// `<prefix>.durable_events_per_s` (median of `streams`) and `<prefix>.final_flush_ms`: the

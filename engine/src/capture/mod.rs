@@ -49,6 +49,7 @@
 
 mod channel;
 mod stamp;
+mod tick;
 mod wakeup;
 
 use std::collections::VecDeque;
@@ -64,6 +65,7 @@ use crate::sync::Arc;
 pub use channel::{Admission, Drained, FinalDrain};
 use channel::{Channel, Start};
 use stamp::{Stamp, Stamper};
+pub use tick::TickSchedule;
 pub use wakeup::{DrainWakeup, StallWatch};
 
 /// Default capacity of the capture queue, in events (ARCHITECTURE.md section 4). At crossbeam's
