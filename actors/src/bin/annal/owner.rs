@@ -1,7 +1,7 @@
 //! The owner's commands, each a thin layer over one daemon request (or, with `--no-daemon`,
 //! the same request answered in this process): `enable`, `disable`, `pause`, `resume`, `flush`,
 //! `status`, `retention`, `quota`, `list`, `show`, `query`, `grant`, `revoke`, `agents`,
-//! `stop`, `delete`.
+//! `stop`, `socket`, `delete`.
 //!
 //! Reads (`list`, `show`, `query`) go through the policy gate as the owner (`local_cli`) and
 //! append the contract's `access` event when they return anything. `--json` prints the daemon's
@@ -518,7 +518,7 @@ pub fn agents(location: &Location, no_daemon: bool, args: &AgentsArgs) -> ExitCo
 pub fn stop_daemon(location: &Location) -> Result<bool, CliError> {
     let runtime = crate::runtime()?;
     runtime.block_on(async {
-        let Some(mut client) = Link::running(location).await else {
+        let Some(mut client) = Link::running(location).await? else {
             return Ok(false);
         };
         client
@@ -526,7 +526,7 @@ pub fn stop_daemon(location: &Location) -> Result<bool, CliError> {
             .await
             .map_err(|e| CliError::unavailable(format!("the daemon did not stop: {e}")))?;
         let deadline = Instant::now() + Duration::from_millis(DAEMON_STOP_WAIT_MS);
-        while Link::running(location).await.is_some() {
+        while Link::running(location).await?.is_some() {
             if Instant::now() >= deadline {
                 return Err(CliError::unavailable("the daemon did not exit in time"));
             }
@@ -562,6 +562,15 @@ pub fn stop(location: &Location, out: &OutputArgs) -> ExitCode {
                 "no daemon serves this store.\n".to_owned()
             }
         })
+    }))
+}
+
+/// `socket`: the daemon's socket path, as every front-end resolves it (nothing is started or
+/// connected).
+pub fn socket(location: &Location, out: &OutputArgs) -> ExitCode {
+    finish(location.socket().map(|socket| {
+        let value = json!({"socket": socket.display().to_string()});
+        print(out, &value, || format!("{}\n", socket.display()))
     }))
 }
 
