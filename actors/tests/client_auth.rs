@@ -359,3 +359,34 @@ fn annal_mcp_serves_under_an_mcp_hosts_bare_environment() {
     names.sort_unstable();
     assert_eq!(names, ["history_query", "history_status"]);
 }
+
+/// Every client of the socket: a request too large for one frame is refused at once, nothing
+/// is written, and the same connection answers the next request (it waited forever before).
+#[test]
+fn the_client_refuses_an_oversized_request_at_once_and_stays_usable() {
+    use annal_actors::daemon::{ClientError, DaemonClient, MAX_FRAME_BYTES, Request};
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    let socket = sandbox.socket();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut client = DaemonClient::connect(&socket).await.unwrap();
+        let mut arguments = serde_json::Map::new();
+        arguments.insert("session_id".into(), json!("x".repeat(MAX_FRAME_BYTES)));
+        let oversized = tokio::time::timeout(
+            Duration::from_secs(ANSWER_TIMEOUT_SECS),
+            client.request(&Request::Query { arguments }),
+        )
+        .await
+        .expect("an oversized request was waited on");
+        assert!(
+            matches!(oversized, Err(ClientError::RequestTooLarge { bytes }) if bytes > MAX_FRAME_BYTES),
+            "{oversized:?}"
+        );
+        let status = client.request(&Request::Status {}).await.unwrap();
+        assert_eq!(status["status"]["enabled"], true);
+    });
+}
