@@ -98,10 +98,7 @@ fn tools_are_listed_per_actor_with_closed_schemas() {
     assert_eq!(b.refused("history_status", json!({})), "not_granted");
     assert_eq!(b.refused("history_query", json!({})), "not_granted");
     // A tool that does not exist.
-    assert_eq!(
-        a.refused("history_delete", json!({})),
-        "invalid_history_query"
-    );
+    assert_eq!(a.refused("history_delete", json!({})), "unknown_tool");
 }
 
 #[test]
@@ -278,4 +275,27 @@ fn an_oversized_argument_is_refused_at_once_and_the_bridge_stays_usable() {
         status.is_some(),
         "annal mcp still ran {EXIT_DEADLINE_SECS} s after its stdin closed"
     );
+}
+
+/// Issue 27, finding 6: a grant before the first `enable` said "the engine did not answer in
+/// time" (exit 3); it says what to do, as bad usage, and grants nothing. (A narrowing before
+/// enable, `revoke` or `agents disable`, is kept by the engine: not this case.)
+#[test]
+fn a_grant_before_enable_says_to_enable_first() {
+    let sandbox = Sandbox::new();
+    for args in [&["grant", "agent-a", "status"][..], &["agents", "enable"]] {
+        let output = sandbox.run(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("history is not enabled: run `annal enable`"),
+            "{args:?}: {stderr}"
+        );
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+    sandbox.ok(&["enable"]);
+    let mut a = Mcp::start(&sandbox, "agent-a", &[]);
+    assert!(a.tools().is_empty(), "nothing was granted before enable");
+    sandbox.ok(&["grant", "agent-a", "status"]);
+    assert_eq!(a.tool_names(), ["history_status"]);
 }

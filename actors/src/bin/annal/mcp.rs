@@ -191,9 +191,6 @@ impl ServerHandler for HistoryServer {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        if Operation::from_tool(&request.name).is_none() {
-            return Ok(failure(ErrorCode::InvalidHistoryQuery).into());
-        }
         let call = Request::CallTool {
             actor: self.actor.clone(),
             tool: request.name.to_string(),

@@ -214,6 +214,31 @@ fn one(location: &Location, no_daemon: bool, request: Request) -> Result<Value, 
     })
 }
 
+/// What a policy change before the first `enable` says (the gate's journal does not exist yet).
+const NOT_ENABLED: &str = "history is not enabled: run `annal enable`";
+
+/// Sends one policy change that widens what agents may do (`grant`, `agents enable`). One that
+/// fails because history was never enabled (the policy journal cannot be written yet, and a
+/// widening that is not durable is withdrawn) says so, as bad usage. (A narrowing, `revoke` or
+/// `agents disable`, is kept by the engine even then, so it is not reported this way.)
+fn widen(location: &Location, no_daemon: bool, request: Request) -> Result<Value, CliError> {
+    let runtime = crate::runtime()?;
+    runtime.block_on(async {
+        let mut link = Link::open(location, no_daemon).await?;
+        let mut result = link.request(request).await;
+        if result
+            .as_ref()
+            .is_err_and(|e| e.exit == crate::EXIT_UNAVAILABLE)
+            && let Ok(status) = link.request(Request::Status {}).await
+            && status["status"]["enabled"] == false
+        {
+            result = Err(CliError::usage(NOT_ENABLED));
+        }
+        link.close().await;
+        result
+    })
+}
+
 /// Prints `value` (with `--json`) or `text`, and succeeds.
 pub fn print(out: &OutputArgs, value: &Value, text: impl FnOnce() -> String) -> ExitCode {
     if out.json {
@@ -471,7 +496,7 @@ pub fn grant(location: &Location, no_daemon: bool, args: &GrantArgs) -> ExitCode
     })();
     finish(
         request
-            .and_then(|request| one(location, no_daemon, request))
+            .and_then(|request| widen(location, no_daemon, request))
             .map(|value| {
                 print(&args.out, &value, || {
                     format!(
@@ -501,17 +526,21 @@ pub fn revoke(location: &Location, no_daemon: bool, args: &RevokeArgs) -> ExitCo
 /// `agents disable|enable`.
 pub fn agents(location: &Location, no_daemon: bool, args: &AgentsArgs) -> ExitCode {
     let enabled = matches!(args.switch, AgentsSwitch::Enable);
-    finish(
-        one(location, no_daemon, Request::SwitchAgents { enabled }).map(|value| {
-            print(&args.out, &value, || {
-                if enabled {
-                    "agents enabled: each is decided by its grants again.\n".to_owned()
-                } else {
-                    "agents disabled: every agent's next call is refused.\n".to_owned()
-                }
-            })
-        }),
-    )
+    let request = Request::SwitchAgents { enabled };
+    let sent = if enabled {
+        widen(location, no_daemon, request)
+    } else {
+        one(location, no_daemon, request)
+    };
+    finish(sent.map(|value| {
+        print(&args.out, &value, || {
+            if enabled {
+                "agents enabled: each is decided by its grants again.\n".to_owned()
+            } else {
+                "agents disabled: every agent's next call is refused.\n".to_owned()
+            }
+        })
+    }))
 }
 
 /// Asks a running daemon to stop and waits until its socket is gone. `Ok(false)`: none ran.
