@@ -6,15 +6,16 @@
 //!   closed input schema (`additionalProperties: false`; `history_query` with the paging
 //!   `cursor`).
 //! - `tools/call` hands the name and the raw arguments to the gate, which validates them (rmcp
-//!   does not), decides, audits and answers. Results come back as `structuredContent` with the
-//!   contract's fields and the same JSON as text; failures as a result with `isError: true`
-//!   and only the fixed `code`.
+//!   does not), decides, audits and answers (a name that is neither tool: `unknown_tool`).
+//!   Results come back as `structuredContent` with the contract's fields and the same JSON as
+//!   text; failures as a result with `isError: true` and only the fixed `code`.
 //! - `--manifest FILE` approves a bounded-mode manifest for this actor when the server starts
 //!   (passing it is the owner's approval: the owner writes the agent's MCP configuration).
-//!
 //! - A call whose request would not fit one socket frame is answered `invalid_history_query`
 //!   at once, without sending anything; every wait on the daemon has the client's deadlines
-//!   (`annal_actors::daemon::client`), so no call holds the link for longer.
+//!   (`annal_actors::daemon::client`), so no call holds the link for longer. A daemon that
+//!   closed the link (stopped, restarted, idle exit) is reconnected to once per call, started
+//!   again if it is gone.
 //!
 //! Logs go to stderr only; the end of stdin ends the server: in-flight calls get rmcp's drain,
 //! the link is closed once free (at most [`BRIDGE_LINK_RELEASE_DEADLINE_MS`]), and the process
