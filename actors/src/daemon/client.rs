@@ -60,7 +60,8 @@ pub enum TrustError {
     },
     /// The kernel did not say who the peer is.
     #[error(
-        "the peer at {} could not be identified ({source}): nothing was sent",
+        "the peer at {} could not be identified ({source}): nothing was sent; remove the \
+         socket if no daemon of yours serves it, or pass --socket PATH",
         socket.display()
     )]
     PeerUnknown {
