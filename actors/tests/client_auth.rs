@@ -390,3 +390,55 @@ fn the_client_refuses_an_oversized_request_at_once_and_stays_usable() {
         assert_eq!(status["status"]["enabled"], true);
     });
 }
+
+/// Every wait on the daemon has a deadline, and the bridge exits once stdin closes even with
+/// a call in flight: against a daemon of this user that accepts and never answers (a stuck
+/// daemon), `tools/list` answers (fail closed: no tools) once `REPLY_DEADLINE_MS` passed, and
+/// a bridge whose stdin closes during a stuck call exits. Before, both waited forever.
+#[test]
+fn a_daemon_that_never_answers_costs_one_deadline_and_the_bridge_still_exits() {
+    use annal_actors::daemon::client::REPLY_DEADLINE_MS;
+    /// Longest the bridge may take to exit once stdin closed with a call stuck: rmcp's drain
+    /// (5 s; a daemon link is then let go at once), plus a margin for a loaded CI.
+    const EXIT_DEADLINE_MS: u64 = 5_000 + 15_000;
+    let sandbox = Sandbox::new();
+    let store = sandbox.path("state").join("annal").join(&sandbox.namespace);
+    let socket = predicted_socket(&sandbox.path("run"), &store);
+    std::fs::create_dir(socket.parent().unwrap()).unwrap();
+    std::fs::set_permissions(
+        socket.parent().unwrap(),
+        std::fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
+    let listener = UnixListener::bind(&socket).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let silent = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stop.load(Ordering::Acquire) {
+                match listener.accept() {
+                    Ok((stream, _)) => held.push(stream),
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        })
+    };
+    let mut agent = Mcp::start(&sandbox, "agent-s", &[]);
+    let started = Instant::now();
+    assert!(agent.tools().is_empty(), "fail closed");
+    assert!(
+        started.elapsed() >= Duration::from_millis(REPLY_DEADLINE_MS),
+        "answered before the deadline: it cannot have waited for the daemon"
+    );
+    // A call is stuck on the silent daemon when stdin closes.
+    agent.send_call("history_status", json!({}));
+    let status = agent.close_input(Duration::from_millis(EXIT_DEADLINE_MS));
+    assert!(
+        status.is_some(),
+        "annal mcp still ran {EXIT_DEADLINE_MS} ms after its stdin closed"
+    );
+    stop.store(true, Ordering::Release);
+    silent.join().unwrap();
+}

@@ -256,6 +256,14 @@ impl Mcp {
             .collect()
     }
 
+    /// Sends a `tools/call` without waiting for its answer.
+    pub fn send_call(&mut self, tool: &str, arguments: Value) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}}));
+    }
+
     /// `tools/call`: the result object (`structuredContent`, `content`, `isError`).
     pub fn call(&mut self, tool: &str, arguments: Value) -> Value {
         let answer = self.rpc("tools/call", json!({"name": tool, "arguments": arguments}));

@@ -17,9 +17,10 @@
 //!   closed the link (stopped, restarted, idle exit) is reconnected to once per call, started
 //!   again if it is gone.
 //!
-//! Logs go to stderr only; the end of stdin ends the server: in-flight calls get rmcp's drain,
-//! the link is closed once free (at most [`BRIDGE_LINK_RELEASE_DEADLINE_MS`]), and the process
-//! exits.
+//! Logs go to stderr only; the end of stdin ends the server: in-flight calls get rmcp's drain
+//! (5 s), then the process exits; a daemon link still held by a stuck call is simply dropped,
+//! an in-process engine (`--no-daemon`) drains first once free (waiting at most
+//! [`BRIDGE_LINK_RELEASE_DEADLINE_MS`] for it).
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -61,8 +62,9 @@ const QUERY_DESCRIPTION: &str = "Reads metadata about earlier computer-use actio
      session_id, since_sequence, until_sequence (inclusive); pass the result's cursor to read \
      the next page. On absence, denial or failure, continue without history.";
 
-/// Longest the bridge waits, once stdin has closed, for a call still holding the link before it
-/// exits without closing it, in milliseconds: the longest one request may hold it.
+/// Longest a `--no-daemon` bridge waits, once stdin has closed, for a call still holding its
+/// in-process engine before it exits without draining it, in milliseconds: the longest one
+/// request may hold the link.
 const BRIDGE_LINK_RELEASE_DEADLINE_MS: u64 = REPLY_DEADLINE_MS;
 
 /// Arguments of `annal mcp`.
@@ -258,13 +260,16 @@ async fn serve_mcp(location: &Location, no_daemon: bool, args: &McpArgs) -> Resu
         .await
         .map_err(|e| CliError::unavailable(format!("MCP initialization failed: {e}")))?;
     let _ = running.waiting().await;
-    // An in-process engine drains before the process exits; a link a call still holds past
-    // the deadline is dropped as it is.
-    let released = tokio::time::timeout(
-        std::time::Duration::from_millis(BRIDGE_LINK_RELEASE_DEADLINE_MS),
-        link.lock(),
-    )
-    .await;
+    // Only an in-process engine has anything to drain: it waits for a call still holding the
+    // link, at most the deadline. A daemon link is let go at once, even by a call stuck on it
+    // (dropped with the runtime; nothing could carry its answer any more).
+    let wait_ms = if no_daemon {
+        BRIDGE_LINK_RELEASE_DEADLINE_MS
+    } else {
+        0
+    };
+    let released =
+        tokio::time::timeout(std::time::Duration::from_millis(wait_ms), link.lock()).await;
     if let Ok(mut held) = released
         && let Some(open) = held.take()
     {
