@@ -521,9 +521,9 @@ pub enum ToolCall {
 
 impl ToolCall {
     /// Parses a tool call from its MCP name and JSON arguments. An unknown tool is refused
-    /// with `invalid_history_query` before the gate (it names no operation).
+    /// with `unknown_tool` before the gate (it names no operation, so it is not audited).
     pub fn parse(tool: &str, arguments: &serde_json::Value) -> Result<Self, ErrorCode> {
-        match Operation::from_tool(tool).ok_or(ErrorCode::InvalidHistoryQuery)? {
+        match Operation::from_tool(tool).ok_or(ErrorCode::UnknownTool)? {
             Operation::Status => Ok(Self::Status {
                 arguments: annal_schema::tools::parse_status_request(arguments),
             }),

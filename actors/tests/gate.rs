@@ -755,7 +755,7 @@ fn invalid_arguments_are_refused_with_the_contracts_codes_after_the_gate() {
         engine
             .call_tool(&agent("a"), "history_delete", &json!({}))
             .err(),
-        Some(Refusal::Contract(ErrorCode::InvalidHistoryQuery))
+        Some(Refusal::Contract(ErrorCode::UnknownTool))
     );
     engine.shutdown();
 }

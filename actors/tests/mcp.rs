@@ -98,10 +98,7 @@ fn tools_are_listed_per_actor_with_closed_schemas() {
     assert_eq!(b.refused("history_status", json!({})), "not_granted");
     assert_eq!(b.refused("history_query", json!({})), "not_granted");
     // A tool that does not exist.
-    assert_eq!(
-        a.refused("history_delete", json!({})),
-        "invalid_history_query"
-    );
+    assert_eq!(a.refused("history_delete", json!({})), "unknown_tool");
 }
 
 #[test]
@@ -244,4 +241,61 @@ fn with_history_disabled_nothing_is_captured_and_reads_still_work() {
     assert_eq!(status["key_store"], "keyutils");
     let text = sandbox.ok(&["status"]);
     assert!(text.contains("do not survive a reboot"), "{text}");
+}
+
+/// Issue 27, finding 1: a `history_query` argument too large for one socket frame once wedged
+/// the bridge (the client wrote nothing and waited for a reply forever, holding the link).
+/// Now it is refused at once, the bridge keeps answering, and it exits when stdin closes.
+#[test]
+fn an_oversized_argument_is_refused_at_once_and_the_bridge_stays_usable() {
+    /// Above the socket's 512 KiB frame once wrapped in a `call_tool` request.
+    const OVERSIZED_ARGUMENT_BYTES: usize = 530_000;
+    /// Longest the bridge may take to exit once its stdin closed (rmcp's drain is 5 s).
+    const EXIT_DEADLINE_SECS: u64 = 20;
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    let manifest = manifest(&sandbox, "1h", "10m");
+    let mut a = Mcp::start(&sandbox, "agent-a", &["--manifest", &manifest]);
+    let huge = "x".repeat(OVERSIZED_ARGUMENT_BYTES);
+    assert_eq!(
+        a.refused("history_query", json!({"session_id": huge})),
+        "invalid_history_query"
+    );
+    // The bridge is not wedged: the list and a normal call still answer.
+    assert_eq!(a.tools().len(), 2);
+    assert_eq!(a.answered("history_status", json!({}))["enabled"], true);
+    let answer = a.answered("history_query", json!({"limit": 5}));
+    assert_eq!(answer["metadata_only"], true);
+    // Only the normal read left an access record; the refused one never reached the store.
+    assert!(!answer["events"].as_array().unwrap().is_empty());
+    assert_eq!(sandbox.access_events("agent_query"), 1);
+    // The end of stdin ends the server, in bounded time.
+    let status = a.close_input(Duration::from_secs(EXIT_DEADLINE_SECS));
+    assert!(
+        status.is_some(),
+        "annal mcp still ran {EXIT_DEADLINE_SECS} s after its stdin closed"
+    );
+}
+
+/// Issue 27, finding 6: a grant before the first `enable` said "the engine did not answer in
+/// time" (exit 3); it says what to do, as bad usage, and grants nothing. (A narrowing before
+/// enable, `revoke` or `agents disable`, is kept by the engine: not this case.)
+#[test]
+fn a_grant_before_enable_says_to_enable_first() {
+    let sandbox = Sandbox::new();
+    for args in [&["grant", "agent-a", "status"][..], &["agents", "enable"]] {
+        let output = sandbox.run(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("history is not enabled: run `annal enable`"),
+            "{args:?}: {stderr}"
+        );
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+    sandbox.ok(&["enable"]);
+    let mut a = Mcp::start(&sandbox, "agent-a", &[]);
+    assert!(a.tools().is_empty(), "nothing was granted before enable");
+    sandbox.ok(&["grant", "agent-a", "status"]);
+    assert_eq!(a.tool_names(), ["history_status"]);
 }

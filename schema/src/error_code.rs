@@ -4,8 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::HealthCategory;
 
-/// A structured error code returned by `history_status` / `history_query`. Clients branch on
-/// these; human-readable text may change, these may not.
+/// A structured error code returned by `history_status` / `history_query` (and `unknown_tool`
+/// for a call naming neither). Clients branch on these; human-readable text may change, these
+/// may not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
@@ -31,11 +32,13 @@ pub enum ErrorCode {
     HistoryEventsDropped,
     /// The writer is unavailable.
     HistoryWriterStopped,
+    /// The call names a tool that does not exist (neither history tool).
+    UnknownTool,
 }
 
 impl ErrorCode {
     /// Every code.
-    pub const ALL: [ErrorCode; 11] = [
+    pub const ALL: [ErrorCode; 12] = [
         Self::InvalidHistoryQuery,
         Self::InvalidHistoryQueryRange,
         Self::HistoryPreviewNotAdmitted,
@@ -47,6 +50,7 @@ impl ErrorCode {
         Self::HistoryQuotaReached,
         Self::HistoryEventsDropped,
         Self::HistoryWriterStopped,
+        Self::UnknownTool,
     ];
 
     /// The exact wire string.
@@ -63,6 +67,7 @@ impl ErrorCode {
             Self::HistoryQuotaReached => "history_quota_reached",
             Self::HistoryEventsDropped => "history_events_dropped",
             Self::HistoryWriterStopped => "history_writer_stopped",
+            Self::UnknownTool => "unknown_tool",
         }
     }
 

@@ -8,15 +8,21 @@
 //! - [`server`]: [`serve`] (one task per connection, peer uid checked, bounded frames, idle
 //!   exit, `stop`) and the [`Dispatcher`] that answers a request over an [`Engine`](crate::Engine)
 //!   (also run in-process by `--no-daemon`).
-//! - [`client`]: [`DaemonClient`], one connection.
+//! - [`client`]: [`DaemonClient`], one connection: the socket's directory and the peer's uid
+//!   checked before anything is sent, a request's size checked before it is written, every wait
+//!   bounded.
+//! - [`runtime_dir`]: the one rule for a private directory (owned by the user, 0700), which the
+//!   daemon applies before it binds and every client before it connects.
 //!
-//! The socket's directory and file permissions, the on-demand start and the idle exit policy
+//! Where the socket lives, the socket file's mode, the on-demand start and the idle exit policy
 //! belong to the `annal` binary, which owns the process.
 
 pub mod client;
 pub mod protocol;
+pub mod runtime_dir;
 pub mod server;
 
-pub use client::{ClientError, DaemonClient};
+pub use client::{ClientError, DaemonClient, TrustError, check_request_size};
 pub use protocol::{DaemonError, DaemonErrorCode, MAX_FRAME_BYTES, Reply, Request, WireOutcome};
+pub use runtime_dir::{RuntimeDirError, check_private_dir, create_private_dir};
 pub use server::{ConnectionState, Dispatcher, EnableHook, ServeEnd, ServeOptions, serve};

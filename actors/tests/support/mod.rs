@@ -150,7 +150,8 @@ fn getrandom_fill(out: &mut [u8]) {
 /// A running `annal mcp` child, spoken to over stdio with JSON-RPC.
 pub struct Mcp {
     child: Child,
-    stdin: ChildStdin,
+    /// `None` once [`Mcp::close_input`] ended the server's stdin.
+    stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
     next_id: u64,
 }
@@ -160,8 +161,12 @@ impl Mcp {
     pub fn start(sandbox: &Sandbox, actor: &str, extra: &[&str]) -> Self {
         let mut args = vec!["mcp", "--actor", actor];
         args.extend_from_slice(extra);
-        let mut child = sandbox
-            .annal(&args)
+        Self::start_command(sandbox.annal(&args))
+    }
+
+    /// Starts `command` (an `annal ... mcp ...` command line) and initializes it.
+    pub fn start_command(mut command: Command) -> Self {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -180,7 +185,7 @@ impl Mcp {
         });
         let mut mcp = Self {
             child,
-            stdin,
+            stdin: Some(stdin),
             lines,
             next_id: 1,
         };
@@ -198,8 +203,25 @@ impl Mcp {
     }
 
     fn send(&mut self, message: &Value) {
-        writeln!(self.stdin, "{message}").unwrap();
-        self.stdin.flush().unwrap();
+        let stdin = self.stdin.as_mut().expect("stdin was closed");
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Closes the server's stdin and waits up to `deadline` for it to exit: its exit status,
+    /// or `None` if it was still running then.
+    pub fn close_input(&mut self, deadline: Duration) -> Option<std::process::ExitStatus> {
+        drop(self.stdin.take());
+        let until = Instant::now() + deadline;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// One request; returns the whole response object.
@@ -232,6 +254,14 @@ impl Mcp {
             .iter()
             .map(|t| t["name"].as_str().unwrap().to_owned())
             .collect()
+    }
+
+    /// Sends a `tools/call` without waiting for its answer.
+    pub fn send_call(&mut self, tool: &str, arguments: Value) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}}));
     }
 
     /// `tools/call`: the result object (`structuredContent`, `content`, `isError`).
@@ -322,6 +352,19 @@ impl Raw {
         }));
         assert!(completed["ok"].is_object(), "{completed}");
     }
+}
+
+/// Runs `f` on a thread of its own whose real and effective uid are `uid`, and returns what it
+/// returned: a peer of another uid without forking a process (on Linux, credentials are per
+/// thread, and rustix changes only the calling thread's). Needs root; the thread ends with `f`.
+pub fn as_uid<T: Send + 'static>(uid: u32, f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        let uid = rustix::process::Uid::from_raw(uid);
+        rustix::thread::set_thread_res_uid(uid, uid, None::<rustix::process::Uid>).unwrap();
+        f()
+    })
+    .join()
+    .unwrap()
 }
 
 /// Every regular file below `dir`.

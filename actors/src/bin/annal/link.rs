@@ -1,5 +1,12 @@
 //! How a command reaches its store: through the store's daemon (started on demand, as
 //! `gpg-agent` is), or in this process with `--no-daemon` (taking the writer lock itself).
+//!
+//! The daemon is reached only through [`DaemonClient::connect`], which checks the socket's
+//! directory and the peer's uid before anything is sent: a socket that is not this user's
+//! daemon's is an error naming the path and the fix, never a reason to start another daemon.
+//! Every request is checked against the frame bound before it is sent or dispatched
+//! ([`check_request_size`]), whichever way the store is reached: an oversized one is the
+//! owner's `invalid_request` (exit 2) at once.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -8,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use annal_actors::daemon::{
     ClientError, ConnectionState, DaemonClient, DaemonErrorCode, Dispatcher, Reply, Request,
+    check_request_size,
 };
 use annal_actors::{Engine, EngineConfig, EngineError};
 
@@ -24,6 +32,15 @@ const DAEMON_START_POLL_MS: u64 = 20;
 /// How long a daemon started on demand stays up with no client and nothing to flush, in
 /// seconds.
 pub const DAEMON_IDLE_EXIT_SECS: u64 = 60;
+
+/// Whether a failed request lost its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lost {
+    /// The daemon closed the connection or broke the protocol.
+    Yes,
+    /// The connection, if any, is as it was (a refusal, a timeout, an oversized request).
+    No,
+}
 
 /// A command's way to its store.
 pub enum Link {
@@ -93,7 +110,7 @@ impl Link {
             });
         }
         let socket = location.socket()?;
-        if let Ok(client) = DaemonClient::connect(socket).await {
+        if let Some(client) = reach(socket).await? {
             return Ok(Self::Daemon(client));
         }
         // Refuse here, not in a daemon that would exit unseen, a key-store choice that cannot be.
@@ -101,7 +118,7 @@ impl Link {
         let mut child = start_daemon(location, socket)?;
         let deadline = Instant::now() + Duration::from_millis(DAEMON_START_DEADLINE_MS);
         loop {
-            if let Ok(client) = DaemonClient::connect(socket).await {
+            if let Some(client) = reach(socket).await? {
                 // Reap it when it exits, so a long-running client (`annal mcp`) leaves no zombie.
                 std::thread::spawn(move || child.wait());
                 return Ok(Self::Daemon(client));
@@ -109,7 +126,7 @@ impl Link {
             if let Ok(Some(status)) = child.try_wait() {
                 // It exited: another daemon won a race for this store (then connect again), or
                 // it failed, and its log says why.
-                if let Ok(client) = DaemonClient::connect(socket).await {
+                if let Some(client) = reach(socket).await? {
                     return Ok(Self::Daemon(client));
                 }
                 // Another daemon holds the lock: one starting (its socket comes) or one still
@@ -117,7 +134,7 @@ impl Link {
                 // second.
                 if daemon_lock_held(socket) {
                     while daemon_lock_held(socket) && Instant::now() < deadline {
-                        if let Ok(client) = DaemonClient::connect(socket).await {
+                        if let Some(client) = reach(socket).await? {
                             return Ok(Self::Daemon(client));
                         }
                         tokio::time::sleep(Duration::from_millis(DAEMON_START_POLL_MS)).await;
@@ -151,24 +168,47 @@ impl Link {
         }
     }
 
-    /// Connects to a running daemon only (never starts one): `None` when none answers.
-    pub async fn running(location: &Location) -> Option<DaemonClient> {
-        DaemonClient::connect(location.socket.as_deref()?)
-            .await
-            .ok()
+    /// Connects to a running daemon only (never starts one): `None` when none answers; an error
+    /// when what answers is not this user's daemon.
+    pub async fn running(location: &Location) -> Result<Option<DaemonClient>, CliError> {
+        match location.socket.as_deref() {
+            Some(socket) => reach(socket).await,
+            None => Ok(None),
+        }
     }
 
-    /// Sends one request; a daemon error becomes a [`CliError`] with its message.
+    /// Sends one request; a daemon error becomes a [`CliError`] with its message. A request
+    /// over the frame bound is refused before it is sent (or dispatched in process).
     pub async fn request(&mut self, request: Request) -> Result<serde_json::Value, CliError> {
+        self.request_or_lost(request)
+            .await
+            .map_err(|(_, error)| error)
+    }
+
+    /// [`Self::request`], saying also whether the connection was lost (the daemon closed it
+    /// or answered garbage: it stopped or restarted), so a long-lived caller may reconnect
+    /// once. A timeout is not a loss: the daemon is there and slow.
+    pub async fn request_or_lost(
+        &mut self,
+        request: Request,
+    ) -> Result<serde_json::Value, (Lost, CliError)> {
+        check_request_size(&request).map_err(|e| (Lost::No, from_client(e)))?;
         match self {
-            Self::Daemon(client) => client.request(&request).await.map_err(from_client),
+            Self::Daemon(client) => client.request(&request).await.map_err(|e| {
+                let lost = if matches!(e, ClientError::Frame(_) | ClientError::BadReply) {
+                    Lost::Yes
+                } else {
+                    Lost::No
+                };
+                (lost, from_client(e))
+            }),
             Self::InProcess {
                 dispatcher,
                 connection,
                 ..
             } => match dispatcher.dispatch(connection, request).await {
                 Reply::Ok(value) => Ok(value),
-                Reply::Error(error) => Err(from_daemon(error.code, error.message)),
+                Reply::Error(error) => Err((Lost::No, from_daemon(error.code, error.message))),
             },
         }
     }
@@ -197,9 +237,25 @@ fn from_daemon(code: DaemonErrorCode, message: String) -> CliError {
     }
 }
 
+/// Connects to the daemon at `socket`: `None` when none answers there (start one), an error
+/// when something answers that is not this user's daemon (nothing was sent).
+async fn reach(socket: &Path) -> Result<Option<DaemonClient>, CliError> {
+    match DaemonClient::connect(socket).await {
+        Ok(client) => Ok(Some(client)),
+        Err(ClientError::Unreachable(_)) => Ok(None),
+        Err(other) => Err(from_client(other)),
+    }
+}
+
 fn from_client(error: ClientError) -> CliError {
     match error {
         ClientError::Daemon(error) => from_daemon(error.code, error.message),
+        ClientError::RequestTooLarge { .. } => CliError::usage(format!(
+            "{} ({})",
+            error,
+            DaemonErrorCode::InvalidRequest.as_str()
+        )),
+        ClientError::Untrusted(error) => CliError::unavailable(error.to_string()),
         other => CliError::unavailable(format!(
             "{other} (the daemon may have stopped; run the command again)"
         )),

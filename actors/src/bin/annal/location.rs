@@ -1,17 +1,29 @@
-//! Where a store, its daemon's socket and its key-store record live.
+//! Where a store, its daemon's socket and its key-store record live. [`Location::resolve`] is
+//! the one place every front-end (the owner's commands, `annal serve`, `annal mcp`) resolves
+//! them, so a server an MCP host starts with a bare environment reaches the same daemon and
+//! store as the owner's shell.
 //!
 //! - Store: `--store DIR`, else `$XDG_STATE_HOME/annal/<namespace>/`, else
 //!   `~/.local/state/annal/<namespace>/` (the namespace directory: `computer-history/` is the
 //!   contract store, `engine/` annal's sidecar).
-//! - Socket: `--socket PATH`, else `$XDG_RUNTIME_DIR/annal/<16 hex of the store path's
-//!   BLAKE3>.sock` (the directory 0700, the socket 0600). No runtime directory, no daemon:
-//!   `--no-daemon` still works.
+//! - Socket: `--socket PATH`, else `<socket dir>/<16 hex of the store path's BLAKE3>.sock`, the
+//!   socket directory being the first of:
+//!   1. `$XDG_RUNTIME_DIR/annal/` when `XDG_RUNTIME_DIR` is set;
+//!   2. `/run/user/<uid>/annal/` when `/run/user/<uid>` is this user's and 0700 (where a login
+//!      session puts the runtime directory; MCP hosts often start servers without
+//!      `XDG_RUNTIME_DIR`);
+//!   3. `$XDG_STATE_HOME/annal/.run/`, else `~/.local/state/annal/.run/` (annal's own private
+//!      directory; `.run` is a name no namespace can take).
+//!
+//!   The socket directory is made 0700 and must stay the user's (`runtime_dir`), the socket is
+//!   0600. With none of these (no HOME either), no daemon: `--no-daemon` still works.
 //! - Key-store record: `<store>/key-store`, written after the first successful `enable` (the key
 //!   exists then), so a later `auto` never picks another credential store than the one holding
 //!   the key.
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+use annal_actors::daemon::{check_private_dir, create_private_dir};
 
 use annal_engine::entropy::OsEntropy;
 use annal_engine::keys::{
@@ -31,8 +43,15 @@ const KEY_STORE_RECORD_MAX_BYTES: u64 = 64;
 /// user collide in practice, and the path stays under the 108-byte socket path limit).
 const SOCKET_NAME_HASH_HEX_CHARS: usize = 16;
 
-/// Mode of every directory annal creates for a store or a socket.
-const PRIVATE_DIR_MODE: u32 = 0o700;
+/// Where a login session puts a user's runtime directory, before the uid.
+const LOGIN_RUNTIME_DIR_PARENT: &str = "/run/user";
+
+/// Name of the directory that holds annal's sockets inside a runtime directory.
+const RUNTIME_SOCKET_DIR_NAME: &str = "annal";
+
+/// Name of annal's own socket directory inside `$XDG_STATE_HOME/annal/`: a name no namespace
+/// can take (namespaces are `[A-Za-z0-9_-]`), so it never meets a store.
+const PRIVATE_SOCKET_DIR_NAME: &str = ".run";
 
 /// Mode of every file the CLI creates in the store directory (the key-store record).
 const PRIVATE_FILE_MODE: u32 = 0o600;
@@ -69,9 +88,7 @@ impl Location {
         };
         let socket = match socket {
             Some(path) => Some(absolute(path)?),
-            None => std::env::var_os("XDG_RUNTIME_DIR")
-                .filter(|run| !run.is_empty())
-                .map(|run| PathBuf::from(run).join("annal").join(socket_name(&dir))),
+            None => socket_dir().map(|run| run.join(socket_name(&dir))),
         };
         Ok(Self {
             dir,
@@ -90,8 +107,9 @@ impl Location {
     pub fn socket(&self) -> Result<&Path, CliError> {
         self.socket.as_deref().ok_or_else(|| {
             CliError::unavailable(
-                "XDG_RUNTIME_DIR is not set, so there is no place for the daemon's socket: set \
-                 it, pass --socket PATH, or run this command with --no-daemon",
+                "there is no place for the daemon's socket (neither XDG_RUNTIME_DIR, a private \
+                 /run/user/UID, XDG_STATE_HOME nor HOME): set one, pass --socket PATH, or run \
+                 this command with --no-daemon",
             )
         })
     }
@@ -222,29 +240,24 @@ fn default_state_home() -> Result<PathBuf, CliError> {
     }
 }
 
+/// The directory for daemon sockets, in the documented order (module doc): `None` only when
+/// neither a runtime directory nor a state directory can be named.
+fn socket_dir() -> Option<PathBuf> {
+    if let Some(run) = std::env::var_os("XDG_RUNTIME_DIR").filter(|run| !run.is_empty()) {
+        return Some(PathBuf::from(run).join(RUNTIME_SOCKET_DIR_NAME));
+    }
+    let login =
+        Path::new(LOGIN_RUNTIME_DIR_PARENT).join(rustix::process::geteuid().as_raw().to_string());
+    if check_private_dir(&login).is_ok() {
+        return Some(login.join(RUNTIME_SOCKET_DIR_NAME));
+    }
+    default_state_home()
+        .ok()
+        .map(|state| state.join("annal").join(PRIVATE_SOCKET_DIR_NAME))
+}
+
 /// Creates `dir` (and its parents) with mode 0700 when missing; refuses an existing directory
-/// that another user owns or that others may enter.
+/// that another user owns or that others may enter (the one rule, `runtime_dir`).
 pub fn private_dir(dir: &Path) -> Result<(), CliError> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(PRIVATE_DIR_MODE)
-        .create(dir)
-        .map_err(|e| CliError::unavailable(format!("cannot create {}: {e}", dir.display())))?;
-    let meta = std::fs::metadata(dir)
-        .map_err(|e| CliError::unavailable(format!("{}: {e}", dir.display())))?;
-    let own_uid = rustix::process::geteuid().as_raw();
-    if meta.uid() != own_uid {
-        return Err(CliError::unavailable(format!(
-            "{} belongs to another user; annal will not use it",
-            dir.display()
-        )));
-    }
-    if meta.permissions().mode() & 0o077 != 0 {
-        return Err(CliError::unavailable(format!(
-            "{} can be entered by other users: run `chmod 700 {}`",
-            dir.display(),
-            dir.display()
-        )));
-    }
-    Ok(())
+    create_private_dir(dir).map_err(|e| CliError::unavailable(e.to_string()))
 }

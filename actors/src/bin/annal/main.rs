@@ -8,7 +8,7 @@
 //! - `link.rs`: how a command reaches its store: the daemon (started on demand) or, with
 //!   `--no-daemon`, an engine in this process.
 //! - `owner.rs`: the owner's commands over the daemon: `enable` ... `status`, `list`, `show`,
-//!   `query`, `grant`, `revoke`, `agents`, `stop`, `delete`.
+//!   `query`, `grant`, `revoke`, `agents`, `stop`, `socket`, `delete`.
 //! - `repair.rs`: `annal repair --quarantine` and `annal index rebuild` (offline, the daemon
 //!   stopped first).
 //! - `serve.rs`: `annal serve`, the daemon.
@@ -73,7 +73,9 @@ struct Cli {
     /// created with.
     #[arg(long, global = true, default_value_t = KeyStoreChoice::Auto, value_parser = parse_choice)]
     key_store: KeyStoreChoice,
-    /// The daemon's socket (default: `$XDG_RUNTIME_DIR/annal/<hash of the store path>.sock`).
+    /// The daemon's socket (default: `<dir>/<hash of the store path>.sock`, the dir being
+    /// `$XDG_RUNTIME_DIR/annal`, else a private `/run/user/UID/annal`, else
+    /// `$XDG_STATE_HOME/annal/.run` or `~/.local/state/annal/.run`; `annal socket` prints it).
     #[arg(long, global = true, value_name = "PATH")]
     socket: Option<PathBuf>,
     /// Open the store in this process (taking its writer lock) instead of through the daemon.
@@ -131,6 +133,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Stop the store's daemon (bounded drain).
     Stop(owner::OutputArgs),
+    /// Print the path of the store's daemon socket (where every front-end looks for it).
+    Socket(owner::OutputArgs),
     /// Serve history_status and history_query to one agent over MCP on stdio.
     Mcp(mcp::McpArgs),
     /// Run the whole pipeline on a temporary store and print a short report (no set-up).
@@ -244,6 +248,7 @@ fn main() -> ExitCode {
         Command::Index(args) => with_location(&|l| repair::index(l, args)),
         Command::Serve(args) => with_location(&|l| serve::run(l, args)),
         Command::Stop(out) => with_location(&|l| owner::stop(l, out)),
+        Command::Socket(out) => with_location(&|l| owner::socket(l, out)),
         Command::Mcp(args) => with_location(&|l| mcp::run(l, no_daemon, args)),
         Command::Demo(args) => demo::run(args),
         Command::Inspect(args) => inspect::run(args),

@@ -6,20 +6,29 @@
 //!   closed input schema (`additionalProperties: false`; `history_query` with the paging
 //!   `cursor`).
 //! - `tools/call` hands the name and the raw arguments to the gate, which validates them (rmcp
-//!   does not), decides, audits and answers. Results come back as `structuredContent` with the
-//!   contract's fields and the same JSON as text; failures as a result with `isError: true`
-//!   and only the fixed `code`.
+//!   does not), decides, audits and answers (a name that is neither tool: `unknown_tool`).
+//!   Results come back as `structuredContent` with the contract's fields and the same JSON as
+//!   text; failures as a result with `isError: true` and only the fixed `code`.
 //! - `--manifest FILE` approves a bounded-mode manifest for this actor when the server starts
 //!   (passing it is the owner's approval: the owner writes the agent's MCP configuration).
+//! - A call whose request would not fit one socket frame is answered `invalid_history_query`
+//!   at once, without sending anything; every wait on the daemon has the client's deadlines
+//!   (`annal_actors::daemon::client`), so no call holds the link for longer. A daemon that
+//!   closed the link (stopped, restarted, idle exit) is reconnected to once per call, started
+//!   again if it is gone.
 //!
-//! Logs go to stderr only; the end of stdin ends the server.
+//! Logs go to stderr only; the end of stdin ends the server: in-flight calls get rmcp's drain
+//! (5 s), then the process exits; a daemon link still held by a stuck call is simply dropped,
+//! an in-process engine (`--no-daemon`) drains first once free (waiting at most
+//! [`BRIDGE_LINK_RELEASE_DEADLINE_MS`] for it).
 
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use annal_actors::daemon::Request;
+use annal_actors::daemon::client::REPLY_DEADLINE_MS;
+use annal_actors::daemon::{Request, check_request_size};
 use annal_engine::policy::manifest::MANIFEST_MAX_LEN_BYTES;
 use annal_engine::policy::{ActorId, Operation};
 use annal_schema::ErrorCode;
@@ -31,7 +40,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::link::Link;
+use crate::link::{Link, Lost};
 use crate::location::Location;
 use crate::{CliError, report_error};
 
@@ -52,6 +61,11 @@ const QUERY_DESCRIPTION: &str = "Reads metadata about earlier computer-use actio
      enters your context. Filters: limit (1-200, newest kept, returned oldest first), \
      session_id, since_sequence, until_sequence (inclusive); pass the result's cursor to read \
      the next page. On absence, denial or failure, continue without history.";
+
+/// Longest a `--no-daemon` bridge waits, once stdin has closed, for a call still holding its
+/// in-process engine before it exits without draining it, in milliseconds: the longest one
+/// request may hold the link.
+const BRIDGE_LINK_RELEASE_DEADLINE_MS: u64 = REPLY_DEADLINE_MS;
 
 /// Arguments of `annal mcp`.
 #[derive(Debug, clap::Args)]
@@ -77,25 +91,34 @@ struct HistoryServer {
 }
 
 impl HistoryServer {
-    /// One request to the store; a failed link is dropped so the next call reconnects (and
-    /// starts the daemon again if it is gone).
+    /// One request to the store. A link found lost (the daemon stopped or restarted since the
+    /// last call) is opened again and the request sent once more (starting the daemon again
+    /// if it is gone); any other unavailable link is dropped so the next call reconnects.
     async fn ask(&self, request: Request) -> Result<Value, CliError> {
         let mut link = self.link.lock().await;
-        if link.is_none() {
-            *link = Some(Link::open(&self.location, self.no_daemon).await?);
+        let reused = link.is_some();
+        for attempt in 0..2 {
+            if link.is_none() {
+                *link = Some(Link::open(&self.location, self.no_daemon).await?);
+            }
+            let Some(open) = link.as_mut() else {
+                return Err(CliError::unavailable("no link to the store"));
+            };
+            let answer = open.request_or_lost(request.clone()).await;
+            let (lost, error) = match answer {
+                Ok(value) => return Ok(value),
+                Err(failed) => failed,
+            };
+            if error.exit == crate::EXIT_UNAVAILABLE
+                && let Some(failed) = link.take()
+            {
+                failed.close().await;
+            }
+            if !(reused && attempt == 0 && lost == Lost::Yes) {
+                return Err(error);
+            }
         }
-        let Some(open) = link.as_mut() else {
-            return Err(CliError::unavailable("no link to the store"));
-        };
-        let answer = open.request(request).await;
-        if answer
-            .as_ref()
-            .is_err_and(|e| e.exit == crate::EXIT_UNAVAILABLE)
-            && let Some(failed) = link.take()
-        {
-            failed.close().await;
-        }
-        answer
+        Err(CliError::unavailable("no link to the store"))
     }
 }
 
@@ -171,16 +194,17 @@ impl ServerHandler for HistoryServer {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        if Operation::from_tool(&request.name).is_none() {
+        let call = Request::CallTool {
+            actor: self.actor.clone(),
+            tool: request.name.to_string(),
+            arguments: request.arguments.unwrap_or_default(),
+        };
+        // Arguments too large for one frame cannot be the tool's (its schema is small and
+        // closed): refused here, never sent.
+        if check_request_size(&call).is_err() {
             return Ok(failure(ErrorCode::InvalidHistoryQuery).into());
         }
-        let answer = self
-            .ask(Request::CallTool {
-                actor: self.actor.clone(),
-                tool: request.name.to_string(),
-                arguments: request.arguments.unwrap_or_default(),
-            })
-            .await;
+        let answer = self.ask(call).await;
         let result = match answer {
             Ok(value) if value.get("answer").is_some() => result(value["answer"].clone(), false),
             Ok(value) if value["refusal"].get("code").is_some() => {
@@ -237,8 +261,19 @@ async fn serve_mcp(location: &Location, no_daemon: bool, args: &McpArgs) -> Resu
         .await
         .map_err(|e| CliError::unavailable(format!("MCP initialization failed: {e}")))?;
     let _ = running.waiting().await;
-    // An in-process engine drains before the process exits.
-    if let Some(open) = link.lock().await.take() {
+    // Only an in-process engine has anything to drain: it waits for a call still holding the
+    // link, at most the deadline. A daemon link is let go at once, even by a call stuck on it
+    // (dropped with the runtime; nothing could carry its answer any more).
+    let wait_ms = if no_daemon {
+        BRIDGE_LINK_RELEASE_DEADLINE_MS
+    } else {
+        0
+    };
+    let released =
+        tokio::time::timeout(std::time::Duration::from_millis(wait_ms), link.lock()).await;
+    if let Ok(mut held) = released
+        && let Some(open) = held.take()
+    {
         open.close().await;
     }
     Ok(())

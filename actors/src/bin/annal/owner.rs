@@ -1,7 +1,7 @@
 //! The owner's commands, each a thin layer over one daemon request (or, with `--no-daemon`,
 //! the same request answered in this process): `enable`, `disable`, `pause`, `resume`, `flush`,
 //! `status`, `retention`, `quota`, `list`, `show`, `query`, `grant`, `revoke`, `agents`,
-//! `stop`, `delete`.
+//! `stop`, `socket`, `delete`.
 //!
 //! Reads (`list`, `show`, `query`) go through the policy gate as the owner (`local_cli`) and
 //! append the contract's `access` event when they return anything. `--json` prints the daemon's
@@ -209,6 +209,31 @@ fn one(location: &Location, no_daemon: bool, request: Request) -> Result<Value, 
     runtime.block_on(async {
         let mut link = Link::open(location, no_daemon).await?;
         let result = link.request(request).await;
+        link.close().await;
+        result
+    })
+}
+
+/// What a policy change before the first `enable` says (the gate's journal does not exist yet).
+const NOT_ENABLED: &str = "history is not enabled: run `annal enable`";
+
+/// Sends one policy change that widens what agents may do (`grant`, `agents enable`). One that
+/// fails because history was never enabled (the policy journal cannot be written yet, and a
+/// widening that is not durable is withdrawn) says so, as bad usage. (A narrowing, `revoke` or
+/// `agents disable`, is kept by the engine even then, so it is not reported this way.)
+fn widen(location: &Location, no_daemon: bool, request: Request) -> Result<Value, CliError> {
+    let runtime = crate::runtime()?;
+    runtime.block_on(async {
+        let mut link = Link::open(location, no_daemon).await?;
+        let mut result = link.request(request).await;
+        if result
+            .as_ref()
+            .is_err_and(|e| e.exit == crate::EXIT_UNAVAILABLE)
+            && let Ok(status) = link.request(Request::Status {}).await
+            && status["status"]["enabled"] == false
+        {
+            result = Err(CliError::usage(NOT_ENABLED));
+        }
         link.close().await;
         result
     })
@@ -471,7 +496,7 @@ pub fn grant(location: &Location, no_daemon: bool, args: &GrantArgs) -> ExitCode
     })();
     finish(
         request
-            .and_then(|request| one(location, no_daemon, request))
+            .and_then(|request| widen(location, no_daemon, request))
             .map(|value| {
                 print(&args.out, &value, || {
                     format!(
@@ -501,24 +526,28 @@ pub fn revoke(location: &Location, no_daemon: bool, args: &RevokeArgs) -> ExitCo
 /// `agents disable|enable`.
 pub fn agents(location: &Location, no_daemon: bool, args: &AgentsArgs) -> ExitCode {
     let enabled = matches!(args.switch, AgentsSwitch::Enable);
-    finish(
-        one(location, no_daemon, Request::SwitchAgents { enabled }).map(|value| {
-            print(&args.out, &value, || {
-                if enabled {
-                    "agents enabled: each is decided by its grants again.\n".to_owned()
-                } else {
-                    "agents disabled: every agent's next call is refused.\n".to_owned()
-                }
-            })
-        }),
-    )
+    let request = Request::SwitchAgents { enabled };
+    let sent = if enabled {
+        widen(location, no_daemon, request)
+    } else {
+        one(location, no_daemon, request)
+    };
+    finish(sent.map(|value| {
+        print(&args.out, &value, || {
+            if enabled {
+                "agents enabled: each is decided by its grants again.\n".to_owned()
+            } else {
+                "agents disabled: every agent's next call is refused.\n".to_owned()
+            }
+        })
+    }))
 }
 
 /// Asks a running daemon to stop and waits until its socket is gone. `Ok(false)`: none ran.
 pub fn stop_daemon(location: &Location) -> Result<bool, CliError> {
     let runtime = crate::runtime()?;
     runtime.block_on(async {
-        let Some(mut client) = Link::running(location).await else {
+        let Some(mut client) = Link::running(location).await? else {
             return Ok(false);
         };
         client
@@ -526,7 +555,7 @@ pub fn stop_daemon(location: &Location) -> Result<bool, CliError> {
             .await
             .map_err(|e| CliError::unavailable(format!("the daemon did not stop: {e}")))?;
         let deadline = Instant::now() + Duration::from_millis(DAEMON_STOP_WAIT_MS);
-        while Link::running(location).await.is_some() {
+        while Link::running(location).await?.is_some() {
             if Instant::now() >= deadline {
                 return Err(CliError::unavailable("the daemon did not exit in time"));
             }
@@ -562,6 +591,15 @@ pub fn stop(location: &Location, out: &OutputArgs) -> ExitCode {
                 "no daemon serves this store.\n".to_owned()
             }
         })
+    }))
+}
+
+/// `socket`: the daemon's socket path, as every front-end resolves it (nothing is started or
+/// connected).
+pub fn socket(location: &Location, out: &OutputArgs) -> ExitCode {
+    finish(location.socket().map(|socket| {
+        let value = json!({"socket": socket.display().to_string()});
+        print(out, &value, || format!("{}\n", socket.display()))
     }))
 }
 

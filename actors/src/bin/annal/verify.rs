@@ -131,7 +131,7 @@ fn flush_daemon(location: &Location) {
         return;
     };
     runtime.block_on(async {
-        if let Some(mut client) = crate::link::Link::running(location).await {
+        if let Ok(Some(mut client)) = crate::link::Link::running(location).await {
             let _ = client
                 .request(&annal_actors::daemon::Request::Flush {})
                 .await;
