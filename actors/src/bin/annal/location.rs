@@ -148,7 +148,7 @@ impl Location {
     /// its open descriptor.
     pub fn record_key_store(&self, kind: &str) -> Result<(), CliError> {
         use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
         let path = self.dir.join(KEY_STORE_RECORD_FILE_NAME);
         let failed = |e: std::io::Error| CliError::unavailable(format!("{}: {e}", path.display()));
         let mut file = std::fs::OpenOptions::new()
