@@ -8,20 +8,25 @@
 //! may still be stuck inside the store) and the next call gets a fresh thread.
 //!
 //! The root key never leaves this actor: callers get only the purpose keys, as
-//! [`StreamKeys`]. The seal checkpoint, the namespace's second credential, is kept through this
-//! actor too (`CredentialCheckpoints` on the same thread), so no credential-store call of the
-//! engine runs anywhere else.
+//! [`StreamKeys`]. Which key is the store's is decided by `keys::open_store_key` from the store's
+//! identity and the key references its chunks name (docs/key-custody.md, "One key per store"):
+//! an enable (`create`) opens it for writing (making the store's id if its sidecar predates ids,
+//! claiming or creating the key); every other open only reads. The store's seal checkpoint, a
+//! credential named by the namespace and the store's id, is kept through this actor too
+//! (`CredentialCheckpoints` on the same thread), so no credential-store call of the engine runs
+//! anywhere else.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use annal_engine::keys::{
-    HistoryKeys, JournalKeys, KeyCustody, KeyError, KeyProvider, KeyReference, Namespace,
-    SessionIdKey,
+    HistoryKeys, JournalKeys, KeyChoice, KeyCustody, KeyError, KeyProvider, KeyReference,
+    Namespace, OpenMode, SessionIdKey, StoreId, open_store_key,
 };
 use annal_engine::seal::{
     Checkpoint, CheckpointError, CheckpointStore, CredentialCheckpoints, Reconciled,
 };
+use annal_engine::storage::StoreLayout;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 /// Longest one credential-store call may take before it is reported `key_unavailable`, in
@@ -123,6 +128,13 @@ pub struct KeyCustodyState {
     provider: Arc<dyn KeyProvider>,
     /// The namespace whose key this actor holds.
     namespace: Namespace,
+    /// The store the key is for (its id and chunk headers decide which key).
+    layout: StoreLayout,
+    /// Which key a store without chunks takes at enable.
+    key_choice: KeyChoice,
+    /// The store's id, once the key is open (`None` for a store without one: its checkpoint
+    /// has the legacy per-namespace name).
+    store_id: Option<StoreId>,
     /// The thread calls run on; replaced when a call misses its deadline.
     thread: Option<KeyThread>,
     /// The custody of the loaded key, once loaded.
@@ -140,6 +152,10 @@ pub struct KeyCustodyArgs {
     pub provider: Arc<dyn KeyProvider>,
     /// The namespace.
     pub namespace: Namespace,
+    /// The store.
+    pub layout: StoreLayout,
+    /// Which key a store without chunks takes at enable.
+    pub key_choice: KeyChoice,
     /// The per-call deadline.
     pub deadline: Duration,
 }
@@ -160,9 +176,16 @@ impl KeyCustodyState {
         call: impl FnOnce(&dyn CheckpointStore) -> Result<T, CheckpointError> + Send + 'static,
     ) -> Result<T, CheckpointError> {
         let namespace = self.namespace.clone();
-        self.run_on_thread(move |provider| call(&CredentialCheckpoints::new(provider, &namespace)))
-            .await
-            .map_err(|source| CheckpointError::Credential { source })?
+        let store = self.store_id;
+        self.run_on_thread(move |provider| {
+            call(&CredentialCheckpoints::new(
+                provider,
+                &namespace,
+                store.as_ref(),
+            ))
+        })
+        .await
+        .map_err(|source| CheckpointError::Credential { source })?
     }
 
     /// Runs `call` on the key thread and waits for its answer at most the deadline; the error
@@ -208,6 +231,36 @@ impl KeyCustodyState {
     }
 }
 
+/// Opens the key of the store at `layout` (`keys::open_store_key`): for writing when `create`
+/// (an enable, under the writer lock: a sidecar without an id gets one first), else read-only.
+/// Returns the custody and the store's id.
+fn open_for_store(
+    provider: &dyn KeyProvider,
+    namespace: &Namespace,
+    layout: &StoreLayout,
+    create: bool,
+    choice: KeyChoice,
+) -> Result<(KeyCustody, Option<StoreId>), KeyError> {
+    let store_failure = |e: annal_engine::store::StoreIdError| KeyError::StoreUnavailable {
+        detail: format!("the store's identity: {e}"),
+    };
+    if create && let Some(sidecar) = layout.sidecar() {
+        annal_engine::store::ensure_store_id(sidecar, &mut annal_engine::entropy::OsEntropy)
+            .map_err(store_failure)?;
+    }
+    let scope = annal_engine::store::key_scope(layout).map_err(store_failure)?;
+    let mode = if create {
+        OpenMode::Write {
+            create: true,
+            choice,
+        }
+    } else {
+        OpenMode::Read
+    };
+    let custody = open_store_key(provider, namespace, &scope, mode)?;
+    Ok((custody, scope.id))
+}
+
 impl Actor for KeyCustodyActor {
     type Msg = KeyCustodyMsg;
     type State = KeyCustodyState;
@@ -221,6 +274,9 @@ impl Actor for KeyCustodyActor {
         Ok(KeyCustodyState {
             provider: args.provider,
             namespace: args.namespace,
+            layout: args.layout,
+            key_choice: args.key_choice,
+            store_id: None,
             thread: None,
             custody: None,
             deadline: args.deadline,
@@ -241,22 +297,17 @@ impl Actor for KeyCustodyActor {
                     Some(custody) => Ok(Arc::clone(custody)),
                     None => {
                         let namespace = state.namespace.clone();
+                        let layout = state.layout.clone();
+                        let choice = state.key_choice;
                         let loaded = state
                             .run(move |provider| {
-                                if create {
-                                    KeyCustody::open(provider, &namespace)
-                                } else {
-                                    KeyCustody::load(
-                                        provider,
-                                        &namespace,
-                                        &namespace.primary_reference(),
-                                    )
-                                }
+                                open_for_store(provider, &namespace, &layout, create, choice)
                             })
                             .await;
-                        loaded.map(|custody| {
+                        loaded.map(|(custody, store_id)| {
                             let custody = Arc::new(custody);
                             state.custody = Some(Arc::clone(&custody));
+                            state.store_id = store_id;
                             custody
                         })
                     }

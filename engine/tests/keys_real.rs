@@ -80,7 +80,7 @@ impl Drop for Cleanup<'_> {
             let _ = self.provider.destroy(namespace, reference);
         }
         for namespace in &self.namespaces {
-            let _ = self.provider.destroy_checkpoint(namespace);
+            let _ = self.provider.destroy_checkpoint(namespace, None);
             let _ = self
                 .provider
                 .destroy(namespace, &namespace.primary_reference());
@@ -151,13 +151,13 @@ fn exercise(provider: &dyn KeyProvider, raw: &std::sync::Arc<CredentialStore>, t
         ordinal,
         digest: [ordinal as u8; 32],
     };
-    let checkpoints = CredentialCheckpoints::new(provider, &a);
+    let checkpoints = CredentialCheckpoints::new(provider, &a, None);
     assert_eq!(checkpoints.load().unwrap(), None);
     checkpoints.store(&held(1)).unwrap();
     checkpoints.store(&held(4)).unwrap();
     assert!(checkpoints.store(&held(3)).is_err());
     assert_eq!(checkpoints.load().unwrap(), Some(held(4)));
-    CredentialCheckpoints::new(provider, &b)
+    CredentialCheckpoints::new(provider, &b, None)
         .store(&held(9))
         .unwrap();
     assert_eq!(provider.references(&a).unwrap().len(), 2);
@@ -169,7 +169,9 @@ fn exercise(provider: &dyn KeyProvider, raw: &std::sync::Arc<CredentialStore>, t
     assert!(provider.references(&a).unwrap().is_empty());
     assert_eq!(checkpoints.load().unwrap(), None);
     assert_eq!(
-        CredentialCheckpoints::new(provider, &b).load().unwrap(),
+        CredentialCheckpoints::new(provider, &b, None)
+            .load()
+            .unwrap(),
         Some(held(9))
     );
     assert_eq!(
@@ -188,7 +190,7 @@ fn exercise(provider: &dyn KeyProvider, raw: &std::sync::Arc<CredentialStore>, t
 
     destroy_namespace(provider, &b).unwrap();
     assert!(provider.references(&b).unwrap().is_empty());
-    assert_eq!(provider.load_checkpoint(&b).unwrap(), None);
+    assert_eq!(provider.load_checkpoint(&b, None).unwrap(), None);
 }
 
 #[test]

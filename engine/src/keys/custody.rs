@@ -110,6 +110,15 @@ pub struct NamespaceKeysDestroyed {
 }
 
 impl NamespaceKeysDestroyed {
+    /// The proof, made only by this crate's destroy functions once every key is verified gone.
+    pub(crate) fn new(namespace: Namespace, mut destroyed: Vec<KeyReference>) -> Self {
+        destroyed.sort();
+        Self {
+            namespace,
+            destroyed,
+        }
+    }
+
     /// The namespace whose keys are gone.
     pub fn namespace(&self) -> &Namespace {
         &self.namespace
@@ -121,10 +130,12 @@ impl NamespaceKeysDestroyed {
     }
 }
 
-/// Cryptographic delete, step one: destroys exactly `namespace`'s key references, verifies each
-/// is gone, destroys its seal checkpoint credential (verified gone too: nothing of a deleted
-/// namespace stays in the credential store), then lists the namespace again and requires it
-/// empty and without a checkpoint. Only then does it return the proof that lets the caller
+/// Cryptographic delete of a whole namespace, step one: destroys every key reference of
+/// `namespace` (of every store in it: deleting one store is
+/// [`destroy_store_keys`](super::store_key::destroy_store_keys)), verifies each is gone,
+/// destroys its legacy seal checkpoint credential and the owner record of its reference-named
+/// key (verified gone too), then lists the namespace again and requires it empty and without a
+/// legacy checkpoint. Only then does it return the proof that lets the caller
 /// remove the namespace's files. Any failure is `key_destroy_failed`: the caller must keep every
 /// file. Other namespaces are not touched.
 pub fn destroy_namespace(
@@ -139,7 +150,8 @@ pub fn destroy_namespace(
         let proof = provider.destroy(namespace, reference)?;
         destroyed.push(proof.reference().clone());
     }
-    provider.destroy_checkpoint(namespace)?;
+    provider.destroy_checkpoint(namespace, None)?;
+    provider.destroy_reference_owner(namespace)?;
     let left = provider
         .references(namespace)
         .map_err(KeyError::into_destroy_failure)?;
@@ -149,15 +161,12 @@ pub fn destroy_namespace(
         });
     }
     let checkpoint_left = provider
-        .load_checkpoint(namespace)
+        .load_checkpoint(namespace, None)
         .map_err(KeyError::into_destroy_failure)?;
     if checkpoint_left.is_some() {
         return Err(KeyError::DestroyNotVerified {
             detail: "the checkpoint remains after destroy".to_owned(),
         });
     }
-    Ok(NamespaceKeysDestroyed {
-        namespace: namespace.clone(),
-        destroyed,
-    })
+    Ok(NamespaceKeysDestroyed::new(namespace.clone(), destroyed))
 }

@@ -33,6 +33,7 @@
 //!   [`plan_prune`]) and their removal once the journal records them.
 
 pub mod delete;
+pub mod identity;
 pub mod prune;
 pub mod quarantine;
 pub mod read;
@@ -45,6 +46,7 @@ use std::path::{Path, PathBuf};
 pub use delete::{
     DeletePlan, DeleteStoreError, DeletedStore, delete_store_files, plan_store_delete,
 };
+pub use identity::{STORE_ID_FILE_NAME, StoreIdError, ensure_store_id, key_scope, read_store_id};
 pub use prune::{
     EVICTION_LOW_WATER_PERCENT, Eviction, PruneCandidate, PruneChoice, PruneError, PrunePlan,
     Pruner, QUOTA_CHUNKS_MIN, chunk_size_limit_for_quota, plan_prune, pruned_chunks,
@@ -382,6 +384,11 @@ fn create_sidecar(sidecar: &Path) -> Result<(), CreateStoreError> {
             ensure_dir_at(fd.as_fd(), name, &sidecar.join(name))?;
         }
     }
+    // The store's identity (`identity`): its checkpoint and its own key are named by it.
+    ensure_store_id(sidecar, &mut crate::entropy::OsEntropy).map_err(|e| match e {
+        StoreIdError::Io { source, .. } => create_io("write the store id in", sidecar)(source),
+        other => create_io("make the store id in", sidecar)(std::io::Error::other(other)),
+    })?;
     Ok(())
 }
 

@@ -1,6 +1,10 @@
 //! `annal doctor [--json] [--key-store CHOICE]`: which credential stores are reachable, locked or
 //! missing, each with its fixed category and a one-line hint for a person, and which store the
-//! given `--key-store` choice selects.
+//! given `--key-store` choice selects; and, when the global options name an existing store,
+//! which key naming that store uses (`store_key`: `reference` for the reference
+//! implementation's name `com.trycua.<namespace>.computer-history.v1`, `store` for a key of the
+//! store's own, `legacy` for annal's `<namespace>.history.v1` of stores written before the
+//! reference naming, `none` when no chunk names a key yet), read from its chunk headers.
 //!
 //! Never prints a secret, a store path, a service/account name or a raw D-Bus/OS error. The
 //! probes never write to the Secret Service; the kernel-keyring probe writes and removes one
@@ -12,6 +16,25 @@ use std::process::ExitCode;
 
 use annal_engine::keys::{KeyStoreChoice, KeyStoreReport, chosen_store, probe_all};
 
+use crate::location::Location;
+
+/// Which key naming the store at `location` uses, from its chunk headers (`None` when there is
+/// no store there, or it cannot be read).
+fn store_key_naming(location: Option<&Location>) -> Option<&'static str> {
+    let location = location?;
+    let layout = location.layout();
+    if !layout.history_root().exists() {
+        return None;
+    }
+    let scope = annal_engine::store::key_scope(&layout).ok()?;
+    Some(
+        annal_engine::keys::named_reference(&location.namespace, &scope)
+            .map_or("none", |reference| {
+                location.namespace.kind_of(&reference).as_str()
+            }),
+    )
+}
+
 /// Arguments of `annal doctor`.
 #[derive(Debug, clap::Args)]
 pub struct DoctorArgs {
@@ -21,13 +44,19 @@ pub struct DoctorArgs {
 }
 
 /// Runs `annal doctor`.
-pub fn run(args: &DoctorArgs, choice: KeyStoreChoice) -> ExitCode {
+pub fn run(args: &DoctorArgs, choice: KeyStoreChoice, location: Option<&Location>) -> ExitCode {
     let reports = probe_all();
     let selected = chosen_store(choice, &reports);
+    let naming = store_key_naming(location);
     if args.json {
-        println!("{}", to_json(choice, selected, &reports));
+        let mut value = to_json(choice, selected, &reports);
+        value["store_key"] = serde_json::json!(naming);
+        println!("{value}");
     } else {
         print!("{}", to_text(choice, selected, &reports));
+        if let Some(naming) = naming {
+            println!("this store's key naming: {naming}");
+        }
     }
     if reports
         .iter()

@@ -247,7 +247,7 @@ fn main() -> ExitCode {
         Command::Mcp(args) => with_location(&|l| mcp::run(l, no_daemon, args)),
         Command::Demo(args) => demo::run(args),
         Command::Inspect(args) => inspect::run(args),
-        Command::Doctor(args) => doctor::run(args, cli.key_store),
+        Command::Doctor(args) => doctor::run(args, cli.key_store, location().ok().as_ref()),
         Command::Verify(args) => with_location(&|l| verify::run(args, l)),
     }
 }
