@@ -142,7 +142,7 @@ fn exercise(provider: &dyn KeyProvider, raw: &std::sync::Arc<CredentialStore>, t
     assert_eq!(error.category(), HealthCategory::KeyCorrupt);
     assert_eq!(
         provider.references(&a).unwrap(),
-        vec![corrupt.clone(), a.primary_reference()]
+        vec![a.primary_reference(), corrupt.clone()]
     );
 
     // The seal checkpoint beside the keys: stored, read back, moved forward only, and never
