@@ -109,3 +109,67 @@ fn doctor_reports_a_locked_secret_service() {
     assert_eq!(ss["category"], "key_locked");
     assert!(report["selected"].is_null());
 }
+
+/// Writes a store of namespace `work` at `dir` through the real engine (in-memory keys) with
+/// `choice`, and stops the engine before returning.
+fn store_written(
+    dir: &std::path::Path,
+    provider: &std::sync::Arc<dyn annal_engine::keys::KeyProvider>,
+    choice: annal_engine::keys::KeyChoice,
+) {
+    let layout = annal_engine::storage::StoreLayout::in_namespace_dir(dir);
+    let mut config = annal_actors::EngineConfig::new(
+        layout,
+        annal_engine::keys::Namespace::new("work").unwrap(),
+    );
+    config.key_choice = choice;
+    let engine = annal_actors::Engine::start(config, std::sync::Arc::clone(provider)).unwrap();
+    engine.enable().unwrap();
+    engine.flush().unwrap();
+    assert!(engine.shutdown().drained);
+}
+
+#[test]
+fn doctor_says_which_key_naming_the_store_uses() {
+    use annal_engine::keys::{InMemoryProvider, KeyChoice, KeyProvider};
+    let dir = tempfile::tempdir().unwrap();
+    let provider: std::sync::Arc<dyn KeyProvider> = std::sync::Arc::new(
+        InMemoryProvider::new(Box::new(annal_engine::entropy::SeededEntropy::new(1))).unwrap(),
+    );
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    store_written(&a, &provider, KeyChoice::Reference);
+    store_written(&b, &provider, KeyChoice::Own);
+    let naming = |store: &std::path::Path| {
+        let (_, stdout) = doctor_at(store, &["--json"]);
+        let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        // Only the naming's name: never a key reference, a store id or a path.
+        let text = report.to_string();
+        assert!(!text.contains("com.trycua"), "{text}");
+        assert!(!text.contains(store.to_str().unwrap()), "{text}");
+        report["store_key"].clone()
+    };
+    assert_eq!(naming(&a), "reference");
+    assert_eq!(naming(&b), "store");
+    assert!(naming(&dir.path().join("none")).is_null());
+    let (_, text) = doctor_at(&a, &[]);
+    assert!(
+        text.contains("this store's key naming: reference"),
+        "{text}"
+    );
+}
+
+/// `annal --store DIR --namespace work doctor ARGS`.
+fn doctor_at(store: &std::path::Path, args: &[&str]) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_annal"))
+        .arg("--store")
+        .arg(store)
+        .args(["--namespace", "work", "doctor"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap(),
+        String::from_utf8(output.stdout).unwrap(),
+    )
+}

@@ -189,7 +189,10 @@ fn two_stores_of_one_namespace_in_the_users_kernel_keyring() {
     OsEntropy.fill(&mut random).unwrap();
     let ns = format!(
         "annal-two-stores-{}",
-        random.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        random
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
     );
     two_stores_of_one_namespace_live_side_by_side(provider, &ns);
 }
