@@ -75,11 +75,31 @@ fn verify_clean(layout: &StoreLayout, namespace: &Namespace, provider: &dyn KeyP
     report.seals
 }
 
+/// Destroys, when dropped (a failed test included), what the stores at its layouts left in the
+/// credential store: their keys and checkpoints, and every key of their namespace.
+struct Cleanup(Arc<dyn KeyProvider>, Namespace, Vec<StoreLayout>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for layout in &self.2 {
+            if let Ok(scope) = key_scope(layout) {
+                let _ = destroy_store_keys(self.0.as_ref(), &self.1, &scope);
+            }
+        }
+        let _ = annal_engine::keys::destroy_namespace(self.0.as_ref(), &self.1);
+    }
+}
+
 fn two_stores_of_one_namespace_live_side_by_side(provider: Arc<dyn KeyProvider>, ns: &str) {
     let dir = tempfile::tempdir().unwrap();
     let namespace = Namespace::new(ns).unwrap();
     let a = StoreLayout::in_namespace_dir(&dir.path().join("A"));
     let b = StoreLayout::in_namespace_dir(&dir.path().join("B"));
+    let _cleanup = Cleanup(
+        Arc::clone(&provider),
+        namespace.clone(),
+        vec![a.clone(), b.clone()],
+    );
 
     // A takes the namespace's key: the reference implementation's name.
     let engine_a = start(&a, &namespace, &provider);
