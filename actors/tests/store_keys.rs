@@ -216,3 +216,82 @@ fn two_stores_of_one_namespace_in_the_users_kernel_keyring() {
     );
     two_stores_of_one_namespace_live_side_by_side(provider, &ns);
 }
+
+/// The root key of `fixtures/legacy-store` (fixtures/README.md).
+const LEGACY_ROOT: [u8; 32] = [0x5c; 32];
+
+/// Copies `from` to `to` with the modes a store has (git keeps none, nor empty directories).
+fn copy_store(from: &std::path::Path, to: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(to).unwrap();
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_store(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_store_written_before_the_reference_naming_keeps_its_key_and_verifies_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("work");
+    copy_store(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/legacy-store"),
+        &store,
+    );
+    for empty in ["tmp", "quarantine"] {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(store.join("engine").join(empty))
+            .unwrap();
+    }
+    let layout = StoreLayout::in_namespace_dir(&store);
+    let namespace = Namespace::new("work").unwrap();
+    let memory = InMemoryProvider::new(Box::new(SeededEntropy::new(12))).unwrap();
+    memory
+        .put_raw(&namespace, &namespace.legacy_reference(), &LEGACY_ROOT)
+        .unwrap();
+    let provider: Arc<dyn KeyProvider> = Arc::new(memory);
+    let before = key_scope(&layout).unwrap();
+    assert_eq!(before.id, None, "written before store ids");
+    assert_eq!(before.named, [namespace.legacy_reference()].into());
+
+    // It reads as it is.
+    let custody = open_store_key(provider.as_ref(), &namespace, &before, OpenMode::Read).unwrap();
+    assert_eq!(custody.reference(), &namespace.legacy_reference());
+
+    // Enabled again and written to: it keeps its key (new chunks name it too), gets an id, and
+    // no reference-named key is made for it.
+    let engine = start(&layout, &namespace, &provider);
+    engine.enable().unwrap();
+    capture(&engine, EVENTS_PER_SEAL);
+    assert_eq!(engine.status().unwrap().health, HealthCategory::Ready);
+    assert!(engine.shutdown().drained);
+    let after = key_scope(&layout).unwrap();
+    assert!(after.id.is_some());
+    assert_eq!(after.named, [namespace.legacy_reference()].into());
+    assert!(
+        provider
+            .load(&namespace, &namespace.primary_reference())
+            .is_err()
+    );
+    assert_eq!(provider.load_reference_owner(&namespace).unwrap(), None);
+    assert!(verify_clean(&layout, &namespace, provider.as_ref()) >= 2);
+
+    // A new store of the namespace beside it takes the reference-named key: no sharing.
+    let fresh = StoreLayout::in_namespace_dir(&dir.path().join("fresh"));
+    let engine = start(&fresh, &namespace, &provider);
+    engine.enable().unwrap();
+    capture(&engine, EVENTS_PER_SEAL);
+    assert!(engine.shutdown().drained);
+    verify_clean(&fresh, &namespace, provider.as_ref());
+    verify_clean(&layout, &namespace, provider.as_ref());
+}
