@@ -299,9 +299,16 @@ fn open_for_store(
     let store_failure = |e: annal_engine::store::StoreIdError| KeyError::StoreUnavailable {
         detail: format!("the store's identity: {e}"),
     };
+    let mut choice = choice;
     if writer && let Some(sidecar) = layout.sidecar() {
         annal_engine::store::ensure_store_id(sidecar, &mut annal_engine::entropy::OsEntropy)
             .map_err(store_failure)?;
+        // The owner told this store to take a key of its own (`annal enable --own-key`).
+        if annal_engine::store::recorded_key_choice(sidecar).map_err(store_failure)?
+            == KeyChoice::Own
+        {
+            choice = KeyChoice::Own;
+        }
     }
     let scope = annal_engine::store::key_scope(layout).map_err(store_failure)?;
     let mode = if writer {

@@ -8,7 +8,9 @@
 //! of the store, id included (which is what a restored backup should be).
 //!
 //! [`key_scope`] reads the id and every key reference the store's chunk headers name (history
-//! and journal, read-only, no lock).
+//! and journal, read-only, no lock), and the owner's recorded key choice: `engine/key-choice`,
+//! `own` and a newline, written by [`record_own_key`] (`annal enable --own-key`), tells a store
+//! whose chunks name no key yet to take a key of its own (`keys::KeyChoice::Own`).
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -19,15 +21,24 @@ use super::read::HEADER_READ_LIMIT_BYTES;
 use super::{CHUNK_FILE_EXTENSION, parse_chunk_file_name};
 use crate::entropy::Entropy;
 use crate::keys::names::STORE_ID_LEN_BYTES;
-use crate::keys::{KeyReference, StoreId, StoreKeyScope};
+use crate::keys::{KeyChoice, KeyReference, StoreId, StoreKeyScope};
 use crate::profile::read_header;
 use crate::storage::{Access, Area, EntryKind, FsStorage, Storage, StoreLayout};
 
 /// The store id's file in the sidecar.
 pub const STORE_ID_FILE_NAME: &str = "store-id";
 
-/// Its temporary name while it is written.
-const STORE_ID_TMP_FILE_NAME: &str = "store-id.tmp";
+/// Suffix of a sidecar file's temporary name while it is written.
+const TMP_SUFFIX: &str = ".tmp";
+
+/// The owner's key choice's file in the sidecar.
+pub const KEY_CHOICE_FILE_NAME: &str = "key-choice";
+
+/// Its only content: take a key of the store's own.
+const KEY_CHOICE_OWN: &str = "own\n";
+
+/// Longest key choice file read, in bytes.
+const KEY_CHOICE_FILE_MAX_LEN_BYTES: u64 = 16;
 
 /// Longest store id file read, in bytes (the id's hex and a newline; more is malformed).
 const STORE_ID_FILE_MAX_LEN_BYTES: u64 = 2 * STORE_ID_LEN_BYTES as u64 + 1;
@@ -43,8 +54,8 @@ pub enum StoreIdError {
         "the sidecar's store-id file is malformed; restore it or remove it (docs/key-custody.md)"
     )]
     Malformed,
-    /// Reading or writing it failed.
-    #[error("{what} the store id: {source}")]
+    /// Reading or writing it (or the key choice) failed.
+    #[error("{what} the store's identity: {source}")]
     Io {
         /// What was being done.
         what: &'static str,
@@ -56,9 +67,14 @@ pub enum StoreIdError {
     Entropy,
 }
 
-/// Reads the store id from `sidecar`, `None` when it has none.
-pub fn read_store_id(sidecar: &Path) -> Result<Option<StoreId>, StoreIdError> {
-    let path = sidecar.join(STORE_ID_FILE_NAME);
+/// Reads a small sidecar file, `None` when it does not exist; at most `max_len_bytes` + 1
+/// bytes are read (so an over-long one is seen as such).
+fn read_small(
+    sidecar: &Path,
+    name: &str,
+    max_len_bytes: u64,
+) -> Result<Option<String>, StoreIdError> {
+    let path = sidecar.join(name);
     let file = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
@@ -74,15 +90,36 @@ pub fn read_store_id(sidecar: &Path) -> Result<Option<StoreId>, StoreIdError> {
         }
     };
     let mut text = String::new();
-    std::io::Read::read_to_string(
-        &mut std::io::Read::take(file, STORE_ID_FILE_MAX_LEN_BYTES + 1),
-        &mut text,
-    )
-    .map_err(|_| StoreIdError::Malformed)?;
-    text.strip_suffix('\n')
-        .and_then(StoreId::parse)
-        .map(Some)
-        .ok_or(StoreIdError::Malformed)
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, max_len_bytes + 1), &mut text)
+        .map_err(|_| StoreIdError::Malformed)?;
+    Ok(Some(text))
+}
+
+/// Reads the store id from `sidecar`, `None` when it has none.
+pub fn read_store_id(sidecar: &Path) -> Result<Option<StoreId>, StoreIdError> {
+    match read_small(sidecar, STORE_ID_FILE_NAME, STORE_ID_FILE_MAX_LEN_BYTES)? {
+        None => Ok(None),
+        Some(text) => text
+            .strip_suffix('\n')
+            .and_then(StoreId::parse)
+            .map(Some)
+            .ok_or(StoreIdError::Malformed),
+    }
+}
+
+/// The owner's recorded key choice in `sidecar`: `Own` when recorded, else the default.
+pub fn recorded_key_choice(sidecar: &Path) -> Result<KeyChoice, StoreIdError> {
+    match read_small(sidecar, KEY_CHOICE_FILE_NAME, KEY_CHOICE_FILE_MAX_LEN_BYTES)? {
+        None => Ok(KeyChoice::default()),
+        Some(text) if text == KEY_CHOICE_OWN => Ok(KeyChoice::Own),
+        Some(_) => Err(StoreIdError::Malformed),
+    }
+}
+
+/// Records that the store of `sidecar` takes a key of its own when its chunks name none yet:
+/// written to a temporary file, synced, renamed into place, the sidecar synced.
+pub fn record_own_key(sidecar: &Path) -> Result<(), StoreIdError> {
+    write_atomically(sidecar, KEY_CHOICE_FILE_NAME, KEY_CHOICE_OWN.as_bytes())
 }
 
 /// The store id of `sidecar`, made (from `entropy`) when it has none: written to a temporary
@@ -96,8 +133,19 @@ pub fn ensure_store_id(sidecar: &Path, entropy: &mut dyn Entropy) -> Result<Stor
         .fill(&mut bytes)
         .map_err(|_| StoreIdError::Entropy)?;
     let id = StoreId::from_bytes(bytes);
+    write_atomically(
+        sidecar,
+        STORE_ID_FILE_NAME,
+        format!("{}\n", id.to_hex()).as_bytes(),
+    )?;
+    Ok(id)
+}
+
+/// Writes `contents` as `sidecar/name`: a fresh `name.tmp` (a stale one is removed first),
+/// synced, renamed over `name`, the sidecar synced. Never follows a symlink.
+fn write_atomically(sidecar: &Path, name: &str, contents: &[u8]) -> Result<(), StoreIdError> {
     let io = |what| move |source| StoreIdError::Io { what, source };
-    let tmp = sidecar.join(STORE_ID_TMP_FILE_NAME);
+    let tmp = sidecar.join(format!("{name}{TMP_SUFFIX}"));
     match std::fs::remove_file(&tmp) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -110,14 +158,14 @@ pub fn ensure_store_id(sidecar: &Path, entropy: &mut dyn Entropy) -> Result<Stor
         .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(&tmp)
         .map_err(io("creating"))?;
-    file.write_all(format!("{}\n", id.to_hex()).as_bytes())
+    file.write_all(contents)
         .and_then(|()| file.sync_all())
         .map_err(io("writing"))?;
-    std::fs::rename(&tmp, sidecar.join(STORE_ID_FILE_NAME)).map_err(io("renaming"))?;
+    std::fs::rename(&tmp, sidecar.join(name)).map_err(io("renaming"))?;
     std::fs::File::open(sidecar)
         .and_then(|dir| dir.sync_all())
         .map_err(io("syncing the directory of"))?;
-    Ok(id)
+    Ok(())
 }
 
 /// What `keys::open_store_key` needs about the store at `layout`: its id (`None` without a

@@ -46,7 +46,10 @@ use std::path::{Path, PathBuf};
 pub use delete::{
     DeletePlan, DeleteStoreError, DeletedStore, delete_store_files, plan_store_delete,
 };
-pub use identity::{STORE_ID_FILE_NAME, StoreIdError, ensure_store_id, key_scope, read_store_id};
+pub use identity::{
+    KEY_CHOICE_FILE_NAME, STORE_ID_FILE_NAME, StoreIdError, ensure_store_id, key_scope,
+    read_store_id, record_own_key, recorded_key_choice,
+};
 pub use prune::{
     EVICTION_LOW_WATER_PERCENT, Eviction, PruneCandidate, PruneChoice, PruneError, PrunePlan,
     Pruner, QUOTA_CHUNKS_MIN, chunk_size_limit_for_quota, plan_prune, pruned_chunks,

@@ -70,7 +70,8 @@ fn store_key_text(key: &StoreKey) -> String {
     if key.state == "owned_by_another_store" {
         out.push_str(
             "  the namespace's key belongs to another store of the same namespace, so this \
-             store cannot be enabled with it: use another --namespace for this store \
+             store cannot be enabled with it: `annal enable --own-key` gives it a key of its \
+             own (which the stock reference cannot open), or use another --namespace \
              (docs/key-custody.md, \"One key per store\")\n",
         );
     }
