@@ -261,6 +261,49 @@ fn real_secret_service_reads_a_reference_implementation_credential() {
     );
 }
 
+#[test]
+fn real_secret_service_annal_keeps_the_key_where_the_reference_implementation_reads_it() {
+    if !store_is_usable(
+        "real_secret_service_annal_keeps_the_key_where_the_reference_implementation_reads_it",
+        &probe_secret_service(),
+    ) {
+        return;
+    }
+    let provider =
+        SecretServiceProvider::open(CredentialNaming::Annal, Box::new(OsEntropy)).unwrap();
+    let namespace = unique_namespace("ref");
+    let _cleanup = Cleanup {
+        provider: &provider,
+        namespaces: vec![namespace.clone()],
+        extra: Vec::new(),
+    };
+    let created = provider.create_or_load(&namespace).unwrap();
+    assert_eq!(
+        created.reference().as_str(),
+        format!("com.trycua.{namespace}.computer-history.v1")
+    );
+    let custody = KeyCustody::from_loaded(namespace.clone(), created);
+    // The reference's Linux provider looks the key up by exactly these two attributes (its
+    // `keyring` 4.1.6 v1 entry, no target): the same item, the same bytes.
+    let raw: std::sync::Arc<CredentialStore> =
+        zbus_secret_service_keyring_store::Store::new().unwrap();
+    let service = format!("com.trycua.{namespace}.computer-history.v1");
+    let entry = Entry::new_in_store(&raw, &service, "namespace-root-key-v1").unwrap();
+    let bytes = entry.get_secret().unwrap();
+    let root = annal_engine::keys::RootKey::from_slice(&bytes).unwrap();
+    assert_eq!(
+        root.session_id_key().session_id("fingerprint").to_string(),
+        fingerprint(&custody)
+    );
+    let attributes = entry.get_attributes().unwrap();
+    assert_eq!(attributes.get("service"), Some(&service));
+    assert_eq!(
+        attributes.get("username").map(String::as_str),
+        Some("namespace-root-key-v1")
+    );
+    assert!(!attributes.contains_key("target"), "{attributes:?}");
+}
+
 /// Runs in a D-Bus session whose gnome-keyring was never unlocked (`.ci/test`).
 #[test]
 fn real_secret_service_locked_collection_is_key_locked_quickly() {
