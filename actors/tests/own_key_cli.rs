@@ -79,3 +79,49 @@ fn a_second_store_of_the_namespace_is_refused_until_told_and_deletes_only_its_ow
     );
     assert!(at(a, &["delete", "--yes"]).status.success());
 }
+
+#[test]
+fn two_homes_of_one_user_on_the_persistent_keyring_keep_one_key_each() {
+    let report = annal_engine::keys::probe_keyutils();
+    if report.state != StoreState::Usable {
+        let why = format!(
+            "two_homes_of_one_user_on_the_persistent_keyring: NOT RUN: the kernel keyring is {}",
+            report.state.as_str()
+        );
+        assert!(
+            std::env::var(REQUIRE_ENV).as_deref() != Ok("1"),
+            "{why}, but {REQUIRE_ENV}=1"
+        );
+        eprintln!("{why}");
+        return;
+    }
+    // Two HOMEs (and XDG_STATE_HOMEs) of this uid, one namespace, each on its default store;
+    // the kernel's persistent keyring is the uid's, so both see the same credentials.
+    let first = Sandbox::new();
+    let mut second = Sandbox::new();
+    second.namespace = first.namespace.clone();
+    let run = |sandbox: &Sandbox, args: &[&str]| {
+        let mut all = vec!["--key-store", "keyutils", "--no-daemon"];
+        all.extend_from_slice(args);
+        sandbox.run(&all)
+    };
+    let state = |sandbox: &Sandbox| {
+        let output = run(sandbox, &["doctor", "--json"]);
+        let value: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        value["store_key_state"].as_str().unwrap().to_owned()
+    };
+    assert!(run(&first, &["enable"]).status.success());
+    assert!(!run(&second, &["enable"]).status.success());
+    assert_eq!(state(&second), "owned_by_another_store");
+    assert!(run(&second, &["enable", "--own-key"]).status.success());
+    assert_eq!(state(&first), "usable");
+    assert_eq!(state(&second), "usable");
+    for sandbox in [&first, &second] {
+        let verified = run(sandbox, &["verify", "--json"]);
+        assert_eq!(verified.status.code(), Some(0));
+    }
+    // The second HOME's delete leaves the first's history readable.
+    assert!(run(&second, &["delete", "--yes"]).status.success());
+    assert_eq!(state(&first), "usable");
+    assert_eq!(run(&first, &["verify", "--json"]).status.code(), Some(0));
+}
