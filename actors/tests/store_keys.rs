@@ -295,3 +295,106 @@ fn a_store_written_before_the_reference_naming_keeps_its_key_and_verifies_clean(
     verify_clean(&fresh, &namespace, provider.as_ref());
     verify_clean(&layout, &namespace, provider.as_ref());
 }
+
+#[test]
+fn a_store_whose_chunks_name_two_keys_reads_each_chunk_with_the_key_its_header_names() {
+    use annal_engine::keys::{HistoryKeys, KeyCustody, RootKey};
+    use annal_engine::store::{History, StoreReader, StoreWriter, WriterConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("work");
+    copy_store(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/legacy-store"),
+        &store,
+    );
+    for empty in ["tmp", "quarantine"] {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(store.join("engine").join(empty))
+            .unwrap();
+    }
+    let layout = StoreLayout::in_namespace_dir(&store);
+    let namespace = Namespace::new("work").unwrap();
+    let memory = InMemoryProvider::new(Box::new(SeededEntropy::new(13))).unwrap();
+    memory
+        .put_raw(&namespace, &namespace.legacy_reference(), &LEGACY_ROOT)
+        .unwrap();
+    // What a stock reference leaves when it appends to an annal store: a key of its own naming
+    // (no owner record), and chunks whose headers name it.
+    const REFERENCE_ROOT: [u8; 32] = [0x77; 32];
+    memory
+        .put_raw(&namespace, &namespace.primary_reference(), &REFERENCE_ROOT)
+        .unwrap();
+    let provider: Arc<dyn KeyProvider> = Arc::new(memory);
+    let before = {
+        let storage: Arc<dyn Storage> = Arc::new(open_store(&layout, Access::Read).unwrap());
+        let report = StoreReader::<History>::new(storage)
+            .read(&HistoryKeys::from_root(RootKey::from_bytes(LEGACY_ROOT)))
+            .unwrap();
+        assert!(!report.has_corruption(), "{report:#?}");
+        report
+            .records()
+            .map(|r| r.event.clone())
+            .collect::<Vec<_>>()
+    };
+    {
+        let appender = KeyCustody::load(
+            provider.as_ref(),
+            &namespace,
+            &namespace.primary_reference(),
+        )
+        .unwrap()
+        .with_other_keys(vec![
+            provider
+                .load(&namespace, &namespace.legacy_reference())
+                .unwrap(),
+        ]);
+        let storage: Arc<dyn Storage> = Arc::new(open_store(&layout, Access::Write).unwrap());
+        let mut writer = StoreWriter::<History>::open(
+            storage,
+            appender.history_keys(),
+            WriterConfig::new(namespace.primary_reference(), std::num::NonZeroU64::MIN),
+            Arc::new(annal_engine::clock::SystemClock),
+        )
+        .unwrap();
+        writer
+            .append(before.iter().take(3).map(|e| e.to_draft()).collect())
+            .unwrap();
+        writer.sync().unwrap();
+        writer.close().unwrap();
+    }
+    let scope = key_scope(&layout).unwrap();
+    assert_eq!(
+        scope.named,
+        [namespace.legacy_reference(), namespace.primary_reference()].into()
+    );
+    assert_eq!(scope.journal, [namespace.legacy_reference()].into());
+
+    // annal keeps writing with the key its journal names, and reads both chunks.
+    let custody = open_store_key(provider.as_ref(), &namespace, &scope, OpenMode::Read).unwrap();
+    assert_eq!(custody.reference(), &namespace.legacy_reference());
+    let storage: Arc<dyn Storage> = Arc::new(open_store(&layout, Access::Read).unwrap());
+    let report = StoreReader::<History>::new(storage)
+        .read(&custody.history_keys())
+        .unwrap();
+    assert!(!report.has_corruption(), "{report:#?}");
+    assert_eq!(report.records().count(), before.len() + 3);
+    // Without the other key, the appended chunk does not open: the header decides.
+    let storage: Arc<dyn Storage> = Arc::new(open_store(&layout, Access::Read).unwrap());
+    let legacy_only = StoreReader::<History>::new(storage)
+        .read(&HistoryKeys::from_root(RootKey::from_bytes(LEGACY_ROOT)))
+        .unwrap();
+    assert_eq!(legacy_only.records().count(), before.len());
+
+    // And the engine goes on capturing on it, healthy.
+    let engine = start(&layout, &namespace, &provider);
+    engine.enable().unwrap();
+    capture(&engine, 10);
+    assert_eq!(engine.status().unwrap().health, HealthCategory::Ready);
+    assert!(engine.shutdown().drained);
+    assert_eq!(
+        key_scope(&layout).unwrap().journal,
+        [namespace.legacy_reference()].into()
+    );
+}

@@ -18,6 +18,9 @@ pub struct KeyCustody {
     /// The root key; shared only with the [`HistoryKeys`] this custody hands out, which can do
     /// nothing with it but derive history chunk keys.
     root: Arc<RootKey>,
+    /// Other keys the store's history chunks name, by reference (read only through the
+    /// [`HistoryKeys`]; nothing is written or derived with them otherwise).
+    others: Arc<std::collections::BTreeMap<String, Arc<RootKey>>>,
 }
 
 impl std::fmt::Debug for KeyCustody {
@@ -26,6 +29,7 @@ impl std::fmt::Debug for KeyCustody {
             .field("namespace", &self.namespace)
             .field("reference", &self.reference)
             .field("root", &"<redacted>")
+            .field("others", &self.others.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -54,7 +58,22 @@ impl KeyCustody {
             namespace,
             reference: loaded.reference,
             root: Arc::new(loaded.root),
+            others: Arc::default(),
         }
+    }
+
+    /// Adds keys of other references the store's history chunks name, so its history reader
+    /// opens each chunk with the key its header names. The custody's own reference is never
+    /// replaced.
+    pub fn with_other_keys(mut self, loaded: Vec<LoadedKey>) -> Self {
+        let mut others = std::collections::BTreeMap::new();
+        for key in loaded {
+            if key.reference != self.reference {
+                others.insert(key.reference.as_str().to_owned(), Arc::new(key.root));
+            }
+        }
+        self.others = Arc::new(others);
+        self
     }
 
     /// The namespace this key belongs to.
@@ -89,7 +108,7 @@ impl KeyCustody {
 
     /// The chunk keys of the history stream (what the history writer and reader hold).
     pub fn history_keys(&self) -> HistoryKeys {
-        HistoryKeys::shared(Arc::clone(&self.root))
+        HistoryKeys::shared(Arc::clone(&self.root), Arc::clone(&self.others))
     }
 
     /// The chunk keys of the engine journal (what the journal writer and reader hold).

@@ -6,8 +6,11 @@
 //!
 //! 1. **The chunks decide.** When the store's chunk headers already name a key of the namespace,
 //!    that key is used (never created: a missing one is `key_unavailable`, since a new key would
-//!    orphan the history). Several named (the reference appended to an annal store under its own
-//!    naming): the reference-named key first, then this store's own, then the legacy one.
+//!    orphan the history): the one its journal names (annal's own chunks, so the key annal
+//!    wrote the store with), else the best its history chunks name (the reference-named key
+//!    first, then this store's own, then the legacy one). The other keys its history chunks
+//!    name (the reference appended under its own key to an annal store) are loaded beside it,
+//!    so each chunk is read with the key its header names.
 //!    A reference-named key the chunks name and nobody owns is claimed for this store (its
 //!    owner record is written) when opened for writing.
 //! 2. **A store without chunks** (and with an id: without one nothing is this store's, and
@@ -43,6 +46,9 @@ pub struct StoreKeyScope {
     pub id: Option<StoreId>,
     /// Every key reference the store's chunk headers (history and journal) name.
     pub named: BTreeSet<KeyReference>,
+    /// The key references its journal's chunk headers name (a subset of `named`): the journal
+    /// is annal's own, so these are the key annal wrote the store with.
+    pub journal: BTreeSet<KeyReference>,
 }
 
 /// Which key a store without chunks takes when it is enabled.
@@ -84,13 +90,41 @@ fn rank(namespace: &Namespace, id: Option<&StoreId>, reference: &KeyReference) -
     }
 }
 
-/// The reference the store's chunks say it uses, if any.
+/// The reference the store's chunks say it uses, if any: the one its journal names (the key
+/// annal wrote it with), else, for a store annal has not written yet, the best its history
+/// chunks name.
 pub fn named_reference(namespace: &Namespace, scope: &StoreKeyScope) -> Option<KeyReference> {
-    scope
-        .named
+    let among = if scope.journal.is_empty() {
+        &scope.named
+    } else {
+        &scope.journal
+    };
+    among
         .iter()
         .min_by_key(|r| rank(namespace, scope.id.as_ref(), r))
         .cloned()
+}
+
+/// `custody` with the other keys the store's chunks name that the credential store holds (one
+/// that cannot be read leaves its chunks unreadable, reported as such when read; it does not
+/// stop the store).
+fn with_other_keys(
+    provider: &dyn KeyProvider,
+    namespace: &Namespace,
+    scope: &StoreKeyScope,
+    custody: KeyCustody,
+) -> KeyCustody {
+    let others = scope
+        .named
+        .iter()
+        .filter(|r| *r != custody.reference())
+        .filter_map(|r| provider.load(namespace, r).ok())
+        .collect::<Vec<_>>();
+    if others.is_empty() {
+        custody
+    } else {
+        custody.with_other_keys(others)
+    }
 }
 
 /// Opens the key of the store described by `scope` (the rule in the module doc).
@@ -102,6 +136,7 @@ pub fn open_store_key(
 ) -> Result<KeyCustody, KeyError> {
     if let Some(reference) = named_reference(namespace, scope) {
         let custody = KeyCustody::load(provider, namespace, &reference)?;
+        let custody = with_other_keys(provider, namespace, scope, custody);
         if let (OpenMode::Write { .. }, Some(id), ReferenceKind::ReferenceNamed) =
             (mode, scope.id.as_ref(), namespace.kind_of(&reference))
             && provider.load_reference_owner(namespace)?.is_none()
@@ -241,6 +276,7 @@ mod tests {
         StoreKeyScope {
             id: Some(id),
             named: named.iter().cloned().collect(),
+            journal: BTreeSet::new(),
         }
     }
 
@@ -368,6 +404,46 @@ mod tests {
         .unwrap();
         assert_eq!(custody.reference(), &n.primary_reference());
         assert_eq!(p.load_reference_owner(&n).unwrap(), Some(A));
+    }
+
+    #[test]
+    fn the_journal_names_the_key_and_the_other_keys_the_chunks_name_come_along() {
+        let p = InMemoryProvider::new(Box::new(SeededEntropy::new(6))).unwrap();
+        let n = ns();
+        p.put_raw(&n, &n.legacy_reference(), &[1; 32]).unwrap();
+        p.put_raw(&n, &n.primary_reference(), &[2; 32]).unwrap();
+        let mut mixed = scope(A, &[n.legacy_reference(), n.primary_reference()]);
+        mixed.journal = [n.legacy_reference()].into();
+        let custody = open_store_key(&p, &n, &mixed, OpenMode::Read).unwrap();
+        // annal's journal was written with the legacy key: it stays the store's key, although
+        // the reference-named key ranks first among history chunks alone.
+        assert_eq!(custody.reference(), &n.legacy_reference());
+        let debug = format!("{custody:?}");
+        assert!(debug.contains(n.primary_reference().as_str()), "{debug}");
+        assert!(!debug.contains("[2, 2"), "no key bytes in Debug: {debug}");
+        let keys = custody.history_keys();
+        let id = [9u8; 16];
+        let primary_root = crate::keys::RootKey::from_bytes([2; 32]);
+        let legacy_root = crate::keys::RootKey::from_bytes([1; 32]);
+        use crate::keys::material::ChunkKeys;
+        assert_eq!(
+            keys.chunk_key_for(n.primary_reference().as_str(), &id, "s", 1)
+                .as_bytes(),
+            primary_root.chunk_key(&id, "s", 1).as_bytes()
+        );
+        assert_eq!(
+            keys.chunk_key_for(n.legacy_reference().as_str(), &id, "s", 1)
+                .as_bytes(),
+            legacy_root.chunk_key(&id, "s", 1).as_bytes()
+        );
+        assert_eq!(
+            keys.chunk_key(&id, "s", 1).as_bytes(),
+            legacy_root.chunk_key(&id, "s", 1).as_bytes()
+        );
+        // Without a journal, the history chunks rank: the reference-named key.
+        mixed.journal.clear();
+        let custody = open_store_key(&p, &n, &mixed, OpenMode::Read).unwrap();
+        assert_eq!(custody.reference(), &n.primary_reference());
     }
 
     #[test]

@@ -53,6 +53,8 @@ impl DeletePlan {
         StoreKeyScope {
             id: self.store_id,
             named: self.references.clone(),
+            // Not needed to destroy: every named key of the store goes.
+            journal: Default::default(),
         }
     }
 }

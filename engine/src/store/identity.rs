@@ -176,20 +176,24 @@ pub fn key_scope(layout: &StoreLayout) -> Result<StoreKeyScope, StoreIdError> {
         Some(sidecar) => read_store_id(sidecar)?,
         None => None,
     };
-    let named = match crate::store::open_store(layout, Access::Read) {
-        Ok(storage) => named_references(&storage),
+    let (history, journal) = match crate::store::open_store(layout, Access::Read) {
+        Ok(storage) => (
+            named_references(&storage, Area::Chunks),
+            named_references(&storage, Area::Journal),
+        ),
         // No store yet (first enable): it names nothing.
-        Err(_) => BTreeSet::new(),
+        Err(_) => (BTreeSet::new(), BTreeSet::new()),
     };
-    Ok(StoreKeyScope { id, named })
+    let named = history.union(&journal).cloned().collect();
+    Ok(StoreKeyScope { id, named, journal })
 }
 
-/// Every key reference the readable chunk headers of `storage` name (history and journal).
-pub(crate) fn named_references(storage: &FsStorage) -> BTreeSet<KeyReference> {
+/// Every key reference the readable chunk headers in `area` of `storage` name.
+pub(crate) fn named_references(storage: &FsStorage, area: Area) -> BTreeSet<KeyReference> {
     let mut named = BTreeSet::new();
-    for area in [Area::Chunks, Area::Journal] {
+    {
         let Ok(entries) = storage.list(area) else {
-            continue;
+            return named;
         };
         for entry in entries {
             let Some(name) = entry.file_name() else {
