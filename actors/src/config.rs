@@ -68,6 +68,10 @@ pub struct EngineConfig {
     pub drain_idle_tick_max: Duration,
     /// Deadline of one credential-store call.
     pub key_call_deadline: Duration,
+    /// Which key a store without chunks takes at enable: the namespace's reference-named key
+    /// (default), or a key of its own (`keys::KeyChoice`, docs/key-custody.md "One key per
+    /// store").
+    pub key_choice: annal_engine::keys::KeyChoice,
     /// Restart intensity of the supervisor.
     pub restart_policy: RestartPolicy,
     /// How long `shutdown` may drain.
@@ -89,6 +93,7 @@ impl EngineConfig {
             drain_idle_tick: Duration::from_millis(DRAIN_IDLE_TICK_MS),
             drain_idle_tick_max: Duration::from_millis(DRAIN_IDLE_TICK_MAX_MS),
             key_call_deadline: Duration::from_millis(KEY_CALL_DEADLINE_MS),
+            key_choice: annal_engine::keys::KeyChoice::default(),
             restart_policy: RestartPolicy::default(),
             shutdown_deadline: Duration::from_millis(SHUTDOWN_DEADLINE_MS),
         }

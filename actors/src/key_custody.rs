@@ -8,20 +8,26 @@
 //! may still be stuck inside the store) and the next call gets a fresh thread.
 //!
 //! The root key never leaves this actor: callers get only the purpose keys, as
-//! [`StreamKeys`]. The seal checkpoint, the namespace's second credential, is kept through this
-//! actor too (`CredentialCheckpoints` on the same thread), so no credential-store call of the
-//! engine runs anywhere else.
+//! [`StreamKeys`]. Which key is the store's is decided by `keys::open_store_key` from the store's
+//! identity and the key references its chunks name (docs/key-custody.md, "One key per store"):
+//! the writer's open (`OpenWriter`, under the writer lock) opens it for writing (making the
+//! store's id if its sidecar predates ids, claiming, and creating a key at an enable); the
+//! readers' opens (`Open`: the gate, queries) only read. The store's seal checkpoint, a
+//! credential named by the namespace and the store's id, is kept through this actor too
+//! (`CredentialCheckpoints` on the same thread), so no credential-store call of the engine runs
+//! anywhere else.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use annal_engine::keys::{
-    HistoryKeys, JournalKeys, KeyCustody, KeyError, KeyProvider, KeyReference, Namespace,
-    SessionIdKey,
+    HistoryKeys, JournalKeys, KeyChoice, KeyCustody, KeyError, KeyProvider, KeyReference,
+    Namespace, OpenMode, SessionIdKey, StoreId, open_store_key,
 };
 use annal_engine::seal::{
     Checkpoint, CheckpointError, CheckpointStore, CredentialCheckpoints, Reconciled,
 };
+use annal_engine::storage::StoreLayout;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 /// Longest one credential-store call may take before it is reported `key_unavailable`, in
@@ -58,9 +64,18 @@ impl std::fmt::Debug for StreamKeys {
 
 /// What the actor can be asked.
 pub enum KeyCustodyMsg {
-    /// Load the namespace key, creating it on first use when `create` (enable); only loading it
-    /// otherwise (start-up of an enabled store, reads). Replies with the purpose keys.
+    /// Load the store's key for reading (the gate, queries): nothing is created, claimed or
+    /// written. Replies with the purpose keys.
     Open {
+        /// Ignored for reads (kept so the readers' calls need no change); see `OpenWriter`.
+        create: bool,
+        /// Where the keys (or the failure, with its fixed category) go.
+        reply: RpcReplyPort<Result<StreamKeys, KeyError>>,
+    },
+    /// Load the store's key for its writer, which holds the writer lock: a sidecar without an
+    /// id gets one, an unowned reference-named key the chunks name is claimed, and when
+    /// `create` (enable) a store without a key gets one. Replies with the purpose keys.
+    OpenWriter {
         /// Whether a missing key may be created.
         create: bool,
         /// Where the keys (or the failure, with its fixed category) go.
@@ -123,6 +138,15 @@ pub struct KeyCustodyState {
     provider: Arc<dyn KeyProvider>,
     /// The namespace whose key this actor holds.
     namespace: Namespace,
+    /// The store the key is for (its id and chunk headers decide which key).
+    layout: StoreLayout,
+    /// Which key a store without chunks takes at enable.
+    key_choice: KeyChoice,
+    /// The store's id, once the key is open (`None` for a store without one: its checkpoint
+    /// has the legacy per-namespace name).
+    store_id: Option<StoreId>,
+    /// Whether the writer's open ran (a read's open is redone for the writer once).
+    opened_for_writer: bool,
     /// The thread calls run on; replaced when a call misses its deadline.
     thread: Option<KeyThread>,
     /// The custody of the loaded key, once loaded.
@@ -140,6 +164,10 @@ pub struct KeyCustodyArgs {
     pub provider: Arc<dyn KeyProvider>,
     /// The namespace.
     pub namespace: Namespace,
+    /// The store.
+    pub layout: StoreLayout,
+    /// Which key a store without chunks takes at enable.
+    pub key_choice: KeyChoice,
     /// The per-call deadline.
     pub deadline: Duration,
 }
@@ -160,9 +188,16 @@ impl KeyCustodyState {
         call: impl FnOnce(&dyn CheckpointStore) -> Result<T, CheckpointError> + Send + 'static,
     ) -> Result<T, CheckpointError> {
         let namespace = self.namespace.clone();
-        self.run_on_thread(move |provider| call(&CredentialCheckpoints::new(provider, &namespace)))
-            .await
-            .map_err(|source| CheckpointError::Credential { source })?
+        let store = self.store_id;
+        self.run_on_thread(move |provider| {
+            call(&CredentialCheckpoints::new(
+                provider,
+                &namespace,
+                store.as_ref(),
+            ))
+        })
+        .await
+        .map_err(|source| CheckpointError::Credential { source })?
     }
 
     /// Runs `call` on the key thread and waits for its answer at most the deadline; the error
@@ -208,6 +243,83 @@ impl KeyCustodyState {
     }
 }
 
+/// The purpose keys a custody hands out.
+fn stream_keys(custody: Arc<KeyCustody>) -> StreamKeys {
+    StreamKeys {
+        history: custody.history_keys(),
+        journal: custody.journal_keys(),
+        session: Arc::new(custody.session_id_key()),
+        index: Arc::new(annal_engine::index::IndexKey::from(&custody.index_key())),
+        seal: Arc::new(annal_engine::seal::SealKey::from_custody(&custody)),
+        cursor: Arc::new(annal_engine::policy::cursor::CursorKey::new(
+            &custody.cursor_key(),
+        )),
+        reference: custody.reference().clone(),
+    }
+}
+
+impl KeyCustodyState {
+    /// The store's key: the one already open, unless this is the writer's first open after a
+    /// read's (the writer's open makes the id and claims, `open_for_store`).
+    async fn open(&mut self, writer: bool, create: bool) -> Result<Arc<KeyCustody>, KeyError> {
+        let reuse = self
+            .custody
+            .as_ref()
+            .filter(|_| !writer || self.opened_for_writer);
+        if let Some(custody) = reuse {
+            return Ok(Arc::clone(custody));
+        }
+        let namespace = self.namespace.clone();
+        let layout = self.layout.clone();
+        let choice = self.key_choice;
+        let (custody, store_id) = self
+            .run(move |provider| {
+                open_for_store(provider, &namespace, &layout, writer, create, choice)
+            })
+            .await?;
+        let custody = Arc::new(custody);
+        self.custody = Some(Arc::clone(&custody));
+        self.store_id = store_id;
+        self.opened_for_writer |= writer;
+        Ok(custody)
+    }
+}
+
+/// Opens the key of the store at `layout` (`keys::open_store_key`): for its writer (under the
+/// writer lock: a sidecar without an id gets one first; a key is made only when `create`), or
+/// read-only. Returns the custody and the store's id.
+fn open_for_store(
+    provider: &dyn KeyProvider,
+    namespace: &Namespace,
+    layout: &StoreLayout,
+    writer: bool,
+    create: bool,
+    choice: KeyChoice,
+) -> Result<(KeyCustody, Option<StoreId>), KeyError> {
+    let store_failure = |e: annal_engine::store::StoreIdError| KeyError::StoreUnavailable {
+        detail: format!("the store's identity: {e}"),
+    };
+    let mut choice = choice;
+    if writer && let Some(sidecar) = layout.sidecar() {
+        annal_engine::store::ensure_store_id(sidecar, &mut annal_engine::entropy::OsEntropy)
+            .map_err(store_failure)?;
+        // The owner told this store to take a key of its own (`annal enable --own-key`).
+        if annal_engine::store::recorded_key_choice(sidecar).map_err(store_failure)?
+            == KeyChoice::Own
+        {
+            choice = KeyChoice::Own;
+        }
+    }
+    let scope = annal_engine::store::key_scope(layout).map_err(store_failure)?;
+    let mode = if writer {
+        OpenMode::Write { create, choice }
+    } else {
+        OpenMode::Read
+    };
+    let custody = open_store_key(provider, namespace, &scope, mode)?;
+    Ok((custody, scope.id))
+}
+
 impl Actor for KeyCustodyActor {
     type Msg = KeyCustodyMsg;
     type State = KeyCustodyState;
@@ -221,6 +333,10 @@ impl Actor for KeyCustodyActor {
         Ok(KeyCustodyState {
             provider: args.provider,
             namespace: args.namespace,
+            layout: args.layout,
+            key_choice: args.key_choice,
+            store_id: None,
+            opened_for_writer: false,
             thread: None,
             custody: None,
             deadline: args.deadline,
@@ -236,42 +352,13 @@ impl Actor for KeyCustodyActor {
         match message {
             #[cfg(feature = "testing")]
             KeyCustodyMsg::InjectPanic => panic!("injected key custody panic (test)"),
-            KeyCustodyMsg::Open { create, reply } => {
-                let result = match &state.custody {
-                    Some(custody) => Ok(Arc::clone(custody)),
-                    None => {
-                        let namespace = state.namespace.clone();
-                        let loaded = state
-                            .run(move |provider| {
-                                if create {
-                                    KeyCustody::open(provider, &namespace)
-                                } else {
-                                    KeyCustody::load(
-                                        provider,
-                                        &namespace,
-                                        &namespace.primary_reference(),
-                                    )
-                                }
-                            })
-                            .await;
-                        loaded.map(|custody| {
-                            let custody = Arc::new(custody);
-                            state.custody = Some(Arc::clone(&custody));
-                            custody
-                        })
-                    }
-                };
-                let _ = reply.send(result.map(|custody| StreamKeys {
-                    history: custody.history_keys(),
-                    journal: custody.journal_keys(),
-                    session: Arc::new(custody.session_id_key()),
-                    index: Arc::new(annal_engine::index::IndexKey::from(&custody.index_key())),
-                    seal: Arc::new(annal_engine::seal::SealKey::from_custody(&custody)),
-                    cursor: Arc::new(annal_engine::policy::cursor::CursorKey::new(
-                        &custody.cursor_key(),
-                    )),
-                    reference: custody.reference().clone(),
-                }));
+            KeyCustodyMsg::Open { create: _, reply } => {
+                let result = state.open(false, false).await;
+                let _ = reply.send(result.map(stream_keys));
+            }
+            KeyCustodyMsg::OpenWriter { create, reply } => {
+                let result = state.open(true, create).await;
+                let _ = reply.send(result.map(stream_keys));
             }
             KeyCustodyMsg::StoreCheckpoint { checkpoint, reply } => {
                 let stored = state

@@ -419,6 +419,8 @@ impl SupervisorState {
         let args = KeyCustodyArgs {
             provider: Arc::clone(&self.provider),
             namespace: self.config.namespace.clone(),
+            layout: self.config.layout.clone(),
+            key_choice: self.config.key_choice,
             deadline: self.config.key_call_deadline,
         };
         self.keys = spawn_child(myself, self.name("keys"), KeyCustodyActor, args).await;

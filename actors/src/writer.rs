@@ -867,7 +867,7 @@ impl WriterState {
         };
         let keys = match ractor::call_t!(
             self.keys,
-            |reply| KeyCustodyMsg::Open { create, reply },
+            |reply| KeyCustodyMsg::OpenWriter { create, reply },
             annal_engine::clock::millis(self.config.key_call_deadline).saturating_add(1_000)
         ) {
             Ok(Ok(keys)) => keys,

@@ -109,3 +109,171 @@ fn doctor_reports_a_locked_secret_service() {
     assert_eq!(ss["category"], "key_locked");
     assert!(report["selected"].is_null());
 }
+
+/// Writes a store of namespace `work` at `dir` through the real engine (in-memory keys) with
+/// `choice`, and stops the engine before returning.
+fn store_written(
+    dir: &std::path::Path,
+    provider: &std::sync::Arc<dyn annal_engine::keys::KeyProvider>,
+    choice: annal_engine::keys::KeyChoice,
+) {
+    let layout = annal_engine::storage::StoreLayout::in_namespace_dir(dir);
+    let mut config = annal_actors::EngineConfig::new(
+        layout,
+        annal_engine::keys::Namespace::new("work").unwrap(),
+    );
+    config.key_choice = choice;
+    let engine = annal_actors::Engine::start(config, std::sync::Arc::clone(provider)).unwrap();
+    engine.enable().unwrap();
+    engine.flush().unwrap();
+    assert!(engine.shutdown().drained);
+}
+
+#[test]
+fn doctor_says_which_key_naming_the_store_uses() {
+    use annal_engine::keys::{InMemoryProvider, KeyChoice, KeyProvider};
+    let dir = tempfile::tempdir().unwrap();
+    let provider: std::sync::Arc<dyn KeyProvider> = std::sync::Arc::new(
+        InMemoryProvider::new(Box::new(annal_engine::entropy::SeededEntropy::new(1))).unwrap(),
+    );
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    store_written(&a, &provider, KeyChoice::Reference);
+    store_written(&b, &provider, KeyChoice::Own);
+    let naming = |store: &std::path::Path| {
+        let (_, stdout) = doctor_at(store, &["--json"]);
+        let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        // Only the naming's name: never a key reference, a store id or a path.
+        let text = report.to_string();
+        assert!(!text.contains("com.trycua"), "{text}");
+        assert!(!text.contains(store.to_str().unwrap()), "{text}");
+        report["store_key"].clone()
+    };
+    assert_eq!(naming(&a), "reference");
+    assert_eq!(naming(&b), "store");
+    assert!(naming(&dir.path().join("none")).is_null());
+    let (_, text) = doctor_at(&a, &[]);
+    assert!(
+        text.contains("this store's key naming: reference"),
+        "{text}"
+    );
+}
+
+/// `annal --store DIR --namespace work doctor ARGS`.
+fn doctor_at(store: &std::path::Path, args: &[&str]) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_annal"))
+        .arg("--store")
+        .arg(store)
+        .args(["--namespace", "work", "doctor"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap(),
+        String::from_utf8(output.stdout).unwrap(),
+    )
+}
+
+/// Destroys, when dropped, the keys and checkpoints of the stores at its paths and every key
+/// of their namespace in the real kernel keyring.
+struct NamespaceCleanup(
+    std::sync::Arc<dyn annal_engine::keys::KeyProvider>,
+    annal_engine::keys::Namespace,
+    Vec<std::path::PathBuf>,
+);
+
+impl Drop for NamespaceCleanup {
+    fn drop(&mut self) {
+        for store in &self.2 {
+            let layout = annal_engine::storage::StoreLayout::in_namespace_dir(store);
+            if let Ok(scope) = annal_engine::store::key_scope(&layout) {
+                let _ = annal_engine::keys::destroy_store_keys(self.0.as_ref(), &self.1, &scope);
+            }
+        }
+        let _ = annal_engine::keys::destroy_namespace(self.0.as_ref(), &self.1);
+    }
+}
+
+#[test]
+fn doctor_says_when_the_namespaces_key_belongs_to_another_store() {
+    use annal_engine::keys::{
+        CredentialNaming, KeyProvider, KeyutilsProvider, Namespace, StoreState,
+    };
+    let report = annal_engine::keys::probe_keyutils();
+    if report.state != StoreState::Usable {
+        let why = format!(
+            "doctor_says_when_the_namespaces_key_belongs_to_another_store: NOT RUN: the kernel \
+             keyring is {}",
+            report.state.as_str()
+        );
+        assert!(!env_is_one(REQUIRE_ENV), "{why}, but {REQUIRE_ENV}=1");
+        eprintln!("{why}");
+        return;
+    }
+    let provider: std::sync::Arc<dyn KeyProvider> = std::sync::Arc::new(
+        KeyutilsProvider::open(
+            CredentialNaming::Annal,
+            Box::new(annal_engine::entropy::OsEntropy),
+        )
+        .unwrap(),
+    );
+    let mut random = [0u8; 4];
+    annal_engine::entropy::Entropy::fill(&mut annal_engine::entropy::OsEntropy, &mut random)
+        .unwrap();
+    let ns = format!(
+        "doctor-owner-{}-{}",
+        std::process::id(),
+        random
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    let namespace = Namespace::new(&ns).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let _cleanup = NamespaceCleanup(
+        std::sync::Arc::clone(&provider),
+        namespace.clone(),
+        vec![a.clone(), b.clone()],
+    );
+    let start = |store: &std::path::Path| {
+        annal_actors::Engine::start(
+            annal_actors::EngineConfig::new(
+                annal_engine::storage::StoreLayout::in_namespace_dir(store),
+                namespace.clone(),
+            ),
+            std::sync::Arc::clone(&provider),
+        )
+        .unwrap()
+    };
+    let engine = start(&a);
+    engine.enable().unwrap();
+    engine.flush().unwrap();
+    assert!(engine.shutdown().drained);
+    let engine = start(&b);
+    assert!(
+        engine.enable().is_err(),
+        "the second store is refused A's key"
+    );
+    assert!(engine.shutdown().drained);
+
+    let report = |store: &std::path::Path| {
+        let output = Command::new(env!("CARGO_BIN_EXE_annal"))
+            .arg("--store")
+            .arg(store)
+            .args([
+                "--namespace",
+                &ns,
+                "--key-store",
+                "keyutils",
+                "doctor",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        (value["store_key"].clone(), value["store_key_state"].clone())
+    };
+    assert_eq!(report(&a), ("reference".into(), "usable".into()));
+    assert_eq!(report(&b), ("none".into(), "owned_by_another_store".into()));
+}

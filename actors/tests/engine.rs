@@ -1229,6 +1229,7 @@ impl KeyProvider for Hung {
     fn load_checkpoint(
         &self,
         _: &Namespace,
+        _: Option<&annal_engine::keys::StoreId>,
     ) -> Result<Option<Vec<u8>>, annal_engine::keys::KeyError> {
         std::thread::sleep(Duration::from_secs(3600));
         Err(annal_engine::keys::KeyError::NotFound)
@@ -1236,12 +1237,17 @@ impl KeyProvider for Hung {
     fn store_checkpoint(
         &self,
         _: &Namespace,
+        _: Option<&annal_engine::keys::StoreId>,
         _: &[u8],
     ) -> Result<(), annal_engine::keys::KeyError> {
         std::thread::sleep(Duration::from_secs(3600));
         Err(annal_engine::keys::KeyError::NotFound)
     }
-    fn destroy_checkpoint(&self, _: &Namespace) -> Result<(), annal_engine::keys::KeyError> {
+    fn destroy_checkpoint(
+        &self,
+        _: &Namespace,
+        _: Option<&annal_engine::keys::StoreId>,
+    ) -> Result<(), annal_engine::keys::KeyError> {
         Err(annal_engine::keys::KeyError::NotFound)
     }
 }
@@ -1657,10 +1663,14 @@ fn every_chunk_the_engine_closes_is_sealed_and_the_store_verifies_clean() {
     let seal_key = annal_engine::seal::SealKey::from_purpose_key(&root.seal_key());
     // The checkpoint in the credential store followed every seal.
     use annal_engine::seal::CheckpointStore;
-    let checkpoint =
-        annal_engine::seal::CredentialCheckpoints::new(s.provider.as_ref(), &s.namespace)
-            .load()
-            .unwrap();
+    let store_id = annal_engine::store::read_store_id(s.layout.sidecar().unwrap()).unwrap();
+    let checkpoint = annal_engine::seal::CredentialCheckpoints::new(
+        s.provider.as_ref(),
+        &s.namespace,
+        store_id.as_ref(),
+    )
+    .load()
+    .unwrap();
     let report = annal_engine::seal::verify(
         &storage,
         &HistoryKeys::from_root(RootKey::from_bytes(ROOT)),

@@ -230,10 +230,17 @@ fn seals(report: &serde_json::Value) -> u64 {
     report["seals"].as_u64().unwrap()
 }
 
+/// The store's id (its checkpoint is named by it).
+fn store_id(sandbox: &Sandbox) -> Option<annal_engine::keys::StoreId> {
+    let layout = StoreLayout::in_namespace_dir(&store_dir(sandbox));
+    annal_engine::store::read_store_id(layout.sidecar().unwrap()).unwrap()
+}
+
 /// The checkpoint's ordinal, as the credential store holds it.
 fn checkpoint_ordinal(sandbox: &Sandbox, provider: &Arc<dyn KeyProvider>) -> Option<u64> {
     let namespace = Namespace::new(&sandbox.namespace).unwrap();
-    CredentialCheckpoints::new(provider.as_ref(), &namespace)
+    let id = store_id(sandbox);
+    CredentialCheckpoints::new(provider.as_ref(), &namespace, id.as_ref())
         .load()
         .unwrap()
         .map(|c| c.ordinal)
@@ -307,7 +314,9 @@ fn the_directory_put_back_as_an_older_copy_is_rolled_back_however_far_a_writer_s
     // The owner accepts this copy as the history: with the checkpoint removed, the next writer
     // finds the chain not older than any checkpoint, mends it, and the alert clears.
     let namespace = Namespace::new(&sandbox.namespace).unwrap();
-    provider.destroy_checkpoint(&namespace).unwrap();
+    provider
+        .destroy_checkpoint(&namespace, store_id(&sandbox).as_ref())
+        .unwrap();
     assert_eq!(
         health_after_writes(&sandbox, &provider),
         HealthCategory::Ready
@@ -348,7 +357,9 @@ fn a_lost_checkpoint_is_checkpoint_missing_until_the_next_writer_mends_it() {
     let (code, clean) = verify_store(&sandbox);
     assert_eq!(code, Some(0), "{clean}");
     let namespace = Namespace::new(&sandbox.namespace).unwrap();
-    provider.destroy_checkpoint(&namespace).unwrap();
+    provider
+        .destroy_checkpoint(&namespace, store_id(&sandbox).as_ref())
+        .unwrap();
     let (code, missing) = verify_store(&sandbox);
     assert_eq!(code, Some(1), "{missing}");
     assert_eq!(missing["checkpoint_checked"], true);

@@ -80,7 +80,7 @@ impl Drop for Cleanup<'_> {
             let _ = self.provider.destroy(namespace, reference);
         }
         for namespace in &self.namespaces {
-            let _ = self.provider.destroy_checkpoint(namespace);
+            let _ = self.provider.destroy_checkpoint(namespace, None);
             let _ = self
                 .provider
                 .destroy(namespace, &namespace.primary_reference());
@@ -142,7 +142,7 @@ fn exercise(provider: &dyn KeyProvider, raw: &std::sync::Arc<CredentialStore>, t
     assert_eq!(error.category(), HealthCategory::KeyCorrupt);
     assert_eq!(
         provider.references(&a).unwrap(),
-        vec![corrupt.clone(), a.primary_reference()]
+        vec![a.primary_reference(), corrupt.clone()]
     );
 
     // The seal checkpoint beside the keys: stored, read back, moved forward only, and never
@@ -151,13 +151,13 @@ fn exercise(provider: &dyn KeyProvider, raw: &std::sync::Arc<CredentialStore>, t
         ordinal,
         digest: [ordinal as u8; 32],
     };
-    let checkpoints = CredentialCheckpoints::new(provider, &a);
+    let checkpoints = CredentialCheckpoints::new(provider, &a, None);
     assert_eq!(checkpoints.load().unwrap(), None);
     checkpoints.store(&held(1)).unwrap();
     checkpoints.store(&held(4)).unwrap();
     assert!(checkpoints.store(&held(3)).is_err());
     assert_eq!(checkpoints.load().unwrap(), Some(held(4)));
-    CredentialCheckpoints::new(provider, &b)
+    CredentialCheckpoints::new(provider, &b, None)
         .store(&held(9))
         .unwrap();
     assert_eq!(provider.references(&a).unwrap().len(), 2);
@@ -169,7 +169,9 @@ fn exercise(provider: &dyn KeyProvider, raw: &std::sync::Arc<CredentialStore>, t
     assert!(provider.references(&a).unwrap().is_empty());
     assert_eq!(checkpoints.load().unwrap(), None);
     assert_eq!(
-        CredentialCheckpoints::new(provider, &b).load().unwrap(),
+        CredentialCheckpoints::new(provider, &b, None)
+            .load()
+            .unwrap(),
         Some(held(9))
     );
     assert_eq!(
@@ -188,7 +190,7 @@ fn exercise(provider: &dyn KeyProvider, raw: &std::sync::Arc<CredentialStore>, t
 
     destroy_namespace(provider, &b).unwrap();
     assert!(provider.references(&b).unwrap().is_empty());
-    assert_eq!(provider.load_checkpoint(&b).unwrap(), None);
+    assert_eq!(provider.load_checkpoint(&b, None).unwrap(), None);
 }
 
 #[test]
@@ -257,6 +259,49 @@ fn real_secret_service_reads_a_reference_implementation_credential() {
             .category(),
         HealthCategory::KeyDestroyFailed
     );
+}
+
+#[test]
+fn real_secret_service_annal_keeps_the_key_where_the_reference_implementation_reads_it() {
+    if !store_is_usable(
+        "real_secret_service_annal_keeps_the_key_where_the_reference_implementation_reads_it",
+        &probe_secret_service(),
+    ) {
+        return;
+    }
+    let provider =
+        SecretServiceProvider::open(CredentialNaming::Annal, Box::new(OsEntropy)).unwrap();
+    let namespace = unique_namespace("ref");
+    let _cleanup = Cleanup {
+        provider: &provider,
+        namespaces: vec![namespace.clone()],
+        extra: Vec::new(),
+    };
+    let created = provider.create_or_load(&namespace).unwrap();
+    assert_eq!(
+        created.reference().as_str(),
+        format!("com.trycua.{namespace}.computer-history.v1")
+    );
+    let custody = KeyCustody::from_loaded(namespace.clone(), created);
+    // The reference's Linux provider looks the key up by exactly these two attributes (its
+    // `keyring` 4.1.6 v1 entry, no target): the same item, the same bytes.
+    let raw: std::sync::Arc<CredentialStore> =
+        zbus_secret_service_keyring_store::Store::new().unwrap();
+    let service = format!("com.trycua.{namespace}.computer-history.v1");
+    let entry = Entry::new_in_store(&raw, &service, "namespace-root-key-v1").unwrap();
+    let bytes = entry.get_secret().unwrap();
+    let root = annal_engine::keys::RootKey::from_slice(&bytes).unwrap();
+    assert_eq!(
+        root.session_id_key().session_id("fingerprint").to_string(),
+        fingerprint(&custody)
+    );
+    let attributes = entry.get_attributes().unwrap();
+    assert_eq!(attributes.get("service"), Some(&service));
+    assert_eq!(
+        attributes.get("username").map(String::as_str),
+        Some("namespace-root-key-v1")
+    );
+    assert!(!attributes.contains_key("target"), "{attributes:?}");
 }
 
 /// Runs in a D-Bus session whose gnome-keyring was never unlocked (`.ci/test`).

@@ -62,10 +62,10 @@ fn destroying_one_namespace_leaves_the_other_key_and_data_intact() {
         ordinal,
         digest: [7; 32],
     };
-    CredentialCheckpoints::new(&provider, &a)
+    CredentialCheckpoints::new(&provider, &a, None)
         .store(&checkpoint(2))
         .unwrap();
-    CredentialCheckpoints::new(&provider, &b)
+    CredentialCheckpoints::new(&provider, &b, None)
         .store(&checkpoint(5))
         .unwrap();
 
@@ -82,7 +82,7 @@ fn destroying_one_namespace_leaves_the_other_key_and_data_intact() {
     assert_eq!(error.category(), HealthCategory::KeyUnavailable);
     assert!(provider.references(&a).unwrap().is_empty());
     // And so is its checkpoint: nothing of A is left in the credential store.
-    assert_eq!(provider.load_checkpoint(&a).unwrap(), None);
+    assert_eq!(provider.load_checkpoint(&a, None).unwrap(), None);
     assert_eq!(provider.stored_credentials(), 2);
 
     // B's key still loads from the store and still opens B's unchanged data; its checkpoint
@@ -90,7 +90,9 @@ fn destroying_one_namespace_leaves_the_other_key_and_data_intact() {
     let reloaded_b = KeyCustody::load(&provider, &b, &b.primary_reference()).unwrap();
     assert_eq!(events_of(&layout_b, &reloaded_b), before_b);
     assert_eq!(
-        CredentialCheckpoints::new(&provider, &b).load().unwrap(),
+        CredentialCheckpoints::new(&provider, &b, None)
+            .load()
+            .unwrap(),
         Some(checkpoint(5))
     );
 }

@@ -18,6 +18,9 @@ pub struct KeyCustody {
     /// The root key; shared only with the [`HistoryKeys`] this custody hands out, which can do
     /// nothing with it but derive history chunk keys.
     root: Arc<RootKey>,
+    /// Other keys the store's history chunks name, by reference (read only through the
+    /// [`HistoryKeys`]; nothing is written or derived with them otherwise).
+    others: Arc<std::collections::BTreeMap<String, Arc<RootKey>>>,
 }
 
 impl std::fmt::Debug for KeyCustody {
@@ -26,6 +29,7 @@ impl std::fmt::Debug for KeyCustody {
             .field("namespace", &self.namespace)
             .field("reference", &self.reference)
             .field("root", &"<redacted>")
+            .field("others", &self.others.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -54,7 +58,22 @@ impl KeyCustody {
             namespace,
             reference: loaded.reference,
             root: Arc::new(loaded.root),
+            others: Arc::default(),
         }
+    }
+
+    /// Adds keys of other references the store's history chunks name, so its history reader
+    /// opens each chunk with the key its header names. The custody's own reference is never
+    /// replaced.
+    pub fn with_other_keys(mut self, loaded: Vec<LoadedKey>) -> Self {
+        let mut others = std::collections::BTreeMap::new();
+        for key in loaded {
+            if key.reference != self.reference {
+                others.insert(key.reference.as_str().to_owned(), Arc::new(key.root));
+            }
+        }
+        self.others = Arc::new(others);
+        self
     }
 
     /// The namespace this key belongs to.
@@ -89,7 +108,7 @@ impl KeyCustody {
 
     /// The chunk keys of the history stream (what the history writer and reader hold).
     pub fn history_keys(&self) -> HistoryKeys {
-        HistoryKeys::shared(Arc::clone(&self.root))
+        HistoryKeys::shared(Arc::clone(&self.root), Arc::clone(&self.others))
     }
 
     /// The chunk keys of the engine journal (what the journal writer and reader hold).
@@ -110,6 +129,15 @@ pub struct NamespaceKeysDestroyed {
 }
 
 impl NamespaceKeysDestroyed {
+    /// The proof, made only by this crate's destroy functions once every key is verified gone.
+    pub(crate) fn new(namespace: Namespace, mut destroyed: Vec<KeyReference>) -> Self {
+        destroyed.sort();
+        Self {
+            namespace,
+            destroyed,
+        }
+    }
+
     /// The namespace whose keys are gone.
     pub fn namespace(&self) -> &Namespace {
         &self.namespace
@@ -121,10 +149,12 @@ impl NamespaceKeysDestroyed {
     }
 }
 
-/// Cryptographic delete, step one: destroys exactly `namespace`'s key references, verifies each
-/// is gone, destroys its seal checkpoint credential (verified gone too: nothing of a deleted
-/// namespace stays in the credential store), then lists the namespace again and requires it
-/// empty and without a checkpoint. Only then does it return the proof that lets the caller
+/// Cryptographic delete of a whole namespace, step one: destroys every key reference of
+/// `namespace` (of every store in it: deleting one store is
+/// [`destroy_store_keys`](super::store_key::destroy_store_keys)), verifies each is gone,
+/// destroys its legacy seal checkpoint credential and the owner record of its reference-named
+/// key (verified gone too), then lists the namespace again and requires it empty and without a
+/// legacy checkpoint. Only then does it return the proof that lets the caller
 /// remove the namespace's files. Any failure is `key_destroy_failed`: the caller must keep every
 /// file. Other namespaces are not touched.
 pub fn destroy_namespace(
@@ -139,7 +169,8 @@ pub fn destroy_namespace(
         let proof = provider.destroy(namespace, reference)?;
         destroyed.push(proof.reference().clone());
     }
-    provider.destroy_checkpoint(namespace)?;
+    provider.destroy_checkpoint(namespace, None)?;
+    provider.destroy_reference_owner(namespace)?;
     let left = provider
         .references(namespace)
         .map_err(KeyError::into_destroy_failure)?;
@@ -149,15 +180,12 @@ pub fn destroy_namespace(
         });
     }
     let checkpoint_left = provider
-        .load_checkpoint(namespace)
+        .load_checkpoint(namespace, None)
         .map_err(KeyError::into_destroy_failure)?;
     if checkpoint_left.is_some() {
         return Err(KeyError::DestroyNotVerified {
             detail: "the checkpoint remains after destroy".to_owned(),
         });
     }
-    Ok(NamespaceKeysDestroyed {
-        namespace: namespace.clone(),
-        destroyed,
-    })
+    Ok(NamespaceKeysDestroyed::new(namespace.clone(), destroyed))
 }

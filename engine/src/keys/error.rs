@@ -70,6 +70,13 @@ pub enum KeyError {
     /// refuses to create or destroy a credential.
     #[error("the credential naming in use is read-only")]
     ReadOnlyNaming,
+    /// The namespace's reference-named key belongs to another store of the same namespace (its
+    /// owner record names another store id). Nothing was created or changed.
+    #[error(
+        "the namespace's key belongs to another store of the same namespace; give this store a \
+         key of its own (key choice `own`), or use another namespace"
+    )]
+    OwnedByAnotherStore,
 }
 
 impl KeyError {
@@ -80,7 +87,8 @@ impl KeyError {
             | Self::StoreUnavailable { .. }
             | Self::StoreTimedOut { .. }
             | Self::StoreRejected { .. }
-            | Self::EntropyFailed => HealthCategory::KeyUnavailable,
+            | Self::EntropyFailed
+            | Self::OwnedByAnotherStore => HealthCategory::KeyUnavailable,
             Self::Locked { .. } => HealthCategory::KeyLocked,
             Self::WrongLength { .. } | Self::Malformed { .. } | Self::ReadBackMismatch => {
                 HealthCategory::KeyCorrupt
@@ -108,7 +116,9 @@ impl KeyError {
     /// wrong, the key may still exist).
     pub(crate) fn into_destroy_failure(self) -> KeyError {
         match self {
-            Self::DestroyNotVerified { .. } | Self::ReadOnlyNaming => self,
+            Self::DestroyNotVerified { .. } | Self::ReadOnlyNaming | Self::OwnedByAnotherStore => {
+                self
+            }
             other => {
                 let detail = match other.detail_for_local_log() {
                     Some(d) => format!("{other}: {d}"),

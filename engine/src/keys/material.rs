@@ -77,6 +77,20 @@ pub trait ChunkKeys {
         stream_id: &str,
         key_epoch: u64,
     ) -> ChunkKey;
+
+    /// The key of one chunk whose header names `key_reference`: by default the same as
+    /// [`Self::chunk_key`]; [`HistoryKeys`] holding another root under that reference (a store
+    /// whose chunks name more than one key) derives it from that root.
+    fn chunk_key_for(
+        &self,
+        key_reference: &str,
+        chunk_id: &[u8; CHUNK_ID_LEN_BYTES],
+        stream_id: &str,
+        key_epoch: u64,
+    ) -> ChunkKey {
+        let _ = key_reference;
+        self.chunk_key(chunk_id, stream_id, key_epoch)
+    }
 }
 
 /// The chunk keys of the history stream. Holds the namespace root (the contract derives every
@@ -86,6 +100,9 @@ pub trait ChunkKeys {
 pub struct HistoryKeys {
     /// The namespace root key, shared with the custody that handed this out.
     root: std::sync::Arc<RootKey>,
+    /// Other roots the store's chunks name, by key reference (chunks the reference
+    /// implementation appended under its own key, for example); never the primary's reference.
+    others: std::sync::Arc<std::collections::BTreeMap<String, std::sync::Arc<RootKey>>>,
 }
 
 impl HistoryKeys {
@@ -95,11 +112,15 @@ impl HistoryKeys {
     pub fn from_root(root: RootKey) -> Self {
         Self {
             root: std::sync::Arc::new(root),
+            others: std::sync::Arc::default(),
         }
     }
 
-    pub(crate) fn shared(root: std::sync::Arc<RootKey>) -> Self {
-        Self { root }
+    pub(crate) fn shared(
+        root: std::sync::Arc<RootKey>,
+        others: std::sync::Arc<std::collections::BTreeMap<String, std::sync::Arc<RootKey>>>,
+    ) -> Self {
+        Self { root, others }
     }
 }
 
@@ -111,6 +132,19 @@ impl ChunkKeys for HistoryKeys {
         key_epoch: u64,
     ) -> ChunkKey {
         self.root.chunk_key(chunk_id, stream_id, key_epoch)
+    }
+
+    fn chunk_key_for(
+        &self,
+        key_reference: &str,
+        chunk_id: &[u8; CHUNK_ID_LEN_BYTES],
+        stream_id: &str,
+        key_epoch: u64,
+    ) -> ChunkKey {
+        self.others
+            .get(key_reference)
+            .unwrap_or(&self.root)
+            .chunk_key(chunk_id, stream_id, key_epoch)
     }
 }
 

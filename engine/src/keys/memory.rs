@@ -9,7 +9,7 @@ use std::sync::Arc;
 use keyring_core::mock;
 
 use super::error::{ErrorSource, KeyError, from_keyring};
-use super::names::{CredentialNaming, KeyReference, Namespace};
+use super::names::{CredentialNaming, KeyReference, Namespace, Record, StoreId};
 use super::provider::{KeyProvider, KeyStoreKind, KeyringProvider, Lister};
 use crate::entropy::Entropy;
 
@@ -87,12 +87,16 @@ impl InMemoryProvider {
             .map_err(|e| from_keyring(e, ErrorSource::SecretServiceLike))
     }
 
-    /// The namespace's checkpoint credential (annal's naming only).
-    fn checkpoint_entry(&self, namespace: &Namespace) -> Result<keyring_core::Entry, KeyError> {
+    /// The checkpoint credential of `store` in `namespace` (annal's naming only).
+    fn checkpoint_entry(
+        &self,
+        namespace: &Namespace,
+        store: Option<&StoreId>,
+    ) -> Result<keyring_core::Entry, KeyError> {
         let name = self
             .inner
             .naming()
-            .checkpoint_credential(namespace)
+            .record_credential(namespace, Record::Checkpoint(store))
             .ok_or(KeyError::ReadOnlyNaming)?;
         self.inner.entry(&name)
     }
@@ -101,9 +105,10 @@ impl InMemoryProvider {
     pub fn inject_checkpoint_error(
         &self,
         namespace: &Namespace,
+        store: Option<&StoreId>,
         error: keyring_core::Error,
     ) -> Result<(), KeyError> {
-        let entry = self.checkpoint_entry(namespace)?;
+        let entry = self.checkpoint_entry(namespace, store)?;
         let cred: &mock::Cred = entry.as_any().downcast_ref().ok_or(KeyError::NotFound)?;
         cred.set_error(error);
         Ok(())
@@ -111,8 +116,13 @@ impl InMemoryProvider {
 
     /// Stores raw bytes as the namespace's checkpoint credential, bypassing every check (to
     /// plant malformed or older values).
-    pub fn put_raw_checkpoint(&self, namespace: &Namespace, bytes: &[u8]) -> Result<(), KeyError> {
-        self.checkpoint_entry(namespace)?
+    pub fn put_raw_checkpoint(
+        &self,
+        namespace: &Namespace,
+        store: Option<&StoreId>,
+        bytes: &[u8],
+    ) -> Result<(), KeyError> {
+        self.checkpoint_entry(namespace, store)?
             .set_secret(bytes)
             .map_err(|e| from_keyring(e, ErrorSource::SecretServiceLike))
     }

@@ -12,7 +12,9 @@
 //! - `selection`: `--key-store secret-service|keyutils|auto` and the probes `annal doctor` uses.
 //! - `first_use`: load-or-create of a namespace key under one lock (loom-checked).
 //! - `custody`: [`KeyCustody`], the only owner of a root key, and [`destroy_namespace`] (which
-//!   also removes the namespace's seal checkpoint credential, `seal::CredentialCheckpoints`).
+//!   also removes the namespace's legacy seal checkpoint credential and owner record).
+//! - `store_key`: which key one store uses ([`open_store_key`], bound to its [`StoreId`]), and
+//!   [`destroy_store_keys`], the delete of exactly that store's keys and checkpoint.
 //!
 //! Every provider call blocks. Never make one on an async worker thread.
 //!
@@ -55,24 +57,53 @@ macro_rules! provider_delegate {
             ) -> Result<$crate::keys::provider::DestroyedKey, $crate::keys::error::KeyError> {
                 self.inner.destroy(namespace, reference)
             }
+            fn create_or_load_reference(
+                &self,
+                namespace: &$crate::keys::names::Namespace,
+                reference: &$crate::keys::names::KeyReference,
+            ) -> Result<$crate::keys::provider::LoadedKey, $crate::keys::error::KeyError> {
+                self.inner.create_or_load_reference(namespace, reference)
+            }
             fn load_checkpoint(
                 &self,
                 namespace: &$crate::keys::names::Namespace,
+                store: Option<&$crate::keys::names::StoreId>,
             ) -> Result<Option<Vec<u8>>, $crate::keys::error::KeyError> {
-                self.inner.load_checkpoint(namespace)
+                self.inner.load_checkpoint(namespace, store)
             }
             fn store_checkpoint(
                 &self,
                 namespace: &$crate::keys::names::Namespace,
+                store: Option<&$crate::keys::names::StoreId>,
                 value: &[u8],
             ) -> Result<(), $crate::keys::error::KeyError> {
-                self.inner.store_checkpoint(namespace, value)
+                self.inner.store_checkpoint(namespace, store, value)
             }
             fn destroy_checkpoint(
                 &self,
                 namespace: &$crate::keys::names::Namespace,
+                store: Option<&$crate::keys::names::StoreId>,
             ) -> Result<(), $crate::keys::error::KeyError> {
-                self.inner.destroy_checkpoint(namespace)
+                self.inner.destroy_checkpoint(namespace, store)
+            }
+            fn load_reference_owner(
+                &self,
+                namespace: &$crate::keys::names::Namespace,
+            ) -> Result<Option<$crate::keys::names::StoreId>, $crate::keys::error::KeyError> {
+                self.inner.load_reference_owner(namespace)
+            }
+            fn store_reference_owner(
+                &self,
+                namespace: &$crate::keys::names::Namespace,
+                store: &$crate::keys::names::StoreId,
+            ) -> Result<(), $crate::keys::error::KeyError> {
+                self.inner.store_reference_owner(namespace, store)
+            }
+            fn destroy_reference_owner(
+                &self,
+                namespace: &$crate::keys::names::Namespace,
+            ) -> Result<(), $crate::keys::error::KeyError> {
+                self.inner.destroy_reference_owner(namespace)
             }
         }
     };
@@ -89,6 +120,7 @@ pub mod names;
 pub mod provider;
 pub mod secret_service;
 pub mod selection;
+pub mod store_key;
 
 pub use custody::{KeyCustody, NamespaceKeysDestroyed, destroy_namespace};
 pub use error::KeyError;
@@ -98,12 +130,15 @@ pub use material::{
     WrongKeyLength,
 };
 pub use memory::InMemoryProvider;
-pub use names::{CredentialNaming, KeyReference, NameError, Namespace};
+pub use names::{CredentialNaming, KeyReference, NameError, Namespace, ReferenceKind, StoreId};
 pub use provider::{DestroyedKey, KeyProvider, KeyStoreKind, LoadedKey};
 pub use secret_service::{SECRET_SERVICE_PROBE_TIMEOUT_MS, SecretServiceProvider};
 pub use selection::{
     KEYUTILS_DURABILITY_WARNING, KeyStoreChoice, KeyStoreReport, StoreState, UnknownKeyStore,
     chosen_store, open_provider, probe_all, probe_keyutils, probe_secret_service,
+};
+pub use store_key::{
+    KeyChoice, OpenMode, StoreKeyScope, destroy_store_keys, named_reference, open_store_key,
 };
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use zeroize::{Zeroize, Zeroizing};
 use super::error::{ErrorSource, KeyError, from_keyring};
 use super::first_use;
 use super::material::{KEY_LEN_BYTES, RootKey};
-use super::names::{CredentialName, CredentialNaming, KeyReference, Namespace};
+use super::names::{CredentialName, CredentialNaming, KeyReference, Namespace, Record, StoreId};
 use crate::entropy::Entropy;
 use crate::sync::Mutex;
 
@@ -118,6 +118,18 @@ pub trait KeyProvider: Send + Sync + std::fmt::Debug {
     /// if the namespace has none. With a read-only naming it only loads.
     fn create_or_load(&self, namespace: &Namespace) -> Result<LoadedKey, KeyError>;
 
+    /// Loads `reference` in `namespace`, creating it (as [`create_or_load`](Self::create_or_load)
+    /// does the primary one) when it is absent. Used for a store's own key
+    /// ([`Namespace::store_reference`]).
+    fn create_or_load_reference(
+        &self,
+        namespace: &Namespace,
+        reference: &KeyReference,
+    ) -> Result<LoadedKey, KeyError> {
+        let _ = (namespace, reference);
+        Err(KeyError::ReadOnlyNaming)
+    }
+
     /// Loads exactly `reference` in `namespace`. Never creates anything.
     fn load(&self, namespace: &Namespace, reference: &KeyReference) -> Result<LoadedKey, KeyError>;
 
@@ -132,19 +144,57 @@ pub trait KeyProvider: Send + Sync + std::fmt::Debug {
         reference: &KeyReference,
     ) -> Result<DestroyedKey, KeyError>;
 
-    /// Reads `namespace`'s seal checkpoint credential, the second credential beside its keys:
-    /// its stored bytes, or `None` when there is none. Never creates anything. The bytes mean
+    /// Reads the seal checkpoint credential of the store `store` in `namespace` (`None`: the
+    /// legacy per-namespace one of a store without an id), a credential beside the keys: its
+    /// stored bytes, or `None` when there is none. Never creates anything. The bytes mean
     /// nothing here: `seal::checkpoint` encodes and checks them.
-    fn load_checkpoint(&self, namespace: &Namespace) -> Result<Option<Vec<u8>>, KeyError>;
+    fn load_checkpoint(
+        &self,
+        namespace: &Namespace,
+        store: Option<&StoreId>,
+    ) -> Result<Option<Vec<u8>>, KeyError>;
 
-    /// Writes `value` as `namespace`'s checkpoint credential (replacing what it held) and reads
-    /// it back: it is stored only if it reads back intact (`ReadBackMismatch` otherwise).
-    /// Refused under a read-only naming.
-    fn store_checkpoint(&self, namespace: &Namespace, value: &[u8]) -> Result<(), KeyError>;
+    /// Writes `value` as that checkpoint credential (replacing what it held) and reads it back:
+    /// it is stored only if it reads back intact (`ReadBackMismatch` otherwise). Refused under a
+    /// read-only naming.
+    fn store_checkpoint(
+        &self,
+        namespace: &Namespace,
+        store: Option<&StoreId>,
+        value: &[u8],
+    ) -> Result<(), KeyError>;
 
-    /// Deletes `namespace`'s checkpoint credential and verifies it is gone (an absent one is
-    /// verified absent). Any failure is `key_destroy_failed`.
-    fn destroy_checkpoint(&self, namespace: &Namespace) -> Result<(), KeyError>;
+    /// Deletes that checkpoint credential and verifies it is gone (an absent one is verified
+    /// absent). Any failure is `key_destroy_failed`.
+    fn destroy_checkpoint(
+        &self,
+        namespace: &Namespace,
+        store: Option<&StoreId>,
+    ) -> Result<(), KeyError>;
+
+    /// Reads the owner record of `namespace`'s reference-named key: the store it belongs to, or
+    /// `None` when no annal store recorded itself (a key the stock reference made, or none).
+    /// A record that is not a store id is `key_corrupt`.
+    fn load_reference_owner(&self, namespace: &Namespace) -> Result<Option<StoreId>, KeyError> {
+        let _ = namespace;
+        Ok(None)
+    }
+
+    /// Records `store` as the owner of `namespace`'s reference-named key, read back.
+    fn store_reference_owner(
+        &self,
+        namespace: &Namespace,
+        store: &StoreId,
+    ) -> Result<(), KeyError> {
+        let _ = (namespace, store);
+        Err(KeyError::ReadOnlyNaming)
+    }
+
+    /// Deletes the owner record and verifies it is gone.
+    fn destroy_reference_owner(&self, namespace: &Namespace) -> Result<(), KeyError> {
+        let _ = namespace;
+        Ok(())
+    }
 }
 
 /// How a store lists the credentials of one service.
@@ -371,10 +421,17 @@ impl KeyProvider for KeyringProvider {
     }
 
     fn create_or_load(&self, namespace: &Namespace) -> Result<LoadedKey, KeyError> {
-        let reference = namespace.primary_reference();
+        self.create_or_load_reference(namespace, &namespace.primary_reference())
+    }
+
+    fn create_or_load_reference(
+        &self,
+        namespace: &Namespace,
+        reference: &KeyReference,
+    ) -> Result<LoadedKey, KeyError> {
         let name = self
             .naming
-            .credential(namespace, &reference)
+            .credential(namespace, reference)
             .ok_or(KeyError::NotFound)?;
         let entry = self.entry(&name)?;
         let (root, created) = first_use::load_or_create(
@@ -387,7 +444,7 @@ impl KeyProvider for KeyringProvider {
             || self.create(&entry),
         )?;
         Ok(LoadedKey {
-            reference,
+            reference: reference.clone(),
             root,
             created,
         })
@@ -407,12 +464,18 @@ impl KeyProvider for KeyringProvider {
     }
 
     fn references(&self, namespace: &Namespace) -> Result<Vec<KeyReference>, KeyError> {
-        let service = self.naming.service(namespace);
-        let mut references: Vec<KeyReference> = self
-            .accounts(&service)?
-            .iter()
-            .filter_map(|account| self.naming.reference_of_account(namespace, account))
-            .collect();
+        let mut references = Vec::new();
+        for service in self.naming.services(namespace) {
+            references.extend(self.accounts(&service)?.iter().filter_map(|account| {
+                self.naming
+                    .reference_of_account(namespace, &service, account)
+            }));
+        }
+        if references.len() > MAX_REFERENCES_PER_NAMESPACE {
+            return Err(KeyError::Malformed {
+                detail: format!("{} credentials in one namespace", references.len()),
+            });
+        }
         references.sort();
         references.dedup();
         Ok(references)
@@ -436,8 +499,66 @@ impl KeyProvider for KeyringProvider {
         })
     }
 
-    fn load_checkpoint(&self, namespace: &Namespace) -> Result<Option<Vec<u8>>, KeyError> {
-        let Some(name) = self.naming.checkpoint_credential(namespace) else {
+    fn load_checkpoint(
+        &self,
+        namespace: &Namespace,
+        store: Option<&StoreId>,
+    ) -> Result<Option<Vec<u8>>, KeyError> {
+        self.load_record(namespace, Record::Checkpoint(store))
+    }
+
+    fn store_checkpoint(
+        &self,
+        namespace: &Namespace,
+        store: Option<&StoreId>,
+        value: &[u8],
+    ) -> Result<(), KeyError> {
+        self.store_record(namespace, Record::Checkpoint(store), value)
+    }
+
+    fn destroy_checkpoint(
+        &self,
+        namespace: &Namespace,
+        store: Option<&StoreId>,
+    ) -> Result<(), KeyError> {
+        self.destroy_record(namespace, Record::Checkpoint(store), "the checkpoint")
+    }
+
+    fn load_reference_owner(&self, namespace: &Namespace) -> Result<Option<StoreId>, KeyError> {
+        match self.load_record(namespace, Record::ReferenceOwner)? {
+            None => Ok(None),
+            Some(bytes) => {
+                StoreId::from_slice(&bytes)
+                    .map(Some)
+                    .ok_or_else(|| KeyError::Malformed {
+                        detail: format!("an owner record of {} bytes", bytes.len()),
+                    })
+            }
+        }
+    }
+
+    fn store_reference_owner(
+        &self,
+        namespace: &Namespace,
+        store: &StoreId,
+    ) -> Result<(), KeyError> {
+        self.store_record(namespace, Record::ReferenceOwner, store.as_bytes())
+    }
+
+    fn destroy_reference_owner(&self, namespace: &Namespace) -> Result<(), KeyError> {
+        self.destroy_record(namespace, Record::ReferenceOwner, "the owner record")
+    }
+}
+
+impl KeyringProvider {
+    /// Reads one of `namespace`'s records: its bytes, or `None` when absent (or under a naming
+    /// that keeps none).
+    fn load_record(
+        &self,
+        namespace: &Namespace,
+        record: Record<'_>,
+    ) -> Result<Option<Vec<u8>>, KeyError> {
+        let Some(name) = self.naming.record_credential(namespace, record) else {
             return Ok(None);
         };
         match self.entry(&name)?.get_secret() {
@@ -447,10 +568,16 @@ impl KeyProvider for KeyringProvider {
         }
     }
 
-    fn store_checkpoint(&self, namespace: &Namespace, value: &[u8]) -> Result<(), KeyError> {
+    /// Writes one of `namespace`'s records and reads it back.
+    fn store_record(
+        &self,
+        namespace: &Namespace,
+        record: Record<'_>,
+        value: &[u8],
+    ) -> Result<(), KeyError> {
         let name = self
             .naming
-            .checkpoint_credential(namespace)
+            .record_credential(namespace, record)
             .ok_or(KeyError::ReadOnlyNaming)?;
         let entry = self.entry(&name)?;
         entry.set_secret(value).map_err(|e| self.map(e))?;
@@ -461,10 +588,16 @@ impl KeyProvider for KeyringProvider {
         Ok(())
     }
 
-    fn destroy_checkpoint(&self, namespace: &Namespace) -> Result<(), KeyError> {
-        match self.naming.checkpoint_credential(namespace) {
-            Some(name) => self.delete_verified(&name, "the checkpoint"),
-            // This naming has no checkpoint credential: there is nothing that could remain.
+    /// Deletes one of `namespace`'s records, verified (nothing to do under a naming without).
+    fn destroy_record(
+        &self,
+        namespace: &Namespace,
+        record: Record<'_>,
+        what: &str,
+    ) -> Result<(), KeyError> {
+        match self.naming.record_credential(namespace, record) {
+            Some(name) => self.delete_verified(&name, what),
+            // This naming has no such credential: there is nothing that could remain.
             None => Ok(()),
         }
     }

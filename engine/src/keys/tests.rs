@@ -32,7 +32,10 @@ fn create_then_load_returns_the_same_key() {
     let a = ns("work");
     let first = p.create_or_load(&a).unwrap();
     assert!(first.was_created());
-    assert_eq!(first.reference().as_str(), "work.history.v1");
+    assert_eq!(
+        first.reference().as_str(),
+        "com.trycua.work.computer-history.v1"
+    );
     let first = KeyCustody::from_loaded(a.clone(), first);
     let again = KeyCustody::open(&p, &a).unwrap();
     let loaded = KeyCustody::load(&p, &a, &a.primary_reference()).unwrap();
@@ -277,8 +280,7 @@ fn reference_naming_reads_but_never_writes() {
     assert_eq!(p.stored_credentials(), 0);
     let root: Vec<u8> = (0u8..32).collect();
     p.put_raw(&a, &a.primary_reference(), &root).unwrap();
-    let custody =
-        KeyCustody::load(&p, &a, &KeyReference::new("fixture.history.v1").unwrap()).unwrap();
+    let custody = KeyCustody::load(&p, &a, &a.primary_reference()).unwrap();
     // The fixture's documented session id proves the bytes went through unchanged.
     assert_eq!(
         custody
@@ -391,18 +393,18 @@ fn destroying_a_namespace_removes_its_checkpoint_and_leaves_the_others() {
     let (a, b) = (ns("alpha"), ns("beta"));
     KeyCustody::open(&p, &a).unwrap();
     KeyCustody::open(&p, &b).unwrap();
-    p.store_checkpoint(&a, b"checkpoint a").unwrap();
-    p.store_checkpoint(&b, b"checkpoint b").unwrap();
+    p.store_checkpoint(&a, None, b"checkpoint a").unwrap();
+    p.store_checkpoint(&b, None, b"checkpoint b").unwrap();
     assert_eq!(p.stored_credentials(), 4);
     // The checkpoint is not a key: it is never listed or destroyed as one.
     assert_eq!(p.references(&a).unwrap(), vec![a.primary_reference()]);
 
     let proof = destroy_namespace(&p, &a).unwrap();
     assert_eq!(proof.destroyed(), [a.primary_reference()]);
-    assert_eq!(p.load_checkpoint(&a).unwrap(), None);
+    assert_eq!(p.load_checkpoint(&a, None).unwrap(), None);
     assert_eq!(p.stored_credentials(), 2);
     assert_eq!(
-        p.load_checkpoint(&b).unwrap().as_deref(),
+        p.load_checkpoint(&b, None).unwrap().as_deref(),
         Some(&b"checkpoint b"[..])
     );
     assert!(KeyCustody::load(&p, &b, &b.primary_reference()).is_ok());
@@ -413,26 +415,30 @@ fn a_checkpoint_that_does_not_go_away_is_key_destroy_failed() {
     let p = provider();
     let a = ns("work");
     KeyCustody::open(&p, &a).unwrap();
-    p.store_checkpoint(&a, b"held").unwrap();
+    p.store_checkpoint(&a, None, b"held").unwrap();
     // The store claims the checkpoint is already gone, but it is still there. (Injected on
     // `destroy_checkpoint` itself: within `destroy_namespace` the listing's read of the same
     // credential would take the one-shot fault first.)
-    p.inject_checkpoint_error(&a, keyring_core::Error::NoEntry)
+    p.inject_checkpoint_error(&a, None, keyring_core::Error::NoEntry)
         .unwrap();
-    let error = p.destroy_checkpoint(&a).unwrap_err();
+    let error = p.destroy_checkpoint(&a, None).unwrap_err();
     assert!(
         matches!(error, KeyError::DestroyNotVerified { .. }),
         "{error:?}"
     );
     assert_eq!(
-        p.load_checkpoint(&a).unwrap().as_deref(),
+        p.load_checkpoint(&a, None).unwrap().as_deref(),
         Some(&b"held"[..])
     );
     // A delete error is key_destroy_failed too; retried, the delete completes.
-    p.inject_checkpoint_error(&a, keyring_core::Error::NoStorageAccess(platform("locked")))
-        .unwrap();
+    p.inject_checkpoint_error(
+        &a,
+        None,
+        keyring_core::Error::NoStorageAccess(platform("locked")),
+    )
+    .unwrap();
     assert_eq!(
-        p.destroy_checkpoint(&a).unwrap_err().category(),
+        p.destroy_checkpoint(&a, None).unwrap_err().category(),
         HealthCategory::KeyDestroyFailed
     );
     destroy_namespace(&p, &a).unwrap();
@@ -443,15 +449,15 @@ fn a_checkpoint_that_does_not_go_away_is_key_destroy_failed() {
 fn the_checkpoint_credential_reads_back_what_was_stored() {
     let p = provider();
     let a = ns("work");
-    assert_eq!(p.load_checkpoint(&a).unwrap(), None);
-    p.store_checkpoint(&a, &[1, 2, 3]).unwrap();
-    p.store_checkpoint(&a, &[4, 5]).unwrap();
-    assert_eq!(p.load_checkpoint(&a).unwrap(), Some(vec![4, 5]));
+    assert_eq!(p.load_checkpoint(&a, None).unwrap(), None);
+    p.store_checkpoint(&a, None, &[1, 2, 3]).unwrap();
+    p.store_checkpoint(&a, None, &[4, 5]).unwrap();
+    assert_eq!(p.load_checkpoint(&a, None).unwrap(), Some(vec![4, 5]));
     assert_eq!(p.stored_credentials(), 1);
-    p.inject_checkpoint_error(&a, keyring_core::Error::BadEncoding(vec![9; 41]))
+    p.inject_checkpoint_error(&a, None, keyring_core::Error::BadEncoding(vec![9; 41]))
         .unwrap();
     assert_eq!(
-        p.load_checkpoint(&a).unwrap_err().category(),
+        p.load_checkpoint(&a, None).unwrap_err().category(),
         HealthCategory::KeyCorrupt
     );
 }

@@ -87,7 +87,12 @@ impl ChunkCipher {
         header: &ChunkHeader,
         header_bytes: &[u8],
     ) -> Self {
-        let key = root.chunk_key(&header.chunk_id().0, header.stream_id(), header.key_epoch());
+        let key = root.chunk_key_for(
+            header.key_reference(),
+            &header.chunk_id().0,
+            header.stream_id(),
+            header.key_epoch(),
+        );
         // A chunk key is a ChaCha20-Poly1305 key: 32 bytes.
         const _: () = assert!(KEY_LEN_BYTES == 32);
         let Ok(unbound) = UnboundKey::new(&CHACHA20_POLY1305, key.as_bytes()) else {

@@ -7,8 +7,9 @@
 //! still there with the checkpoint's digest); the reverse order would make a crash look like a
 //! rollback.
 //!
-//! Backing: [`CredentialCheckpoints`], a second credential per namespace beside its root keys in
-//! the `KeyProvider` credential store (what the engine and `annal verify` use), and
+//! Backing: [`CredentialCheckpoints`], one credential per store (named by the namespace and the
+//! store's id, so two stores of one namespace never share one) beside the root keys in the
+//! `KeyProvider` credential store (what the engine and `annal verify` use), and
 //! [`InMemoryCheckpoints`] for tests and embedders that keep it themselves. Both apply one rule:
 //! the checkpoint never moves to a lower ordinal, nor to another digest at the same ordinal.
 //!
@@ -21,7 +22,7 @@ use std::sync::Mutex;
 use annal_schema::HealthCategory;
 
 use super::{DIGEST_LEN_BYTES, Seal};
-use crate::keys::{KeyError, KeyProvider, Namespace};
+use crate::keys::{KeyError, KeyProvider, Namespace, StoreId};
 
 /// The checkpoint encoding's version, its first byte.
 pub const CHECKPOINT_FORMAT_VERSION: u8 = 1;
@@ -238,23 +239,32 @@ pub fn reconcile(
     Ok(Reconciled::Advanced(newest))
 }
 
-/// The checkpoint kept as a namespace's second credential, beside its root keys, in a
-/// `KeyProvider` credential store. Every call blocks on the store: never make one on an async
+/// The checkpoint of one store, kept as a credential beside its namespace's root keys in a
+/// `KeyProvider` credential store, named by the namespace and the store's id (so two stores of
+/// one namespace never share one). Every call blocks on the store: never make one on an async
 /// worker.
 #[derive(Debug, Clone, Copy)]
 pub struct CredentialCheckpoints<'a> {
     /// The credential store.
     provider: &'a dyn KeyProvider,
-    /// The namespace whose checkpoint this is.
+    /// The namespace of the store.
     namespace: &'a Namespace,
+    /// The store's id; `None` for a store without one (written before store ids), whose
+    /// checkpoint has the legacy per-namespace name.
+    store: Option<&'a StoreId>,
 }
 
 impl<'a> CredentialCheckpoints<'a> {
-    /// The checkpoint of `namespace` in `provider`'s store.
-    pub fn new(provider: &'a dyn KeyProvider, namespace: &'a Namespace) -> Self {
+    /// The checkpoint of the store `store` of `namespace` in `provider`'s store.
+    pub fn new(
+        provider: &'a dyn KeyProvider,
+        namespace: &'a Namespace,
+        store: Option<&'a StoreId>,
+    ) -> Self {
         Self {
             provider,
             namespace,
+            store,
         }
     }
 }
@@ -266,7 +276,7 @@ fn credential_failed(source: KeyError) -> CheckpointError {
 impl CheckpointStore for CredentialCheckpoints<'_> {
     fn load(&self) -> Result<Option<Checkpoint>, CheckpointError> {
         self.provider
-            .load_checkpoint(self.namespace)
+            .load_checkpoint(self.namespace, self.store)
             .map_err(credential_failed)?
             .map(|bytes| Checkpoint::decode(&bytes))
             .transpose()
@@ -276,7 +286,7 @@ impl CheckpointStore for CredentialCheckpoints<'_> {
         // A malformed value held is refused here too (by `load`), never overwritten.
         if may_replace(self.load()?.as_ref(), checkpoint)? {
             self.provider
-                .store_checkpoint(self.namespace, &checkpoint.encode())
+                .store_checkpoint(self.namespace, self.store, &checkpoint.encode())
                 .map_err(credential_failed)?;
         }
         Ok(())
@@ -334,6 +344,9 @@ mod tests {
     fn ns() -> Namespace {
         Namespace::new("work").unwrap()
     }
+
+    const STORE_A: StoreId = StoreId::from_bytes([0xa; 16]);
+    const STORE_B: StoreId = StoreId::from_bytes([0xb; 16]);
 
     #[test]
     fn the_encoding_is_a_version_byte_a_big_endian_ordinal_and_the_digest() {
@@ -416,26 +429,52 @@ mod tests {
     fn the_credential_checkpoint_never_goes_back_or_sideways() {
         let p = provider();
         let a = ns();
-        never_goes_back_or_sideways(&CredentialCheckpoints::new(&p, &a));
+        never_goes_back_or_sideways(&CredentialCheckpoints::new(&p, &a, Some(&STORE_A)));
         // Stored as exactly the encoding, in one credential that is not a key reference.
         assert_eq!(
-            p.load_checkpoint(&a).unwrap().unwrap(),
+            p.load_checkpoint(&a, Some(&STORE_A)).unwrap().unwrap(),
             at(7, 7).encode().to_vec()
         );
         assert_eq!(p.stored_credentials(), 1);
         assert!(p.references(&a).unwrap().is_empty());
         // Another namespace has its own.
         let b = Namespace::new("other").unwrap();
-        assert_eq!(CredentialCheckpoints::new(&p, &b).load().unwrap(), None);
+        assert_eq!(
+            CredentialCheckpoints::new(&p, &b, Some(&STORE_A))
+                .load()
+                .unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn two_stores_of_one_namespace_keep_their_own_checkpoints() {
+        let p = provider();
+        let a = ns();
+        let first = CredentialCheckpoints::new(&p, &a, Some(&STORE_A));
+        let second = CredentialCheckpoints::new(&p, &a, Some(&STORE_B));
+        let legacy = CredentialCheckpoints::new(&p, &a, None);
+        first.store(&at(9, 9)).unwrap();
+        // The second store's chain is younger and of other seals: neither a rollback nor a
+        // divergence, because it is another store's checkpoint.
+        assert_eq!(second.load().unwrap(), None);
+        second.store(&at(2, 2)).unwrap();
+        second.store(&at(3, 3)).unwrap();
+        assert_eq!(first.load().unwrap(), Some(at(9, 9)));
+        assert_eq!(second.load().unwrap(), Some(at(3, 3)));
+        assert_eq!(legacy.load().unwrap(), None);
+        p.destroy_checkpoint(&a, Some(&STORE_B)).unwrap();
+        assert_eq!(second.load().unwrap(), None);
+        assert_eq!(first.load().unwrap(), Some(at(9, 9)));
     }
 
     #[test]
     fn a_malformed_credential_is_refused_and_never_overwritten() {
         let p = provider();
         let a = ns();
-        let checkpoints = CredentialCheckpoints::new(&p, &a);
+        let checkpoints = CredentialCheckpoints::new(&p, &a, Some(&STORE_A));
         let planted = [&[2u8][..], &at(4, 4).encode()[1..]].concat();
-        p.put_raw_checkpoint(&a, &planted).unwrap();
+        p.put_raw_checkpoint(&a, Some(&STORE_A), &planted).unwrap();
         assert!(matches!(
             checkpoints.load(),
             Err(CheckpointError::Malformed { what: "version" })
@@ -444,16 +483,20 @@ mod tests {
             checkpoints.store(&at(9, 9)),
             Err(CheckpointError::Malformed { .. })
         ));
-        assert_eq!(p.load_checkpoint(&a).unwrap().unwrap(), planted);
+        assert_eq!(
+            p.load_checkpoint(&a, Some(&STORE_A)).unwrap().unwrap(),
+            planted
+        );
     }
 
     #[test]
     fn a_failing_credential_store_is_its_own_category_and_stores_nothing() {
         let p = provider();
         let a = ns();
-        let checkpoints = CredentialCheckpoints::new(&p, &a);
+        let checkpoints = CredentialCheckpoints::new(&p, &a, Some(&STORE_A));
         p.inject_checkpoint_error(
             &a,
+            Some(&STORE_A),
             keyring_core::Error::NoStorageAccess(Box::new(std::io::Error::other(
                 "/run/user/1000/keyring/control",
             ))),
@@ -480,7 +523,7 @@ mod tests {
         )
         .unwrap();
         let a = ns();
-        let checkpoints = CredentialCheckpoints::new(&p, &a);
+        let checkpoints = CredentialCheckpoints::new(&p, &a, Some(&STORE_A));
         assert_eq!(checkpoints.load().unwrap(), None);
         let error = checkpoints.store(&at(1, 1)).unwrap_err();
         assert!(matches!(
@@ -490,7 +533,7 @@ mod tests {
             }
         ));
         assert_eq!(p.stored_credentials(), 0);
-        p.destroy_checkpoint(&a).unwrap();
+        p.destroy_checkpoint(&a, Some(&STORE_A)).unwrap();
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //!    holding the writer lock and records which key references they name. Any header it cannot
 //!    read, or any reference that does not parse, stops the delete here, before a key is
 //!    touched: once the keys are gone an unreadable header could never be attributed again.
-//! 2. The caller destroys the namespace's keys with
-//!    [`destroy_namespace`](crate::keys::destroy_namespace), which verifies each is absent and
-//!    returns a [`NamespaceKeysDestroyed`] proof.
+//! 2. The caller destroys the store's keys with
+//!    [`destroy_store_keys`](crate::keys::destroy_store_keys) (given [`DeletePlan::key_scope`]:
+//!    exactly this store's keys and checkpoint, never another store's of the same namespace),
+//!    which verifies each is absent and returns a [`NamespaceKeysDestroyed`] proof.
 //! 3. [`delete_store_files`] takes the plan and the proof, checks that the proof is for the
 //!    plan's namespace and covers every reference the plan found (so deleting one namespace
 //!    never touches another's data), and only then removes the contract store and the sidecar.
@@ -14,10 +15,9 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::read::HEADER_READ_LIMIT_BYTES;
+use super::identity::chunk_key_reference;
 use super::{CHUNK_FILE_EXTENSION, parse_chunk_file_name};
-use crate::keys::{KeyReference, Namespace, NamespaceKeysDestroyed};
-use crate::profile::read_header;
+use crate::keys::{KeyReference, Namespace, NamespaceKeysDestroyed, StoreId, StoreKeyScope};
 use crate::storage::{Area, EntryKind, FsStorage, Storage, StorageError};
 
 /// What a delete will remove, learned before any key is destroyed.
@@ -32,6 +32,8 @@ pub struct DeletePlan {
     references: BTreeSet<KeyReference>,
     /// How many chunk files (history and journal) the plan found.
     chunks: usize,
+    /// The store's id (`None` without one, or when its file is malformed).
+    store_id: Option<StoreId>,
 }
 
 impl DeletePlan {
@@ -43,6 +45,17 @@ impl DeletePlan {
     /// How many chunk files will be removed.
     pub fn chunks(&self) -> usize {
         self.chunks
+    }
+
+    /// What `keys::destroy_store_keys` destroys for this store: its id and the references its
+    /// chunks name.
+    pub fn key_scope(&self) -> StoreKeyScope {
+        StoreKeyScope {
+            id: self.store_id,
+            named: self.references.clone(),
+            // Not needed to destroy: every named key of the store goes.
+            journal: Default::default(),
+        }
     }
 }
 
@@ -138,25 +151,17 @@ pub fn plan_store_delete(
             chunks += 1;
         }
     }
+    let store_id = storage
+        .layout()
+        .sidecar()
+        .and_then(|sidecar| super::identity::read_store_id(sidecar).ok().flatten());
     Ok(DeletePlan {
         storage,
         namespace: namespace.clone(),
         references,
         chunks,
+        store_id,
     })
-}
-
-/// The key reference a chunk's header names, or `None` if the header cannot be read.
-fn chunk_key_reference(
-    storage: &FsStorage,
-    area: Area,
-    name: &crate::storage::FileName,
-) -> Option<KeyReference> {
-    let file = storage.open_read(area, name).ok()?;
-    let mut front = vec![0u8; file.len().min(HEADER_READ_LIMIT_BYTES) as usize];
-    file.read_exact_at(0, &mut front).ok()?;
-    let (parsed, _) = read_header(&front).ok()?;
-    KeyReference::new(parsed.header.key_reference()).ok()
 }
 
 /// Step 3: removes the store of `plan` after its namespace's keys were destroyed and verified

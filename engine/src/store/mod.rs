@@ -33,6 +33,7 @@
 //!   [`plan_prune`]) and their removal once the journal records them.
 
 pub mod delete;
+pub mod identity;
 pub mod prune;
 pub mod quarantine;
 pub mod read;
@@ -44,6 +45,10 @@ use std::path::{Path, PathBuf};
 
 pub use delete::{
     DeletePlan, DeleteStoreError, DeletedStore, delete_store_files, plan_store_delete,
+};
+pub use identity::{
+    KEY_CHOICE_FILE_NAME, STORE_ID_FILE_NAME, StoreIdError, ensure_store_id, key_scope,
+    read_store_id, record_own_key, recorded_key_choice,
 };
 pub use prune::{
     EVICTION_LOW_WATER_PERCENT, Eviction, PruneCandidate, PruneChoice, PruneError, PrunePlan,
@@ -383,6 +388,11 @@ fn create_sidecar(sidecar: &Path) -> Result<(), CreateStoreError> {
             ensure_dir_at(fd.as_fd(), name, &sidecar.join(name))?;
         }
     }
+    // The store's identity (`identity`): its checkpoint and its own key are named by it.
+    ensure_store_id(sidecar, &mut crate::entropy::OsEntropy).map_err(|e| match e {
+        StoreIdError::Io { source, .. } => create_io("write the store id in", sidecar)(source),
+        other => create_io("make the store id in", sidecar)(std::io::Error::other(other)),
+    })?;
     Ok(())
 }
 

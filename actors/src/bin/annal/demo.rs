@@ -20,8 +20,7 @@ use annal_actors::{Engine, EngineConfig};
 use annal_engine::entropy::{Entropy, OsEntropy};
 use annal_engine::journal::{Journal, JournalEvent};
 use annal_engine::keys::{
-    CredentialNaming, InMemoryProvider, KeyCustody, KeyProvider, KeyStoreChoice, Namespace,
-    destroy_namespace, open_provider,
+    CredentialNaming, InMemoryProvider, KeyProvider, KeyStoreChoice, Namespace, open_provider,
 };
 use annal_engine::policy::manifest::{CONTRACT_EXAMPLE_MANIFEST, Manifest};
 use annal_engine::policy::{ActorId, AuditOutcome, PolicyEvent, Principal, Refusal, Verdict};
@@ -351,10 +350,12 @@ fn demo(args: &DemoArgs) -> Result<(Vec<Check>, Figures), String> {
     });
 
     // 4. Verify, and read the audit journal back.
-    let custody = KeyCustody::load(
+    let scope = annal_engine::store::key_scope(&layout).map_err(|e| format!("store: {e}"))?;
+    let custody = annal_engine::keys::open_store_key(
         provider.as_ref(),
         &namespace,
-        &namespace.primary_reference(),
+        &scope,
+        annal_engine::keys::OpenMode::Read,
     )
     .map_err(|e| format!("key: {e}"))?;
     let storage: Arc<dyn Storage> =
@@ -364,7 +365,7 @@ fn demo(args: &DemoArgs) -> Result<(Vec<Check>, Figures), String> {
         &custody.history_keys(),
         &SealKey::from_custody(&custody),
         CheckpointReading::Read(
-            CredentialCheckpoints::new(provider.as_ref(), &namespace)
+            CredentialCheckpoints::new(provider.as_ref(), &namespace, scope.id.as_ref())
                 .load()
                 .map_err(|e| format!("checkpoint: {e}"))?,
         ),
@@ -422,11 +423,14 @@ fn demo(args: &DemoArgs) -> Result<(Vec<Check>, Figures), String> {
     let deleted = (|| -> Result<bool, String> {
         let storage = open_store(&layout, Access::Write).map_err(|e| e.to_string())?;
         let plan = plan_store_delete(storage, &namespace).map_err(|e| e.to_string())?;
-        let proof = destroy_namespace(provider.as_ref(), &namespace).map_err(|e| e.to_string())?;
+        let proof = annal_engine::keys::destroy_store_keys(
+            provider.as_ref(),
+            &namespace,
+            &plan.key_scope(),
+        )
+        .map_err(|e| e.to_string())?;
         delete_store_files(plan, &proof).map_err(|e| e.to_string())?;
-        let key_gone = provider
-            .load(&namespace, &namespace.primary_reference())
-            .is_err();
+        let key_gone = provider.load(&namespace, custody.reference()).is_err();
         Ok(key_gone && !layout.history_root().exists())
     })();
     checks.push(Check {

@@ -202,9 +202,18 @@ impl Location {
 
     /// The store's key, read (never created) from `provider`, its credential store opened by
     /// [`Self::key_provider`] (for a command that reads more from that store).
+    /// Which key is the store's: what its id and chunk headers say (`keys::open_store_key`).
     pub fn store_key_in(&self, provider: &dyn KeyProvider) -> Result<KeyCustody, CliError> {
         let namespace = &self.namespace;
-        KeyCustody::load(provider, namespace, &namespace.primary_reference()).map_err(|e| {
+        let scope = annal_engine::store::key_scope(&self.layout())
+            .map_err(|e| CliError::found(format!("{e}")))?;
+        annal_engine::keys::open_store_key(
+            provider,
+            namespace,
+            &scope,
+            annal_engine::keys::OpenMode::Read,
+        )
+        .map_err(|e| {
             CliError::unavailable(format!(
                 "the key of namespace {} cannot be read ({}): `annal doctor` checks the \
                  credential stores",

@@ -17,6 +17,7 @@
 //! - `inspect.rs`, `verify.rs`: the offline read-only decoder and checker (`keyfile.rs` reads
 //!   their key file).
 //! - `doctor.rs`: `annal doctor`, credential-store diagnostics.
+//! - `own_key.rs`: `annal enable --own-key`, a key of the store's own (docs/key-custody.md).
 //!
 //! # Exit codes
 //!
@@ -41,6 +42,7 @@ mod keyfile;
 mod link;
 mod location;
 mod mcp;
+mod own_key;
 mod owner;
 mod repair;
 mod serve;
@@ -94,7 +96,7 @@ fn parse_choice(text: &str) -> Result<KeyStoreChoice, String> {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Turn history on (the owner's opt-in); says which credential store holds the key.
-    Enable(owner::OutputArgs),
+    Enable(own_key::EnableArgs),
     /// Turn history off: capture stops, what was recorded stays.
     Disable(owner::OutputArgs),
     /// Pause capture.
@@ -217,9 +219,14 @@ fn main() -> ExitCode {
     };
     let no_daemon = cli.no_daemon;
     match &cli.command {
-        Command::Enable(out) => {
-            with_location(&|l| owner::control(l, no_daemon, owner::Control::Enable, out))
-        }
+        Command::Enable(args) => with_location(&|l| {
+            if args.own_key
+                && let Err(error) = own_key::record(l)
+            {
+                return report_error(&error);
+            }
+            owner::control(l, no_daemon, owner::Control::Enable, &args.out)
+        }),
         Command::Disable(out) => {
             with_location(&|l| owner::control(l, no_daemon, owner::Control::Disable, out))
         }
@@ -252,7 +259,7 @@ fn main() -> ExitCode {
         Command::Mcp(args) => with_location(&|l| mcp::run(l, no_daemon, args)),
         Command::Demo(args) => demo::run(args),
         Command::Inspect(args) => inspect::run(args),
-        Command::Doctor(args) => doctor::run(args, cli.key_store),
+        Command::Doctor(args) => doctor::run(args, cli.key_store, location().ok().as_ref()),
         Command::Verify(args) => with_location(&|l| verify::run(args, l)),
     }
 }

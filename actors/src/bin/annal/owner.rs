@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use annal_actors::daemon::Request;
-use annal_engine::keys::{KEYUTILS_DURABILITY_WARNING, destroy_namespace};
+use annal_engine::keys::{KEYUTILS_DURABILITY_WARNING, destroy_store_keys};
 use annal_engine::policy::manifest::parse_duration_secs;
 use annal_engine::storage::Access;
 use annal_engine::store::{delete_store_files, open_store, plan_store_delete};
@@ -648,7 +648,9 @@ pub fn delete(location: &Location, args: &DeleteArgs) -> ExitCode {
         } else {
             None
         };
-        let proof = destroy_namespace(provider.as_ref(), &location.namespace)
+        // Only this store's keys and checkpoint: another store of the namespace keeps its own.
+        let scope = plan.as_ref().map(|p| p.key_scope()).unwrap_or_default();
+        let proof = destroy_store_keys(provider.as_ref(), &location.namespace, &scope)
             .map_err(|e| CliError::unavailable(format!("the key could not be destroyed: {e}")))?;
         let destroyed = proof.destroyed().len();
         if let Some(plan) = plan {

@@ -94,7 +94,12 @@ fn checkpoint(provider: Option<&dyn KeyProvider>, location: &Location) -> Checkp
     let Some(provider) = provider else {
         return CheckpointReading::NotConsulted;
     };
-    match CredentialCheckpoints::new(provider, &location.namespace).load() {
+    // The store's checkpoint is named by its id (none: the legacy per-namespace name).
+    let store_id = location
+        .layout()
+        .sidecar()
+        .and_then(|sidecar| annal_engine::store::read_store_id(sidecar).ok().flatten());
+    match CredentialCheckpoints::new(provider, &location.namespace, store_id.as_ref()).load() {
         Ok(held) => CheckpointReading::Read(held),
         Err(error) => {
             eprintln!(
