@@ -263,7 +263,7 @@ fn main() {
             let arguments = serde_json::Value::Object(arguments.into_iter().collect());
             match ToolCall::parse(&tool, &arguments) {
                 Ok(call) => prop_assert_eq!(call.operation().tool(), tool.as_str()),
-                Err(code) => prop_assert_eq!(code, annal_schema::ErrorCode::InvalidHistoryQuery),
+                Err(code) => prop_assert_eq!(code, annal_schema::ErrorCode::UnknownTool),
             }
             Ok(())
         },

@@ -299,3 +299,106 @@ fn a_grant_before_enable_says_to_enable_first() {
     sandbox.ok(&["grant", "agent-a", "status"]);
     assert_eq!(a.tool_names(), ["history_status"]);
 }
+
+/// Issue 29's policy acceptance, end to end through the binary: a revocation sticks when the
+/// agent's MCP server restarts with the same manifest (no tools, calls refused `revoked`) until
+/// the owner re-approves explicitly; the owner sees the grants with their expiry, and the
+/// denial the MCP client met in `annal audit --denied`; revoking an unknown actor exits 2.
+#[test]
+fn a_revocation_sticks_across_restarts_and_the_owner_sees_grants_and_denials() {
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    capture(&sandbox, 3);
+    let manifest = manifest(&sandbox, "1h", "10m");
+    {
+        let mut a = Mcp::start(&sandbox, "agent-a", &["--manifest", &manifest]);
+        assert_eq!(a.tool_names().len(), 2);
+    }
+    let grants = sandbox.json(&["grants"]);
+    let listed = grants["grants"].as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{grants}");
+    assert!(listed.iter().all(|g| g["actor"] == "agent-a"
+        && g["source"] == "manifest"
+        && g["live"] == true
+        && g["expires_at_ms"].as_u64() > g["last_used_ms"].as_u64()));
+
+    sandbox.ok(&["revoke", "agent-a"]);
+    {
+        let mut a = Mcp::start(&sandbox, "agent-a", &["--manifest", &manifest]);
+        assert!(
+            a.tools().is_empty(),
+            "a revoked actor is listed no tools after a restart"
+        );
+        assert_eq!(a.refused("history_status", json!({})), "revoked");
+    }
+    let denied = sandbox.json(&["audit", "--denied"]);
+    let entries = denied["entries"].as_array().unwrap();
+    assert!(
+        entries
+            .iter()
+            .any(|e| e["actor"] == "agent-a" && e["verdict"] == "revoked"),
+        "{denied}"
+    );
+    assert!(
+        entries.iter().all(|e| e["verdict"] != "allowed"),
+        "{denied}"
+    );
+
+    {
+        let mut a = Mcp::start(
+            &sandbox,
+            "agent-a",
+            &["--manifest", &manifest, "--reapprove"],
+        );
+        assert_eq!(
+            a.tool_names().len(),
+            2,
+            "the owner's re-approval restores access"
+        );
+    }
+    let grants = sandbox.json(&["grants"]);
+    assert!(
+        grants["grants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|g| g["source"] == "manifest_reapproved"),
+        "{grants}"
+    );
+    let nobody = sandbox.run(&["revoke", "nobody"]);
+    assert_eq!(nobody.status.code(), Some(2), "{nobody:?}");
+}
+
+/// `annal preflight` never fails the host: before any store exists it says to continue
+/// without history (exit 0); with a grant and history it returns the newest slice; a revoked
+/// actor continues without history (exit 0); only bad usage exits 2.
+#[test]
+fn preflight_never_fails_the_host() {
+    let sandbox = Sandbox::new();
+    let before = sandbox.run(&["preflight", "--actor", "host", "--json"]);
+    assert_eq!(before.status.code(), Some(0), "{before:?}");
+    let verdict: Value = serde_json::from_slice(&before.stdout).unwrap();
+    assert_eq!(
+        verdict["consultation"]["verdict"], "continue_without_history",
+        "{verdict}"
+    );
+    assert!(verdict["consultation"]["reason"].is_string());
+    let bad = sandbox.run(&["preflight", "--actor", "host", "--limit", "0"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+
+    sandbox.ok(&["enable"]);
+    capture(&sandbox, 3);
+    sandbox.ok(&["grant", "host", "status"]);
+    sandbox.ok(&["grant", "host", "query"]);
+    let usable = sandbox.json(&["preflight", "--actor", "host", "--limit", "2"]);
+    assert_eq!(usable["consultation"]["verdict"], "use", "{usable}");
+    assert_eq!(usable["events"].as_array().map(Vec::len), Some(2));
+    sandbox.ok(&["revoke", "host"]);
+    let revoked = sandbox.run(&["preflight", "--actor", "host", "--json"]);
+    assert_eq!(revoked.status.code(), Some(0));
+    let verdict: Value = serde_json::from_slice(&revoked.stdout).unwrap();
+    assert_eq!(
+        verdict["consultation"],
+        json!({"verdict": "continue_without_history", "reason": "status_denied"})
+    );
+}

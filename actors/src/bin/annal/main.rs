@@ -47,6 +47,7 @@ mod owner;
 mod repair;
 mod serve;
 mod verify;
+mod views;
 
 /// Exit code: the command ran and found a problem, or was refused.
 pub const EXIT_FOUND_PROBLEM: u8 = 1;
@@ -121,8 +122,16 @@ enum Command {
     Query(owner::QueryArgs),
     /// Grant an agent one operation (status or query) for a bounded time.
     Grant(owner::GrantArgs),
-    /// Revoke every grant of an agent; its next call is refused.
+    /// Revoke every grant of an agent; its next call is refused, also after its MCP server
+    /// restarts with the same manifest.
     Revoke(owner::RevokeArgs),
+    /// The grants in force (source, expiry, idle deadline, last use) and the revoked agents.
+    Grants(views::GrantsArgs),
+    /// Who read the history: every agent's call, its verdict, outcome and returned count.
+    Audit(views::AuditArgs),
+    /// A host's deterministic consultation: status, the newest slice when usable, and the
+    /// verdict (use, use with caveats, continue without history). Exits 0 unless misused.
+    Preflight(views::PreflightArgs),
     /// Turn every agent off or back on.
     Agents(owner::AgentsArgs),
     /// Destroy the store's key and delete the store (asks for confirmation unless --yes).
@@ -249,6 +258,9 @@ fn main() -> ExitCode {
         Command::Query(args) => with_location(&|l| owner::query(l, no_daemon, args)),
         Command::Grant(args) => with_location(&|l| owner::grant(l, no_daemon, args)),
         Command::Revoke(args) => with_location(&|l| owner::revoke(l, no_daemon, args)),
+        Command::Grants(args) => with_location(&|l| views::grants(l, no_daemon, args)),
+        Command::Audit(args) => with_location(&|l| views::audit(l, no_daemon, args)),
+        Command::Preflight(args) => with_location(&|l| views::preflight(l, no_daemon, args)),
         Command::Agents(args) => with_location(&|l| owner::agents(l, no_daemon, args)),
         Command::Delete(args) => with_location(&|l| owner::delete(l, args)),
         Command::Repair(args) => with_location(&|l| repair::repair(l, args)),

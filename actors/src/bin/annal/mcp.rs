@@ -74,8 +74,14 @@ pub struct McpArgs {
     #[arg(long)]
     pub actor: String,
     /// A bounded-mode manifest (YAML or JSON, version 3) to approve for this actor at start.
+    /// For an actor the owner revoked it grants nothing (a revocation sticks) unless
+    /// `--reapprove`.
     #[arg(long, value_name = "FILE")]
     pub manifest: Option<PathBuf>,
+    /// Approve the manifest again for an actor the owner revoked (the owner's explicit choice;
+    /// journaled as a re-approval).
+    #[arg(long, requires = "manifest")]
+    pub reapprove: bool,
 }
 
 /// The MCP server of one actor.
@@ -252,7 +258,7 @@ async fn serve_mcp(location: &Location, no_daemon: bool, args: &McpArgs) -> Resu
             .ask(Request::ApproveManifest {
                 actor: args.actor.clone(),
                 manifest,
-                reapprove: false,
+                reapprove: args.reapprove,
             })
             .await?;
     }

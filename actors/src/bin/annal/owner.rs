@@ -204,7 +204,11 @@ pub enum Control {
 }
 
 /// Sends one request to the store and returns its result.
-fn one(location: &Location, no_daemon: bool, request: Request) -> Result<Value, CliError> {
+pub(crate) fn one(
+    location: &Location,
+    no_daemon: bool,
+    request: Request,
+) -> Result<Value, CliError> {
     let runtime = crate::runtime()?;
     runtime.block_on(async {
         let mut link = Link::open(location, no_daemon).await?;
@@ -249,7 +253,7 @@ pub fn print(out: &OutputArgs, value: &Value, text: impl FnOnce() -> String) -> 
     ExitCode::SUCCESS
 }
 
-fn finish(result: Result<ExitCode, CliError>) -> ExitCode {
+pub(crate) fn finish(result: Result<ExitCode, CliError>) -> ExitCode {
     result.unwrap_or_else(|error| report_error(&error))
 }
 
@@ -434,7 +438,7 @@ pub fn show(location: &Location, no_daemon: bool, args: &ShowArgs) -> ExitCode {
     )
 }
 
-fn duration(flag: &str, text: Option<&String>) -> Result<Option<u64>, CliError> {
+pub(crate) fn duration(flag: &str, text: Option<&String>) -> Result<Option<u64>, CliError> {
     text.map(|text| {
         parse_duration_secs(text).ok_or_else(|| {
             CliError::usage(format!(
