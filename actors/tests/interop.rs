@@ -13,89 +13,39 @@
 //! annal reads: a control event, authenticated under the store's key, in a chunk no seal covers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod embedded;
+
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use annal_actors::{Engine, EngineConfig};
 use annal_engine::capture::Admission;
 use annal_engine::clock::{Clock, SystemClock};
-use annal_engine::entropy::SeededEntropy;
-use annal_engine::journal::{ContractSource, Journal, JournalEvent, State};
-use annal_engine::keys::{
-    HistoryKeys, InMemoryProvider, JournalKeys, KeyProvider, Namespace, RootKey,
-};
-use annal_engine::storage::{Access, Storage, StoreLayout};
+use annal_engine::journal::{ContractSource, JournalEvent, State};
+use annal_engine::keys::{HistoryKeys, KeyProvider, RootKey};
+use annal_engine::storage::{Access, Storage};
 use annal_engine::store::{
-    History, StateMirror, StoreReader, StoreWriter, WriterConfig, open_store, read_state_mirror,
+    History, StateMirror, StoreWriter, WriterConfig, open_store, read_state_mirror,
     write_state_mirror,
 };
 use annal_schema::{
     Capability, ControlOperation, Event, EventDraft, EventTime, HealthCategory, Payload, Platform,
     Subject,
 };
-
-/// The fixed test root key.
-const ROOT: [u8; 32] = [0x3d; 32];
+use embedded::TestStore;
 
 /// Clean restarts the no-gap test takes the store through (the acceptance number).
 const CLEAN_RESTARTS: usize = 20;
 
-struct Setup {
-    _dir: tempfile::TempDir,
-    layout: StoreLayout,
-    namespace: Namespace,
-    provider: Arc<InMemoryProvider>,
-}
+type Setup = TestStore;
 
 fn setup() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let layout = StoreLayout::in_namespace_dir(&dir.path().join("work"));
-    let namespace = Namespace::new("work").unwrap();
-    let provider = Arc::new(InMemoryProvider::new(Box::new(SeededEntropy::new(7))).unwrap());
-    provider
-        .put_raw(&namespace, &namespace.primary_reference(), &ROOT)
-        .unwrap();
-    Setup {
-        _dir: dir,
-        layout,
-        namespace,
-        provider,
-    }
+    TestStore::new()
 }
 
-impl Setup {
-    fn start(&self) -> Engine {
-        Engine::start(
-            EngineConfig::new(self.layout.clone(), self.namespace.clone()),
-            Arc::clone(&self.provider) as Arc<dyn KeyProvider>,
-        )
-        .unwrap()
-    }
-
+impl TestStore {
     fn keys(&self) -> HistoryKeys {
-        HistoryKeys::from_root(RootKey::from_bytes(ROOT))
-    }
-
-    /// Every history event on disk, in sequence order (the store must be clean).
-    fn events(&self) -> Vec<Event> {
-        let storage: Arc<dyn Storage> = Arc::new(open_store(&self.layout, Access::Read).unwrap());
-        let report = StoreReader::<History>::new(storage)
-            .read(&self.keys())
-            .unwrap();
-        assert!(!report.has_corruption(), "{report:#?}");
-        report.records().map(|r| r.event.clone()).collect()
-    }
-
-    /// Every engine-journal event on disk, in order (the journal must be clean).
-    fn journal(&self) -> Vec<JournalEvent> {
-        let storage: Arc<dyn Storage> = Arc::new(open_store(&self.layout, Access::Read).unwrap());
-        let report = StoreReader::<Journal>::new(storage)
-            .read(&JournalKeys::from_namespace_root(&RootKey::from_bytes(
-                ROOT,
-            )))
-            .unwrap();
-        assert!(!report.has_corruption());
-        report.records().map(|r| r.event.event.clone()).collect()
+        HistoryKeys::from_root(RootKey::from_bytes(embedded::ROOT))
     }
 
     fn state_file(&self) -> Option<StateMirror> {

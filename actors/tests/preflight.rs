@@ -4,82 +4,49 @@
 //! its fixed reason, never an error.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
+mod embedded;
 
+use annal_actors::Engine;
 use annal_actors::gate::PolicyChange;
 use annal_actors::preflight::PreflightRequest;
-use annal_actors::{Engine, EngineConfig};
 use annal_engine::consultation::{Caveat, Consultation, WithoutHistory};
-use annal_engine::entropy::SeededEntropy;
-use annal_engine::journal::{Journal, JournalEvent};
-use annal_engine::keys::{
-    HistoryKeys, InMemoryProvider, JournalKeys, KeyProvider, Namespace, RootKey,
-};
+use annal_engine::journal::JournalEvent;
 use annal_engine::policy::{ActorId, GrantTerms, Operation, PolicyEvent, Principal};
-use annal_engine::storage::{Access, Storage, StoreLayout};
-use annal_engine::store::{History, StoreReader, open_store};
-use annal_schema::{Capability, Event};
-
-/// The fixed test root key.
-const ROOT: [u8; 32] = [0x5c; 32];
+use annal_schema::Capability;
+use embedded::TestStore;
 
 /// Events the preflight asks for.
 const LIMIT: u8 = 5;
 
+/// A store and an engine on it.
 struct Setup {
-    _dir: tempfile::TempDir,
-    layout: StoreLayout,
+    store: TestStore,
     engine: Engine,
 }
 
 fn setup() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let layout = StoreLayout::in_namespace_dir(&dir.path().join("work"));
-    let namespace = Namespace::new("work").unwrap();
-    let provider = Arc::new(InMemoryProvider::new(Box::new(SeededEntropy::new(1))).unwrap());
-    provider
-        .put_raw(&namespace, &namespace.primary_reference(), &ROOT)
-        .unwrap();
-    let engine = Engine::start(
-        EngineConfig::new(layout.clone(), namespace),
-        provider as Arc<dyn KeyProvider>,
-    )
-    .unwrap();
-    Setup {
-        _dir: dir,
-        layout,
-        engine,
-    }
+    let store = TestStore::new();
+    let engine = store.start();
+    Setup { store, engine }
 }
 
 impl Setup {
-    fn storage(&self) -> Arc<dyn Storage> {
-        Arc::new(open_store(&self.layout, Access::Read).unwrap())
-    }
-
-    fn history(&self) -> Vec<Event> {
-        StoreReader::<History>::new(self.storage())
-            .read(&HistoryKeys::from_root(RootKey::from_bytes(ROOT)))
-            .unwrap()
-            .records()
-            .map(|r| r.event.clone())
-            .collect()
+    /// Every history event on disk.
+    fn history(&self) -> Vec<annal_schema::Event> {
+        self.store.events()
     }
 
     /// The operations of the audit records that began a call of `actor`, in order.
     fn audited(&self, actor: &str) -> Vec<Operation> {
-        StoreReader::<Journal>::new(self.storage())
-            .read(&JournalKeys::from_namespace_root(&RootKey::from_bytes(
-                ROOT,
-            )))
-            .unwrap()
-            .records()
-            .filter_map(|r| match &r.event.event {
+        self.store
+            .journal()
+            .into_iter()
+            .filter_map(|event| match event {
                 JournalEvent::Policy(PolicyEvent::AuditStarted {
                     principal: Principal::Agent(who),
                     operation,
                     ..
-                }) if who.as_str() == actor => Some(*operation),
+                }) if who.as_str() == actor => Some(operation),
                 _ => None,
             })
             .collect()

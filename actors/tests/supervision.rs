@@ -14,26 +14,19 @@
 //! queue held.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod embedded;
+
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use annal_actors::Engine;
 use annal_actors::supervisor::InjectedFailure;
-use annal_actors::{Engine, EngineConfig};
 use annal_engine::capture::Admission;
-use annal_engine::entropy::SeededEntropy;
 use annal_engine::health::Child;
-use annal_engine::journal::{Journal, JournalEvent, State};
-use annal_engine::keys::{
-    HistoryKeys, InMemoryProvider, JournalKeys, KeyProvider, Namespace, RootKey,
-};
-use annal_engine::storage::{Access, Storage, StoreLayout};
-use annal_engine::store::{History, StoreReader, open_store};
+use annal_engine::journal::State;
 use annal_engine::supervision::{self, RestartPolicy};
 use annal_schema::{AccessOperation, Capability, Event, HealthCategory, Payload};
-
-/// The fixed test root key.
-const ROOT: [u8; 32] = [0x5c; 32];
+use embedded::TestStore;
 
 /// Actions captured before, during and after each failure.
 const ACTIONS_PER_PHASE: u64 = 10;
@@ -45,60 +38,11 @@ const RESTART_DEADLINE_SECS: u64 = 30;
 /// Newest events one owner query asks for (the contract's largest page).
 const PAGE_EVENTS: u64 = 200;
 
-struct Setup {
-    _dir: tempfile::TempDir,
-    layout: StoreLayout,
-    namespace: Namespace,
-    provider: Arc<InMemoryProvider>,
-}
-
-fn setup() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let layout = StoreLayout::in_namespace_dir(&dir.path().join("work"));
-    let namespace = Namespace::new("work").unwrap();
-    let provider = Arc::new(InMemoryProvider::new(Box::new(SeededEntropy::new(1))).unwrap());
-    provider
-        .put_raw(&namespace, &namespace.primary_reference(), &ROOT)
-        .unwrap();
-    Setup {
-        _dir: dir,
-        layout,
-        namespace,
-        provider,
-    }
-}
-
-impl Setup {
-    fn start(&self, restart_policy: RestartPolicy) -> Engine {
-        let mut config = EngineConfig::new(self.layout.clone(), self.namespace.clone());
-        config.restart_policy = restart_policy;
-        Engine::start(config, Arc::clone(&self.provider) as Arc<dyn KeyProvider>).unwrap()
-    }
-
-    fn storage(&self) -> Arc<dyn Storage> {
-        Arc::new(open_store(&self.layout, Access::Read).unwrap())
-    }
-
-    /// Every history event on disk (the store must be clean).
-    fn events(&self) -> Vec<Event> {
-        let report = StoreReader::<History>::new(self.storage())
-            .read(&HistoryKeys::from_root(RootKey::from_bytes(ROOT)))
-            .unwrap();
-        assert!(!report.has_corruption(), "{report:#?}");
-        report.records().map(|r| r.event.clone()).collect()
-    }
-
-    /// The journal's projection, replayed from disk (after the engine stopped).
-    fn journal(&self) -> State {
-        let report = StoreReader::<Journal>::new(self.storage())
-            .read(&JournalKeys::from_namespace_root(&RootKey::from_bytes(
-                ROOT,
-            )))
-            .unwrap();
-        assert!(!report.has_corruption(), "{report:#?}");
-        let events: Vec<JournalEvent> = report.records().map(|r| r.event.event.clone()).collect();
-        State::replay(&events)
-    }
+/// An engine on `store` under `restart_policy`.
+fn start(store: &TestStore, restart_policy: RestartPolicy) -> Engine {
+    let mut config = store.config();
+    config.restart_policy = restart_policy;
+    store.start_with(config)
 }
 
 /// Counts what the hook took in (queued, or counted as dropped at the hook).
@@ -151,8 +95,8 @@ fn eventually(what: &str, mut ready: impl FnMut() -> bool) {
 
 /// The whole check for one child and one kind of failure (module doc).
 fn a_failure_is_restarted_and_nothing_is_lost(child: Child, failure: InjectedFailure) {
-    let s = setup();
-    let engine = s.start(RestartPolicy::default());
+    let s = TestStore::new();
+    let engine = start(&s, RestartPolicy::default());
     engine.enable().unwrap();
     let mut capturer = Capturer {
         capture: engine.capture(),
@@ -201,7 +145,7 @@ fn a_failure_is_restarted_and_nothing_is_lost(child: Child, failure: InjectedFai
 
     assert_eq!(engine.restarts(child).unwrap(), 1);
     engine.shutdown();
-    let journal = s.journal();
+    let journal = State::replay(&s.journal());
     for other in Child::ALL {
         let expected = usize::from(other == child);
         assert_eq!(
@@ -240,12 +184,12 @@ restart_cases! {
 /// category; capture goes on (and is durable) where a writer still runs and drains, and
 /// otherwise closes with what the queue held counted as dropped.
 fn a_give_up_says_which_part_and_loses_nothing_silently(child: Child) {
-    let s = setup();
+    let s = TestStore::new();
     let never = RestartPolicy {
         max_restarts: 0,
         window: Duration::from_secs(30),
     };
-    let engine = s.start(never);
+    let engine = start(&s, never);
     engine.enable().unwrap();
     let mut capturer = Capturer {
         capture: engine.capture(),
