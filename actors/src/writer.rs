@@ -17,17 +17,15 @@
 //! restart leaves no gap ("No gap without a cause").
 
 use std::collections::HashMap;
-use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use annal_engine::capture::{
     ActionContext, ActionIds, CaptureControl, Captured, CapturedItem, Drained, SessionLabel,
 };
 use annal_engine::clock::Clock;
-use annal_engine::health::{KeyFault, Signal, SignalKind, StorageFault};
-use annal_engine::journal::{
-    CallerKind, Command, ContractSource, JournalEvent, State as Projection, decide,
-};
+use annal_engine::health::{KeyFault, Signal, SignalKind};
+use annal_engine::history::{self, Effect};
+use annal_engine::journal::{CallerKind, Command, ContractSource, JournalEvent, decide};
 use annal_engine::keys::{KeyError, SessionIdKey};
 use annal_engine::storage::{Access, Storage};
 use annal_engine::store::{
@@ -45,14 +43,7 @@ use crate::config::EngineConfig;
 use crate::journal::{JournalMsg, StorageSlot};
 use crate::key_custody::{KeyCustodyMsg, StreamKeys};
 
-/// How many sequences the writer reserves in the journal at a time. The reservation is made
-/// durable before any history record uses one of its sequences, so after a crash the next
-/// generation starts above it: sequences are never reused, at the cost of a gap of at most
-/// this many numbers per crash, recorded as skipped (a clean stop releases what it did not
-/// hand out, so a clean restart leaves none). Each reservation is
-/// a durable journal append on the writer's path (~0.4 ms here): at 4,096 a 100,000-event
-/// stream made 24 of them, one in every ~5 commits; at 65,536 it makes two.
-pub const SEQUENCE_RESERVE_BLOCK: u64 = 65_536;
+pub use annal_engine::history::SEQUENCE_RESERVE_BLOCK;
 
 /// Most raw-label -> keyed-id entries the writer caches (deriving one is an HMAC, ~1 us).
 pub const SESSION_ID_CACHE_ENTRIES: usize = 1024;
@@ -244,8 +235,6 @@ struct Open {
     keys: StreamKeys,
     /// The history stream.
     history: StoreWriter<History>,
-    /// Sequences reserved in the journal so far (durable there).
-    reserved_through: u64,
     /// The newest seal (the chain's tip): the next closed chunk's seal links to it.
     last_seal: Option<annal_engine::seal::Seal>,
     /// When the oldest history record not yet synced was appended (`None`: all synced). The
@@ -314,15 +303,10 @@ pub struct WriterState {
     undrained: bool,
     /// The history writer, once open.
     open: Option<Open>,
-    /// The journal's projection as of the writer's last exchange with it (enabled, paused:
-    /// what capture admission needs). Status reads the journal's own, current one.
-    projection: Projection,
-    /// Whether the last store operation failed (so the next success signals recovery).
-    storage_failing: bool,
-    /// Whether the last key load failed (so the next success signals recovery).
-    key_failing: bool,
-    /// Events lost by this writer (a failed batch or sync) not yet reported by a drop marker.
-    lost_unreported: u64,
+    /// The writer's rules and what they know between messages: the journal's projection as
+    /// of the writer's last exchange with it, drops not yet reported, the sequence
+    /// reservation, store and key failures (`annal_engine::history`).
+    rules: history::State,
     /// Raw label -> keyed session id.
     session_ids: SessionIds,
     /// Encrypted bytes in the store, as far as this writer knows: the history's chunks (the
@@ -534,80 +518,6 @@ impl StoreBytes {
     }
 }
 
-/// The drop markers of one history batch, by their place in it: what a failed append lost is
-/// counted from them and the error's exact lost range.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct BatchMarkers(Vec<(u64, u64)>);
-
-/// What a failed append cost, counted for the next drop marker and the lifetime total.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct FailedAppend {
-    /// Events to report dropped: every lost record of earlier batches (as a failed sync
-    /// reports them) and every lost event of this one, plus the drops its lost markers carried.
-    lost_events: u64,
-    /// Drops reported by this batch's markers that are durable all the same (written to a chunk
-    /// the failed append closed).
-    durable_drops: u64,
-}
-
-impl BatchMarkers {
-    /// The `(index, drops)` of every drop marker in `drafts`.
-    fn of(drafts: &[EventDraft]) -> Self {
-        Self(
-            drafts
-                .iter()
-                .enumerate()
-                .filter_map(|(index, d)| match d.payload {
-                    Payload::Health {
-                        category: HealthCategory::EventsDropped,
-                        count,
-                    } => Some((index as u64, count)),
-                    _ => None,
-                })
-                .collect(),
-        )
-    }
-
-    /// How many markers.
-    fn count(&self) -> u64 {
-        self.0.len() as u64
-    }
-
-    /// The drops they report.
-    fn drops(&self) -> u64 {
-        self.0.iter().map(|(_, drops)| drops).sum()
-    }
-
-    /// What a failed append of this batch (sequences `first..first + count`) cost, given the
-    /// sequences the store reports `lost` (`None`: nothing).
-    fn lost(&self, first: u64, count: u64, lost: Option<&RangeInclusive<u64>>) -> FailedAppend {
-        let Some(lost) = lost else {
-            return FailedAppend {
-                lost_events: 0,
-                durable_drops: self.drops(),
-            };
-        };
-        let is_lost = |index: u64| lost.contains(&(first + index));
-        let earlier = first
-            .saturating_sub(*lost.start())
-            .min(lost.clone().count() as u64);
-        let lost_in_batch = (0..count).filter(|&index| is_lost(index)).count() as u64;
-        let (mut lost_markers, mut lost_drops, mut durable_drops) = (0, 0, 0);
-        for &(index, drops) in &self.0 {
-            if is_lost(index) {
-                lost_markers += 1;
-                lost_drops += drops;
-            } else {
-                durable_drops += drops;
-            }
-        }
-        FailedAppend {
-            lost_events: earlier + lost_in_batch - lost_markers + lost_drops,
-            durable_drops,
-        }
-    }
-}
-
 impl WriterState {
     /// Journals a signal (never blocks the writer on it).
     fn signal(&self, kind: SignalKind) {
@@ -639,33 +549,39 @@ impl WriterState {
         );
         match answer {
             Ok(Ok(projection)) => {
-                self.projection = projection;
+                self.rules.projection = projection;
                 Ok(())
             }
             Ok(Err(failed)) => {
                 // What the failure left in effect: a narrowing stays, a widening is withdrawn.
-                self.projection = failed.projection;
+                self.rules.projection = failed.projection;
                 Err(self.storage_fault(HealthCategory::StorageUnavailable))
             }
             Err(_) => Err(self.storage_fault(HealthCategory::StorageUnavailable)),
         }
     }
 
-    fn storage_fault(&mut self, category: HealthCategory) -> ControlError {
-        let category = if category == HealthCategory::StorageCorrupt {
-            StorageFault::StorageCorrupt
-        } else {
-            StorageFault::StorageUnavailable
-        };
-        self.storage_failing = true;
-        self.signal(SignalKind::StorageFailed { category });
-        ControlError::Storage
+    /// Carries out what the rules decided, in order.
+    fn carry_out(&mut self, effects: impl IntoIterator<Item = Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Record(events) => {
+                    let _ = self.journal.cast(JournalMsg::Record(events));
+                }
+                Effect::Signal(kind) => self.signal(kind),
+                Effect::ForgetLost(range) => {
+                    if let Some(query) = &self.query {
+                        let _ = query.cast(crate::query::QueryMsg::Lost(range));
+                    }
+                }
+            }
+        }
     }
 
-    fn storage_ok(&mut self) {
-        if std::mem::take(&mut self.storage_failing) {
-            self.signal(SignalKind::StorageRecovered);
-        }
+    fn storage_fault(&mut self, category: HealthCategory) -> ControlError {
+        let signal = self.rules.storage_fault(category);
+        self.carry_out([signal]);
+        ControlError::Storage
     }
 
     /// Whether capture may admit new events now: the owner's and the embedder's choices and a
@@ -675,8 +591,8 @@ impl WriterState {
     fn accepting(&self) -> bool {
         !self.undrained
             && self.config.admitted
-            && self.projection.enabled
-            && !self.projection.paused
+            && self.rules.projection.enabled
+            && !self.rules.projection.paused
             && self.open.is_some()
             && !self.at_quota
     }
@@ -687,7 +603,7 @@ impl WriterState {
     /// what eviction cannot free (the open chunk, unsealed chunks, the journal) stops capture
     /// under `evict_oldest`.
     fn check_quota(&mut self) {
-        let at = self.open.is_some() && self.bytes.total() >= self.projection.quota_bytes;
+        let at = self.open.is_some() && self.bytes.total() >= self.rules.projection.quota_bytes;
         if at != self.at_quota {
             self.at_quota = at;
             self.signal(if at {
@@ -706,16 +622,16 @@ impl WriterState {
     fn retention_cutoff(&self) -> annal_engine::query::RetentionCutoff {
         annal_engine::query::RetentionCutoff::new(
             self.clock.now_since_epoch(),
-            self.projection.retention_days,
+            self.rules.projection.retention_days,
         )
     }
 
     /// The store's use against its quota, when the owner chose `evict_oldest`.
     fn eviction(&self) -> Option<annal_engine::store::Eviction> {
-        (self.projection.on_quota == annal_engine::journal::OnQuota::EvictOldest).then_some(
+        (self.rules.projection.on_quota == annal_engine::journal::OnQuota::EvictOldest).then_some(
             annal_engine::store::Eviction {
                 used_bytes: self.bytes.total(),
-                quota_bytes: self.projection.quota_bytes,
+                quota_bytes: self.rules.projection.quota_bytes,
             },
         )
     }
@@ -826,7 +742,7 @@ impl WriterState {
             self.bytes = StoreBytes::read(storage.as_ref());
         }
         let admitted = self.config.admitted;
-        let pending_drops = self.capture.pending_drops() + self.lost_unreported;
+        let pending_drops = self.capture.pending_drops() + self.rules.lost_unreported();
         let reading = ractor::call_t!(
             self.journal,
             |reply| JournalMsg::Status {
@@ -836,7 +752,11 @@ impl WriterState {
             },
             CHILD_CALL_DEADLINE_MS
         )
-        .unwrap_or_else(|_| self.projection.status_reading(admitted, pending_drops));
+        .unwrap_or_else(|_| {
+            self.rules
+                .projection
+                .status_reading(admitted, pending_drops)
+        });
         status_from(&self.config, reading, self.bytes.history, pending_drops)
     }
 
@@ -875,9 +795,8 @@ impl WriterState {
             Ok(Err(error)) => return Err(self.key_fault(error.category())),
             Err(_) => return Err(self.key_fault(HealthCategory::KeyUnavailable)),
         };
-        if std::mem::take(&mut self.key_failing) {
-            self.signal(SignalKind::KeyRecovered);
-        }
+        let recovered = self.rules.key_ok();
+        self.carry_out(recovered);
         // The journal first: its projection holds the sequence floor of the history stream.
         let projection = match ractor::call_t!(
             self.journal,
@@ -971,12 +890,12 @@ impl WriterState {
         self.bytes = StoreBytes::read(storage.as_ref());
         let journal_floor = projection.history_high_water;
         let open_state = history.open_state();
-        self.projection = projection;
+        self.rules.projection = projection;
+        self.rules.opened(reserved_through);
         self.at_quota = false;
         self.open = Some(Open {
             keys,
             history,
-            reserved_through,
             last_seal,
             unsynced_since: None,
             pruner,
@@ -1005,11 +924,11 @@ impl WriterState {
             first_sequence: stored + 1,
             last_sequence: floor,
         };
-        if let Ok(events) = decide(&self.projection, command, CallerKind::Daemon)
+        if let Ok(events) = decide(&self.rules.projection, command, CallerKind::Daemon)
             && !events.is_empty()
         {
             for event in &events {
-                self.projection.apply(event);
+                self.rules.projection.apply(event);
             }
             let _ = self.journal.cast(JournalMsg::Record(events));
         }
@@ -1026,7 +945,8 @@ impl WriterState {
             return;
         };
         let file = read_state_mirror(storage.as_ref()).ok().flatten();
-        let unread = newest.filter(|read| read.sequence > self.projection.contract_read_through);
+        let unread =
+            newest.filter(|read| read.sequence > self.rules.projection.contract_read_through);
         let mut observations = Vec::new();
         if let Some(read) = unread {
             observations.push(Command::ObserveContract {
@@ -1042,12 +962,12 @@ impl WriterState {
                 sequence: 0,
             });
         }
-        let before = (self.projection.enabled, self.projection.paused);
+        let before = (self.rules.projection.enabled, self.rules.projection.paused);
         let mut events = Vec::new();
         for command in observations {
-            if let Ok(decided) = decide(&self.projection, command, CallerKind::Daemon) {
+            if let Ok(decided) = decide(&self.rules.projection, command, CallerKind::Daemon) {
                 for event in &decided {
-                    self.projection.apply(event);
+                    self.rules.projection.apply(event);
                 }
                 events.extend(decided);
             }
@@ -1058,8 +978,8 @@ impl WriterState {
             let _ = self.journal(events, true).await;
         }
         let answer = StateMirror {
-            enabled: self.projection.enabled,
-            paused: self.projection.paused,
+            enabled: self.rules.projection.enabled,
+            paused: self.rules.projection.paused,
         };
         if file != Some(answer) {
             self.mirror_state();
@@ -1091,7 +1011,7 @@ impl WriterState {
         let command = Command::ReleaseSequences {
             high_water: high_water.get(),
         };
-        if let Ok(events) = decide(&self.projection, command, CallerKind::Daemon)
+        if let Ok(events) = decide(&self.rules.projection, command, CallerKind::Daemon)
             && !events.is_empty()
         {
             let _ = self.journal(events, true).await;
@@ -1099,9 +1019,8 @@ impl WriterState {
     }
 
     fn key_fault(&mut self, category: HealthCategory) -> ControlError {
-        self.key_failing = true;
-        let fault = KeyFault::from_health(category).unwrap_or(KeyFault::KeyUnavailable);
-        self.signal(SignalKind::KeyFailed { category: fault });
+        let signal = self.rules.key_fault(category);
+        self.carry_out([signal]);
         ControlError::Key(category)
     }
 
@@ -1193,7 +1112,7 @@ impl WriterState {
         let mut drafts = Vec::with_capacity(batch.len() + 1);
         let mut dropped = 0u64;
         let session_key = self.open.as_ref().map(|o| Arc::clone(&o.keys.session));
-        let mut lost_before = std::mem::take(&mut self.lost_unreported);
+        let mut lost_before = self.rules.take_lost_unreported();
         for item in batch {
             let captured = match item {
                 Drained::Dropped { count } => {
@@ -1245,12 +1164,12 @@ impl WriterState {
             drafts.push(draft);
         }
         // Drops with no event after them yet: reported before the next event.
-        self.lost_unreported = lost_before + dropped;
+        self.rules.count_lost(lost_before + dropped);
         drafts
     }
 
     /// Appends history drafts, reserving sequences first. A failure is a signal, and what it
-    /// lost is counted (reported by the next drop marker): [`BatchMarkers::lost`].
+    /// lost is counted (reported by the next drop marker): `history::BatchMarkers::lost`.
     async fn append_history(&mut self, drafts: Vec<EventDraft>) {
         self.append_history_counted(drafts, 0).await;
     }
@@ -1260,41 +1179,25 @@ impl WriterState {
     /// once their marker is written they are signalled marked, not counted again; while it
     /// is not, they stay owed (not reported again by the next marker).
     async fn append_history_counted(&mut self, drafts: Vec<EventDraft>, counted: u64) {
-        if drafts.is_empty() {
-            return;
-        }
-        let count = drafts.len() as u64;
-        let markers = BatchMarkers::of(&drafts);
-        let marked_drops = markers.drops();
-        let counted = counted.min(marked_drops);
-        // If nothing of this batch can be appended, its events and the drops its markers
-        // reported are reported again by the next marker (those owed a marker stay owed).
-        let lost_if_failed = count - markers.count() + marked_drops - counted;
-        let Some(open) = self.open.as_ref() else {
-            self.lost_unreported += lost_if_failed;
+        let next_sequence = self
+            .open
+            .as_ref()
+            .and_then(|open| open.history.next_sequence())
+            .map(|s| s.get());
+        let Some(plan) = self.rules.plan_append(&drafts, counted, next_sequence) else {
             return;
         };
-        // The batch's sequences, as the store will assign them (none left: the append refuses).
-        let first = open.history.next_sequence().map_or(u64::MAX, |s| s.get());
-        let next_last = first.saturating_add(count - 1);
-        if next_last > open.reserved_through {
-            let reserve = next_last + SEQUENCE_RESERVE_BLOCK;
+        if self.open.is_none() {
+            self.rules.not_appended(&plan);
+            return;
+        }
+        if let Some(reservation) = plan.reservation() {
             // Durable before any history record uses one of these sequences.
-            let reserved = self
-                .journal(
-                    vec![JournalEvent::SequenceMarked {
-                        high_water: reserve,
-                    }],
-                    true,
-                )
-                .await;
-            if reserved.is_err() {
-                self.lost_unreported += lost_if_failed;
+            if self.journal(vec![reservation], true).await.is_err() {
+                self.rules.not_appended(&plan);
                 return;
             }
-            if let Some(open) = self.open.as_mut() {
-                open.reserved_through = reserve;
-            }
+            self.rules.reserved(&plan);
         }
         let Some(open) = self.open.as_mut() else {
             return;
@@ -1328,47 +1231,19 @@ impl WriterState {
                 self.seal(&closed).await;
                 self.prune().await;
                 self.check_quota();
-                self.drops_marked(marked_drops, counted);
-                self.storage_ok();
+                let effects = self.rules.appended(&plan);
+                self.carry_out(effects);
             }
             Err(error) => {
-                let lost = if error.is_refused() {
-                    // None of it is on disk.
-                    Some(first..=next_last)
-                } else {
-                    error.lost().cloned()
-                };
-                let outcome = markers.lost(first, count, lost.as_ref());
-                // Markers that reached a chunk the failed append closed (synced) are in the
-                // history: their drops count as on success. Owed drops whose marker was lost
-                // stay owed, not reported again.
-                let counted_durable = counted.min(outcome.durable_drops);
-                let counted_lost = counted - counted_durable;
-                self.records_lost(lost, outcome.lost_events.saturating_sub(counted_lost));
-                self.drops_marked(outcome.durable_drops, counted_durable);
-                self.append_failed(&error);
+                let effects = self.rules.append_failed(
+                    &plan,
+                    error.is_refused(),
+                    error.lost().cloned(),
+                    error.health_category(),
+                );
+                self.carry_out(effects);
             }
         }
-    }
-
-    /// `marked` drops were written in history markers, `counted` of them already in the
-    /// lifetime total: the rest join it, durable with the journal's next tick, and the
-    /// counted ones are signalled marked.
-    fn drops_marked(&mut self, marked: u64, counted: u64) {
-        let new = marked.saturating_sub(counted);
-        if new > 0 {
-            self.record_drop_total(new);
-        }
-        if counted > 0 {
-            self.signal(SignalKind::DropsMarked { count: counted });
-        }
-    }
-
-    /// `count` more drops in the lifetime total, durable with the journal's next tick.
-    fn record_drop_total(&mut self, count: u64) {
-        let recorded = JournalEvent::DropsRecorded { count };
-        self.projection.apply(&recorded);
-        let _ = self.journal.cast(JournalMsg::Record(vec![recorded]));
     }
 
     /// Drops an earlier life counted with no marker (what the supervisor took off the queue
@@ -1376,8 +1251,8 @@ impl WriterState {
     /// them, written alone as this writer opens, before any event it takes. Nothing while
     /// history is disabled; a marker that fails stays owed, for the next open.
     async fn mark_owed_drops(&mut self) {
-        let owed = self.projection.unmarked_drops();
-        if owed == 0 || !self.projection.enabled {
+        let owed = self.rules.projection.unmarked_drops();
+        if owed == 0 || !self.rules.projection.enabled {
             return;
         }
         if let Some(marker) = self.drop_marker(owed) {
@@ -1491,13 +1366,13 @@ impl WriterState {
             match outcome.checkpoint {
                 CheckpointOutcome::Untouched => {}
                 CheckpointOutcome::Kept | CheckpointOutcome::Verified => {
-                    if std::mem::take(&mut self.key_failing) {
-                        self.signal(SignalKind::KeyRecovered);
-                    }
+                    let recovered = self.rules.key_ok();
+                    self.carry_out(recovered);
                     // A rollback an earlier life reported no longer holds (the newer copy is
                     // back): the only thing that clears it. Signalled only then.
                     if outcome.checkpoint == CheckpointOutcome::Verified
                         && self
+                            .rules
                             .projection
                             .holds(HealthCategory::StorageCorrupt, true, 0)
                     {
@@ -1560,34 +1435,10 @@ impl WriterState {
     }
 
     /// Counts every record `error` reports lost as dropped (one event each) and has the Query
-    /// actor forget them: [`WriterState::records_lost`].
+    /// actor forget them (`history::State::records_lost`).
     fn records_lost_to(&mut self, error: &AppendError) {
-        let lost = error.lost().cloned();
-        let events = lost
-            .as_ref()
-            .map_or(0, |range| range.clone().count() as u64);
-        self.records_lost(lost, events);
-    }
-
-    /// Records the store reports lost (`lost`; never durable): `events` more to report by the
-    /// next drop marker, and the Query actor told to forget them, so no page returns an event
-    /// the history reports dropped (it answered appended, unsynced events from its cache).
-    /// The range is journaled too: a failed sync may have left those records on disk, and a
-    /// later reader forgets them on the journal's word (`State::lost`).
-    fn records_lost(&mut self, lost: Option<RangeInclusive<u64>>, events: u64) {
-        self.lost_unreported += events;
-        let Some(lost) = lost else { return };
-        let recorded = JournalEvent::RecordsLost {
-            first_sequence: *lost.start(),
-            last_sequence: *lost.end(),
-        };
-        if recorded.check_bounds().is_ok() {
-            self.projection.apply(&recorded);
-            let _ = self.journal.cast(JournalMsg::Record(vec![recorded]));
-        }
-        if let Some(query) = &self.query {
-            let _ = query.cast(crate::query::QueryMsg::Lost(lost));
-        }
+        let effects = self.rules.records_lost_to(error.lost().cloned());
+        self.carry_out(effects);
     }
 
     /// Drops no event followed (their marker waits for the next event, and at a stop none is
@@ -1595,15 +1446,18 @@ impl WriterState {
     /// With history disabled nothing is written: the drops are journaled without a marker,
     /// so the total stays exact across the restart.
     async fn mark_trailing_drops(&mut self) {
-        let count = std::mem::take(&mut self.lost_unreported);
+        let count = self.rules.take_lost_unreported();
         if count == 0 {
             return;
         }
         match self.drop_marker(count) {
-            Some(marker) if self.projection.enabled && self.open.is_some() => {
+            Some(marker) if self.rules.projection.enabled && self.open.is_some() => {
                 self.append_history(vec![marker]).await;
             }
-            _ => self.record_drop_total(count),
+            _ => {
+                let recorded = self.rules.record_drop_total(count);
+                self.carry_out([recorded]);
+            }
         }
     }
 
@@ -1657,8 +1511,8 @@ impl WriterState {
             let _ = write_state_mirror(
                 storage.as_ref(),
                 StateMirror {
-                    enabled: self.projection.enabled,
-                    paused: self.projection.paused,
+                    enabled: self.rules.projection.enabled,
+                    paused: self.rules.projection.paused,
                 },
             );
         }
@@ -1675,13 +1529,13 @@ impl WriterState {
         if self.open.is_none() {
             return Err(ControlError::Refused);
         }
-        let events = decide(&self.projection, setting.command(), caller)
+        let events = decide(&self.rules.projection, setting.command(), caller)
             .map_err(|_| ControlError::Refused)?;
         // What the journal left in effect, even when the commit failed: a smaller quota or a
         // shorter retention applies at once, a larger one (or another mode) only once
         // durable.
         let journaled = self.journal(events, true).await;
-        let quota_bytes = self.projection.quota_bytes;
+        let quota_bytes = self.rules.projection.quota_bytes;
         if let Some(open) = self.open.as_mut() {
             open.history
                 .set_chunk_size_limit(annal_engine::store::chunk_size_limit_for_quota(quota_bytes));
@@ -1715,7 +1569,7 @@ impl WriterState {
             return Err(ControlError::Refused);
         }
         let events =
-            decide(&self.projection, command, caller).map_err(|_| ControlError::Refused)?;
+            decide(&self.rules.projection, command, caller).map_err(|_| ControlError::Refused)?;
         let applied = !events.is_empty();
         if let Err(error) = self.journal(events, true).await {
             // A failed `disable` or `pause` is in effect all the same (a failed `enable` or
@@ -1822,10 +1676,7 @@ impl Actor for WriterActor {
             query: args.query,
             undrained: args.undrained,
             open: None,
-            projection: Projection::default(),
-            storage_failing: false,
-            key_failing: false,
-            lost_unreported: 0,
+            rules: history::State::default(),
             session_ids: SessionIds::default(),
             bytes: StoreBytes::default(),
             myself: myself.clone(),
@@ -1845,8 +1696,8 @@ impl Actor for WriterActor {
         {
             // The key is not readable: show the mirror's enabled/paused so status still says
             // what the owner chose (never authoritative).
-            state.projection.enabled = mirror.enabled;
-            state.projection.paused = mirror.paused;
+            state.rules.projection.enabled = mirror.enabled;
+            state.rules.projection.paused = mirror.paused;
         }
         state.update_capture();
         myself.send_interval(std::time::Duration::from_secs(ROTATION_CHECK_SECS), || {
@@ -1964,51 +1815,5 @@ impl Actor for WriterActor {
         state.release_sequences().await;
         state.capture.set_accepting(false);
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{BatchMarkers, FailedAppend};
-
-    /// Sequences 11..=15, a marker of 3 drops at index 1 and one of 2 drops at index 4.
-    fn batch() -> BatchMarkers {
-        BatchMarkers(vec![(1, 3), (4, 2)])
-    }
-
-    #[test]
-    fn a_failure_that_lost_nothing_counts_no_drop_and_keeps_every_markers_drops() {
-        assert_eq!(
-            batch().lost(11, 5, None),
-            FailedAppend {
-                lost_events: 0,
-                durable_drops: 5
-            }
-        );
-    }
-
-    #[test]
-    fn only_the_lost_tail_of_a_batch_is_counted_and_its_durable_markers_drops_are_kept() {
-        // 11 and 12 reached a chunk the append closed; 13..=15 are lost, the second marker
-        // with them: two events, and the 2 drops it carried, are reported again.
-        assert_eq!(
-            batch().lost(11, 5, Some(&(13..=15))),
-            FailedAppend {
-                lost_events: 4,
-                durable_drops: 3
-            }
-        );
-    }
-
-    #[test]
-    fn lost_records_of_earlier_batches_count_one_each() {
-        // 8..=10 were written by earlier batches and never made durable.
-        assert_eq!(
-            batch().lost(11, 5, Some(&(8..=15))),
-            FailedAppend {
-                lost_events: 3 + 3 + 5,
-                durable_drops: 0
-            }
-        );
     }
 }

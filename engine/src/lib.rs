@@ -34,6 +34,9 @@
 //!   `State::replay`) and the command decisions (`decide`). Pure.
 //! - `health`: supervisor and store signals and the health fold (`health::replay`), with the
 //!   documented precedence among the 13 categories (`docs/health.md`). Pure.
+//! - `history`: the history writer's rules as a pure state machine (drop accounting and
+//!   markers, the sequence reservation, store and key failure signals); the Writer actor
+//!   carries out the effects it returns. Pure.
 //! - `supervision`: the restart decision, OTP restart intensity as a sliding window over
 //!   injected time, and the restart history derived from persisted signals. Pure.
 //!
@@ -58,6 +61,7 @@ pub mod capture;
 pub mod clock;
 pub mod entropy;
 pub mod health;
+pub mod history;
 pub mod index;
 pub mod journal;
 pub mod keys;

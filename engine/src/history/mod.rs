@@ -1,0 +1,118 @@
+//! The history writer's rules as a pure state machine. The Writer actor (`annal-actors`) keeps
+//! the mailbox, the timers, the blocking threads and every I/O call; it asks [`State`] what a
+//! batch, an append's outcome or a store failure means, and carries out the [`Effect`]s it
+//! returns (journal these events, journal this signal, tell the Query actor).
+//!
+//! - [`State`]: what the writer knows between messages: the journal's projection as of its
+//!   last exchange with the journal, the events lost and not yet reported by a drop marker,
+//!   the sequences reserved in the journal, and whether the store and the key are failing (so
+//!   the next success signals recovery).
+//! - [`drops`]: the drop accounting of an append (`docs/design.md`, "No gap without a
+//!   cause"): an [`AppendPlan`] says which sequences a batch takes, whether the journal must
+//!   reserve more first ([`SEQUENCE_RESERVE_BLOCK`]), and what a failed append cost
+//!   ([`BatchMarkers::lost`]): every lost event is reported by the next drop marker, never
+//!   lost silently, and never reported twice.
+//!
+//! Pure: no I/O, no clock reads, no threads.
+
+pub mod drops;
+
+use std::ops::RangeInclusive;
+
+use annal_schema::HealthCategory;
+
+use crate::health::{KeyFault, SignalKind, StorageFault};
+use crate::journal::{JournalEvent, State as Projection};
+
+pub use drops::{AppendPlan, BatchMarkers, FailedAppend, SEQUENCE_RESERVE_BLOCK};
+
+/// What the writer carries out for the state machine, in the order given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Journal these events, durable with the journal's next tick (the writer does not wait;
+    /// [`State`] applied them to its projection already).
+    Record(Vec<JournalEvent>),
+    /// Journal this signal, stamped with the time now.
+    Signal(SignalKind),
+    /// Tell the Query actor to forget these sequences: it may have answered them appended and
+    /// unsynced, and no page may return an event the history reports dropped.
+    ForgetLost(RangeInclusive<u64>),
+}
+
+/// The history writer's state between messages.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct State {
+    /// The journal's projection as of the writer's last exchange with it (enabled, paused:
+    /// what capture admission needs). Status reads the journal's own, current one.
+    pub projection: Projection,
+    /// Events lost by this writer (a failed batch or sync) not yet reported by a drop marker.
+    lost_unreported: u64,
+    /// Sequences reserved in the journal so far (durable there).
+    reserved_through: u64,
+    /// Whether the last store operation failed (so the next success signals recovery).
+    storage_failing: bool,
+    /// Whether the last key load failed (so the next success signals recovery).
+    key_failing: bool,
+}
+
+impl State {
+    /// The history writer opened above `reserved_through` (the highest sequence its store
+    /// holds): sequences above it are reserved before they are used.
+    pub fn opened(&mut self, reserved_through: u64) {
+        self.reserved_through = reserved_through;
+    }
+
+    /// Sequences reserved in the journal so far.
+    pub fn reserved_through(&self) -> u64 {
+        self.reserved_through
+    }
+
+    /// Events lost and not yet reported by a drop marker.
+    pub fn lost_unreported(&self) -> u64 {
+        self.lost_unreported
+    }
+
+    /// Takes the events lost and not yet reported, for a drop marker about to be written.
+    pub fn take_lost_unreported(&mut self) -> u64 {
+        std::mem::take(&mut self.lost_unreported)
+    }
+
+    /// `events` more lost, to be reported by the next drop marker.
+    pub fn count_lost(&mut self, events: u64) {
+        self.lost_unreported = self.lost_unreported.saturating_add(events);
+    }
+
+    /// A store operation failed with `category`: the storage signal (`storage_corrupt` or
+    /// `storage_unavailable`); the next success signals recovery.
+    pub fn storage_fault(&mut self, category: HealthCategory) -> Effect {
+        let category = if category == HealthCategory::StorageCorrupt {
+            StorageFault::StorageCorrupt
+        } else {
+            StorageFault::StorageUnavailable
+        };
+        self.storage_failing = true;
+        Effect::Signal(SignalKind::StorageFailed { category })
+    }
+
+    /// A store operation succeeded: the recovery signal, if the last one failed.
+    pub fn storage_ok(&mut self) -> Option<Effect> {
+        std::mem::take(&mut self.storage_failing)
+            .then_some(Effect::Signal(SignalKind::StorageRecovered))
+    }
+
+    /// A key operation failed with `category` (a key category; any other reads as
+    /// `key_unavailable`); the next success signals recovery.
+    pub fn key_fault(&mut self, category: HealthCategory) -> Effect {
+        self.key_failing = true;
+        let fault = KeyFault::from_health(category).unwrap_or(KeyFault::KeyUnavailable);
+        Effect::Signal(SignalKind::KeyFailed { category: fault })
+    }
+
+    /// A key operation succeeded: the recovery signal, if the last one failed.
+    pub fn key_ok(&mut self) -> Option<Effect> {
+        std::mem::take(&mut self.key_failing).then_some(Effect::Signal(SignalKind::KeyRecovered))
+    }
+}
+
+#[cfg(test)]
+mod tests;

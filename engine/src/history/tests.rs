@@ -1,0 +1,392 @@
+//! The history writer's rules through a given/when/then harness: given what the writer knows,
+//! when an input arrives (a batch planned, appended or failed, a store or key failure), then
+//! these effects, in this order, and this state after them.
+
+use std::ops::RangeInclusive;
+
+use annal_schema::{EventDraft, EventTime, HealthCategory, Payload, Platform, Subject};
+
+use super::*;
+use crate::journal::JournalEvent;
+
+// ---- The harness ----
+
+/// What the writer knows before the input.
+struct Given {
+    state: State,
+}
+
+/// The state after an input, and the effects it returned.
+struct Then {
+    state: State,
+    effects: Vec<Effect>,
+}
+
+/// A writer that opened a store holding sequences through `high_water`.
+fn given_opened(high_water: u64) -> Given {
+    let mut state = State::default();
+    state.opened(high_water);
+    Given { state }
+}
+
+impl Given {
+    /// Events lost earlier, not yet reported by a marker.
+    fn lost_earlier(mut self, events: u64) -> Self {
+        self.state.count_lost(events);
+        self
+    }
+
+    /// The store failed before.
+    fn storage_failing(mut self) -> Self {
+        let _ = self.state.storage_fault(HealthCategory::StorageUnavailable);
+        self
+    }
+
+    /// The key failed before.
+    fn key_failing(mut self) -> Self {
+        let _ = self.state.key_fault(HealthCategory::KeyUnavailable);
+        self
+    }
+
+    /// Applies `input` to the state.
+    fn when(mut self, input: impl FnOnce(&mut State) -> Vec<Effect>) -> Then {
+        let effects = input(&mut self.state);
+        Then {
+            state: self.state,
+            effects,
+        }
+    }
+}
+
+impl Then {
+    /// The input returned exactly `effects`; returns the state after it.
+    #[track_caller]
+    fn then_expect(self, effects: &[Effect]) -> State {
+        assert_eq!(self.effects, effects);
+        self.state
+    }
+}
+
+/// A draft of `payload` (the rules read only the payload).
+fn draft(payload: Payload) -> EventDraft {
+    EventDraft {
+        subject: Subject::new("writer").unwrap(),
+        time: EventTime::from_unix(std::time::Duration::from_secs(1_800_000_000)).unwrap(),
+        session_id: None,
+        action_id: None,
+        platform: Platform::Linux,
+        capability: None,
+        application: None,
+        payload,
+    }
+}
+
+/// A drop marker of `count` drops.
+fn marker(count: u64) -> EventDraft {
+    draft(Payload::Health {
+        category: HealthCategory::EventsDropped,
+        count,
+    })
+}
+
+/// An event that is not a marker.
+fn event() -> EventDraft {
+    draft(Payload::Session {
+        phase: annal_schema::SessionPhase::Started,
+    })
+}
+
+fn drops_recorded(count: u64) -> Effect {
+    Effect::Record(vec![JournalEvent::DropsRecorded { count }])
+}
+
+fn records_lost(range: RangeInclusive<u64>) -> [Effect; 2] {
+    [
+        Effect::Record(vec![JournalEvent::RecordsLost {
+            first_sequence: *range.start(),
+            last_sequence: *range.end(),
+        }]),
+        Effect::ForgetLost(range),
+    ]
+}
+
+fn unavailable() -> Effect {
+    Effect::Signal(SignalKind::StorageFailed {
+        category: crate::health::StorageFault::StorageUnavailable,
+    })
+}
+
+/// Plans `drafts` at `next`, in `state`.
+fn plan(state: &State, drafts: &[EventDraft], counted: u64, next: u64) -> AppendPlan {
+    state.plan_append(drafts, counted, Some(next)).unwrap()
+}
+
+// ---- Batch markers: what a failed append cost ----
+
+/// Sequences 11..=15, a marker of 3 drops at index 1 and one of 2 drops at index 4.
+fn batch() -> BatchMarkers {
+    BatchMarkers::new(vec![(1, 3), (4, 2)])
+}
+
+#[test]
+fn a_failure_that_lost_nothing_counts_no_drop_and_keeps_every_markers_drops() {
+    assert_eq!(
+        batch().lost(11, 5, None),
+        FailedAppend {
+            lost_events: 0,
+            durable_drops: 5
+        }
+    );
+}
+
+#[test]
+fn only_the_lost_tail_of_a_batch_is_counted_and_its_durable_markers_drops_are_kept() {
+    // 11 and 12 reached a chunk the append closed; 13..=15 are lost, the second marker
+    // with them: two events, and the 2 drops it carried, are reported again.
+    assert_eq!(
+        batch().lost(11, 5, Some(&(13..=15))),
+        FailedAppend {
+            lost_events: 4,
+            durable_drops: 3
+        }
+    );
+}
+
+#[test]
+fn lost_records_of_earlier_batches_count_one_each() {
+    // 8..=10 were written by earlier batches and never made durable.
+    assert_eq!(
+        batch().lost(11, 5, Some(&(8..=15))),
+        FailedAppend {
+            lost_events: 3 + 3 + 5,
+            durable_drops: 0
+        }
+    );
+}
+
+#[test]
+fn markers_are_found_by_their_place_in_the_batch() {
+    let drafts = [event(), marker(3), event(), event(), marker(2)];
+    assert_eq!(BatchMarkers::of(&drafts), batch());
+    assert_eq!(batch().count(), 2);
+    assert_eq!(batch().drops(), 5);
+}
+
+// ---- The sequence reservation ----
+
+#[test]
+fn a_batch_within_the_reservation_reserves_nothing() {
+    let mut state = State::default();
+    state.opened(10);
+    let reserved = plan(&state, &[event(), event()], 0, 1);
+    assert_eq!(reserved.reservation(), None);
+}
+
+#[test]
+fn a_batch_past_the_reservation_reserves_a_block_above_its_last_sequence() {
+    let state = given_opened(10).state;
+    let plan = plan(&state, &[event(), event()], 0, 10);
+    assert_eq!(
+        plan.reservation(),
+        Some(JournalEvent::SequenceMarked {
+            high_water: 11 + SEQUENCE_RESERVE_BLOCK
+        })
+    );
+}
+
+#[test]
+fn a_durable_reservation_covers_the_next_batches_and_never_goes_down() {
+    let mut state = given_opened(0).state;
+    let first = plan(&state, &[event()], 0, 1);
+    state.reserved(&first);
+    assert_eq!(state.reserved_through(), 1 + SEQUENCE_RESERVE_BLOCK);
+    let next = plan(&state, &[event()], 0, 2);
+    assert_eq!(next.reservation(), None);
+    // A plan made before a later reservation never lowers it.
+    state.reserved(&first);
+    assert_eq!(state.reserved_through(), 1 + SEQUENCE_RESERVE_BLOCK);
+}
+
+#[test]
+fn a_store_with_no_sequence_left_reserves_without_overflowing() {
+    let state = given_opened(10).state;
+    let plan = plan_none_left(&state);
+    assert_eq!(
+        plan.reservation(),
+        Some(JournalEvent::SequenceMarked {
+            high_water: u64::MAX
+        })
+    );
+}
+
+fn plan_none_left(state: &State) -> AppendPlan {
+    state.plan_append(&[event(), event()], 0, None).unwrap()
+}
+
+#[test]
+fn an_empty_batch_plans_nothing() {
+    assert_eq!(State::default().plan_append(&[], 0, Some(1)), None);
+}
+
+// ---- Drop accounting of an append ----
+
+#[test]
+fn an_appended_marker_puts_its_drops_in_the_lifetime_total() {
+    let given = given_opened(100);
+    let plan = plan(&given.state, &[marker(4), event()], 0, 1);
+    let state = given
+        .when(|s| s.appended(&plan))
+        .then_expect(&[drops_recorded(4)]);
+    assert_eq!(state.projection.dropped_total, 4);
+    assert_eq!(state.lost_unreported(), 0);
+}
+
+#[test]
+fn an_appended_marker_of_owed_drops_signals_them_marked_and_never_counts_them_again() {
+    let given = given_opened(100);
+    // 4 owed (counted in an earlier life), 0 new.
+    let plan = plan(&given.state, &[marker(4)], 4, 1);
+    let state = given
+        .when(|s| s.appended(&plan))
+        .then_expect(&[Effect::Signal(SignalKind::DropsMarked { count: 4 })]);
+    assert_eq!(state.projection.dropped_total, 0);
+}
+
+#[test]
+fn an_append_after_a_store_failure_signals_recovery_once() {
+    let given = given_opened(100).storage_failing();
+    let plan = plan(&given.state, &[event()], 0, 1);
+    let mut state = given
+        .when(|s| s.appended(&plan))
+        .then_expect(&[Effect::Signal(SignalKind::StorageRecovered)]);
+    assert_eq!(state.appended(&plan), Vec::new());
+}
+
+#[test]
+fn a_batch_not_appended_reports_its_events_and_new_drops_by_the_next_marker() {
+    let given = given_opened(100).lost_earlier(1);
+    // Two events and a marker of 3 drops, 1 of them owed already: 2 + 2 to report.
+    let plan = plan(&given.state, &[event(), marker(3), event()], 1, 1);
+    let mut state = given.state;
+    state.not_appended(&plan);
+    assert_eq!(state.lost_unreported(), 1 + 4);
+    assert_eq!(state.projection.dropped_total, 0);
+}
+
+#[test]
+fn a_refused_append_loses_the_whole_batch_and_journals_the_range() {
+    let given = given_opened(100);
+    let plan = plan(&given.state, &[event(), marker(3), event()], 0, 7);
+    let [record, forget] = records_lost(7..=9);
+    let state = given
+        .when(|s| s.append_failed(&plan, true, None, None))
+        // 2 events and the 3 drops the lost marker carried, reported again.
+        .then_expect(&[record, forget, unavailable()]);
+    assert_eq!(state.lost_unreported(), 5);
+    assert_eq!(state.projection.dropped_total, 0);
+}
+
+#[test]
+fn a_failed_append_whose_marker_reached_the_disk_counts_its_drops_once() {
+    let given = given_opened(100);
+    // 7 (the marker) reached a chunk the append closed; 8 and 9 are lost.
+    let plan = plan(&given.state, &[marker(3), event(), event()], 0, 7);
+    let [record, forget] = records_lost(8..=9);
+    let state = given
+        .when(|s| {
+            s.append_failed(
+                &plan,
+                false,
+                Some(8..=9),
+                Some(HealthCategory::StorageCorrupt),
+            )
+        })
+        .then_expect(&[
+            record,
+            forget,
+            drops_recorded(3),
+            Effect::Signal(SignalKind::StorageFailed {
+                category: crate::health::StorageFault::StorageCorrupt,
+            }),
+        ]);
+    assert_eq!(state.lost_unreported(), 2);
+    assert_eq!(state.projection.dropped_total, 3);
+}
+
+#[test]
+fn owed_drops_whose_marker_was_lost_stay_owed_and_are_not_reported_again() {
+    let given = given_opened(100);
+    let plan = plan(&given.state, &[marker(4)], 4, 1);
+    let [record, forget] = records_lost(1..=1);
+    let state = given
+        .when(|s| s.append_failed(&plan, true, None, None))
+        .then_expect(&[record, forget, unavailable()]);
+    assert_eq!(state.lost_unreported(), 0);
+}
+
+#[test]
+fn a_failure_that_lost_nothing_journals_no_range() {
+    let given = given_opened(100);
+    let plan = plan(&given.state, &[event()], 0, 1);
+    given
+        .when(|s| s.append_failed(&plan, false, None, None))
+        .then_expect(&[unavailable()]);
+}
+
+#[test]
+fn a_failed_sync_counts_each_lost_record_once() {
+    let state = given_opened(100)
+        .lost_earlier(2)
+        .when(|s| s.records_lost_to(Some(3..=5)))
+        .then_expect(&records_lost(3..=5));
+    assert_eq!(state.lost_unreported(), 2 + 3);
+}
+
+#[test]
+fn a_lost_range_outside_the_journals_bounds_is_forgotten_but_not_journaled() {
+    given_opened(0)
+        .when(|s| s.records_lost(Some(0..=0), 1))
+        .then_expect(&[Effect::ForgetLost(0..=0)]);
+}
+
+#[test]
+fn a_marker_about_to_be_written_takes_every_unreported_loss() {
+    let mut state = given_opened(0).lost_earlier(3).state;
+    state.count_lost(2);
+    assert_eq!(state.take_lost_unreported(), 5);
+    assert_eq!(state.lost_unreported(), 0);
+}
+
+// ---- Store and key failure signals ----
+
+#[test]
+fn a_storage_failure_says_corrupt_only_for_corruption() {
+    given_opened(0)
+        .when(|s| vec![s.storage_fault(HealthCategory::KeyUnavailable)])
+        .then_expect(&[unavailable()]);
+}
+
+#[test]
+fn a_key_failure_keeps_its_category_and_recovers_once() {
+    let mut state = given_opened(0)
+        .when(|s| vec![s.key_fault(HealthCategory::KeyLocked)])
+        .then_expect(&[Effect::Signal(SignalKind::KeyFailed {
+            category: crate::health::KeyFault::KeyLocked,
+        })]);
+    assert_eq!(
+        state.key_ok(),
+        Some(Effect::Signal(SignalKind::KeyRecovered))
+    );
+    assert_eq!(state.key_ok(), None);
+}
+
+#[test]
+fn a_key_success_with_no_failure_before_signals_nothing() {
+    given_opened(0)
+        .key_failing()
+        .when(|s| s.key_ok().into_iter().collect())
+        .then_expect(&[Effect::Signal(SignalKind::KeyRecovered)]);
+    let mut fresh = State::default();
+    assert_eq!(fresh.key_ok(), None);
+    assert_eq!(fresh.storage_ok(), None);
+}
