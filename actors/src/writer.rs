@@ -16,27 +16,21 @@
 //! predecessor skipped, and a clean stop releases the rest of its reservation, so a clean
 //! restart leaves no gap ("No gap without a cause").
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use annal_engine::capture::{
-    ActionContext, ActionIds, CaptureControl, Captured, CapturedItem, Drained, SessionLabel,
-};
+use annal_engine::capture::{CaptureControl, Captured, Drained};
 use annal_engine::clock::Clock;
 use annal_engine::health::{KeyFault, Signal, SignalKind};
 use annal_engine::history::{self, Effect};
 use annal_engine::journal::{CallerKind, Command, ContractSource, JournalEvent, decide};
-use annal_engine::keys::{KeyError, SessionIdKey};
+use annal_engine::keys::KeyError;
 use annal_engine::storage::{Access, Storage};
 use annal_engine::store::{
     AppendError, AppendReceipt, ControlRead, History, OpenState, StateMirror, StoreWriter,
     WriterConfig, create_store, open_store, read_state_mirror, write_state_mirror,
 };
 use annal_schema::tools::{STORAGE_PROFILE_ID, StatusResponse};
-use annal_schema::{
-    ControlOperation, EventDraft, EventTime, HealthCategory, OpaqueId, Payload, SessionPhase,
-    Subject,
-};
+use annal_schema::{ControlOperation, EventDraft, HealthCategory, Payload};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::config::EngineConfig;
@@ -45,8 +39,7 @@ use crate::key_custody::{KeyCustodyMsg, StreamKeys};
 
 pub use annal_engine::history::SEQUENCE_RESERVE_BLOCK;
 
-/// Most raw-label -> keyed-id entries the writer caches (deriving one is an HMAC, ~1 us).
-pub const SESSION_ID_CACHE_ENTRIES: usize = 1024;
+pub use annal_engine::history::SESSION_ID_CACHE_ENTRIES;
 
 /// How often the writer checks whether an idle chunk reached its age limit, in seconds. Far
 /// below `CHUNK_MAX_AGE_SECS`; the only timer an idle writer keeps.
@@ -246,41 +239,6 @@ struct Open {
     pruner: annal_engine::store::Pruner,
 }
 
-/// The keyed session ids derived so far (deriving one is a keyed hash; labels repeat).
-#[derive(Default)]
-struct SessionIds {
-    /// Raw label -> keyed session id, at most `SESSION_ID_CACHE_ENTRIES`.
-    by_label: HashMap<SessionLabel, OpaqueId>,
-    /// The last label looked up and its id: compared (by pointer first) before hashing the
-    /// label for the map.
-    last: Option<(SessionLabel, OpaqueId)>,
-}
-
-impl SessionIds {
-    /// The keyed session id of `label` under `key`, derived once per label while cached.
-    fn id(&mut self, label: &SessionLabel, key: &SessionIdKey) -> OpaqueId {
-        // Most events of a batch belong to the session of the one before.
-        if let Some((last, id)) = &self.last
-            && last == label
-        {
-            return id.clone();
-        }
-        let id = match self.by_label.get(label) {
-            Some(id) => id.clone(),
-            None => {
-                if self.by_label.len() >= SESSION_ID_CACHE_ENTRIES {
-                    self.by_label.clear();
-                }
-                let id = key.session_id(label.as_str());
-                self.by_label.insert(label.clone(), id.clone());
-                id
-            }
-        };
-        self.last = Some((label.clone(), id.clone()));
-        id
-    }
-}
-
 /// The writer's state.
 pub struct WriterState {
     /// The engine's configuration.
@@ -293,8 +251,8 @@ pub struct WriterState {
     journal: ActorRef<JournalMsg>,
     /// The capture admission switch.
     capture: CaptureControl,
-    /// The channel's action ids (from its seed, a window at a time).
-    action_ids: ActionIds,
+    /// Builds history drafts: the channel's action ids, the session ids derived so far.
+    drafter: history::Drafter,
     /// The store's storage slot.
     storage: StorageSlot,
     /// The query actor, told of every appended event.
@@ -307,8 +265,6 @@ pub struct WriterState {
     /// of the writer's last exchange with it, drops not yet reported, the sequence
     /// reservation, store and key failures (`annal_engine::history`).
     rules: history::State,
-    /// Raw label -> keyed session id.
-    session_ids: SessionIds,
     /// Encrypted bytes in the store, as far as this writer knows: the history's chunks (the
     /// contract's `bytes_used`) and annal's journal chunks; the quota counts both.
     bytes: StoreBytes,
@@ -1026,146 +982,22 @@ impl WriterState {
 
     /// The history's `health{events_dropped, count}` marker, now.
     fn drop_marker(&self, count: u64) -> Option<EventDraft> {
-        self.draft(
-            "writer",
-            Payload::Health {
-                category: HealthCategory::EventsDropped,
-                count,
-            },
-        )
+        self.drafter
+            .drop_marker(count, self.clock.now_since_epoch())
     }
 
     /// A v0 draft of `payload` for the history stream, now.
     fn draft(&self, subject: &str, payload: Payload) -> Option<EventDraft> {
-        Some(EventDraft {
-            subject: Subject::new(subject).ok()?,
-            time: EventTime::from_unix(self.clock.now_since_epoch()).ok()?,
-            session_id: None,
-            action_id: None,
-            platform: self.config.platform,
-            capability: None,
-            application: None,
-            payload,
-        })
+        self.drafter
+            .draft(subject, payload, self.clock.now_since_epoch())
     }
 
-    /// The keyed session id of `label` (when there is a label and a key).
-    fn keyed_session(
-        &mut self,
-        label: Option<&SessionLabel>,
-        key: Option<&SessionIdKey>,
-    ) -> Option<OpaqueId> {
-        Some(self.session_ids.id(label?, key?))
-    }
-
-    /// The draft of an action's start or completion: the same identity fields, another payload.
-    /// The context's strings move into the draft. A completion whose start's context the drain
-    /// no longer kept (`None`: the start is older than `OPEN_ACTIONS_RETAINED` starts) is still
-    /// drafted, linked to its start by the action id, without capability, application and
-    /// session.
-    fn action_draft(
-        &mut self,
-        time: EventTime,
-        action: u64,
-        context: Option<ActionContext>,
-        key: Option<&SessionIdKey>,
-        payload: Payload,
-    ) -> EventDraft {
-        let id = self.action_ids.id(action);
-        let (target, session) = context.map(ActionContext::into_parts).unzip();
-        let session_id = self.keyed_session(session.flatten().as_ref(), key);
-        let (capability, application) = target.map(|t| (t.capability, t.application)).unzip();
-        EventDraft {
-            subject: Subject::for_action(&id),
-            time,
-            session_id,
-            action_id: Some(id),
-            platform: self.config.platform,
-            capability,
-            application: application.flatten(),
-            payload,
-        }
-    }
-
-    /// The draft of a session's start or end.
-    fn session_draft(
-        &mut self,
-        time: EventTime,
-        label: &SessionLabel,
-        key: Option<&SessionIdKey>,
-        phase: SessionPhase,
-    ) -> Option<EventDraft> {
-        Some(EventDraft {
-            subject: Subject::new("session").ok()?,
-            time,
-            session_id: self.keyed_session(Some(label), key),
-            action_id: None,
-            platform: self.config.platform,
-            capability: None,
-            application: None,
-            payload: Payload::Session { phase },
-        })
-    }
-
-    /// Turns drained items into history drafts (and the journal's drop records).
+    /// Turns drained items into history drafts (`history::State::drafts`).
     fn drafts(&mut self, batch: Vec<Drained<Captured>>) -> Vec<EventDraft> {
-        let mut drafts = Vec::with_capacity(batch.len() + 1);
-        let mut dropped = 0u64;
-        let session_key = self.open.as_ref().map(|o| Arc::clone(&o.keys.session));
-        let mut lost_before = self.rules.take_lost_unreported();
-        for item in batch {
-            let captured = match item {
-                Drained::Dropped { count } => {
-                    dropped += count;
-                    continue;
-                }
-                Drained::Captured(captured) => captured,
-            };
-            let marker = dropped + lost_before;
-            if marker > 0 {
-                if let Some(draft) = self.drop_marker(marker) {
-                    drafts.push(draft);
-                }
-                lost_before = 0;
-                dropped = 0;
-            }
-            let Ok(time) = EventTime::from_unix(captured.at) else {
-                lost_before += 1;
-                continue;
-            };
-            let key = session_key.as_deref();
-            let draft = match captured.item {
-                CapturedItem::ActionStarted { action, context } => Some(self.action_draft(
-                    time,
-                    action,
-                    Some(context),
-                    key,
-                    Payload::ActionStarted,
-                )),
-                CapturedItem::ActionCompleted {
-                    action,
-                    context,
-                    outcome,
-                } => Some(self.action_draft(
-                    time,
-                    action,
-                    context,
-                    key,
-                    Payload::ActionCompleted(outcome),
-                )),
-                CapturedItem::SessionStarted { session } => {
-                    self.session_draft(time, &session, key, SessionPhase::Started)
-                }
-                CapturedItem::SessionEnded { session } => {
-                    self.session_draft(time, &session, key, SessionPhase::Ended)
-                }
-            };
-            let Some(draft) = draft else { continue };
-            drafts.push(draft);
-        }
-        // Drops with no event after them yet: reported before the next event.
-        self.rules.count_lost(lost_before + dropped);
-        drafts
+        let key = self.open.as_ref().map(|o| Arc::clone(&o.keys.session));
+        let now = self.clock.now_since_epoch();
+        self.rules
+            .drafts(&mut self.drafter, batch, key.as_deref(), now)
     }
 
     /// Appends history drafts, reserving sequences first. A failure is a signal, and what it
@@ -1665,19 +1497,19 @@ impl Actor for WriterActor {
         myself: ActorRef<Self::Msg>,
         args: WriterArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let drafter = history::Drafter::new(args.config.platform, args.action_seed);
         let mut state = WriterState {
             config: args.config,
             clock: args.clock,
             keys: args.keys,
             journal: args.journal,
             capture: args.capture,
-            action_ids: ActionIds::new(args.action_seed),
+            drafter,
             storage: args.storage,
             query: args.query,
             undrained: args.undrained,
             open: None,
             rules: history::State::default(),
-            session_ids: SessionIds::default(),
             bytes: StoreBytes::default(),
             myself: myself.clone(),
             tick_armed: false,

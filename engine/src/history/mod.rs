@@ -7,6 +7,9 @@
 //!   last exchange with the journal, the events lost and not yet reported by a drop marker,
 //!   the sequences reserved in the journal, and whether the store and the key are failing (so
 //!   the next success signals recovery).
+//! - [`drafts`]: each drained capture becomes a v0 draft ([`Drafter`]: keyed session ids,
+//!   action ids from the channel's seed), with one drop marker before the first event after
+//!   any drops ([`State::drafts`]).
 //! - [`drops`]: the drop accounting of an append (`docs/design.md`, "No gap without a
 //!   cause"): an [`AppendPlan`] says which sequences a batch takes, whether the journal must
 //!   reserve more first ([`SEQUENCE_RESERVE_BLOCK`]), and what a failed append cost
@@ -15,6 +18,7 @@
 //!
 //! Pure: no I/O, no clock reads, no threads.
 
+pub mod drafts;
 pub mod drops;
 
 use std::ops::RangeInclusive;
@@ -24,6 +28,7 @@ use annal_schema::HealthCategory;
 use crate::health::{KeyFault, SignalKind, StorageFault};
 use crate::journal::{JournalEvent, State as Projection};
 
+pub use drafts::{Drafter, SESSION_ID_CACHE_ENTRIES};
 pub use drops::{AppendPlan, BatchMarkers, FailedAppend, SEQUENCE_RESERVE_BLOCK};
 
 /// What the writer carries out for the state machine, in the order given.

@@ -390,3 +390,202 @@ fn a_key_success_with_no_failure_before_signals_nothing() {
     assert_eq!(fresh.key_ok(), None);
     assert_eq!(fresh.storage_ok(), None);
 }
+
+// ---- Drafts from drained captures ----
+
+mod drafts {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use annal_schema::{
+        ActionOutcome, Capability, EventDraft, EventTime, EvidenceKinds, HealthCategory, Payload,
+        Platform, Route, SessionPhase,
+    };
+
+    use super::super::*;
+    use crate::capture::{CaptureDrain, CaptureHandle, Captured, Drained, capture_channel};
+    use crate::clock::ManualClock;
+    use crate::keys::RootKey;
+
+    /// A raw session label that must never reach a draft.
+    const SECRET_LABEL: &str = "s3cret-session-label-41";
+
+    /// When the captures happen.
+    const CAPTURED_AT: Duration = Duration::from_secs(1_800_000_000);
+
+    /// When the writer drafts them (a marker's time).
+    const NOW: Duration = Duration::from_secs(1_800_000_060);
+
+    /// The action-id seed of the writer in these tests.
+    const SEED: [u8; 32] = [9; 32];
+
+    fn channel(capacity: usize) -> (CaptureHandle, CaptureDrain) {
+        let clock = ManualClock::new(CAPTURED_AT);
+        let (handle, drain) = capture_channel(capacity, Arc::new(clock)).unwrap();
+        drain.control().set_accepting(true);
+        (handle, drain)
+    }
+
+    fn drained(drain: &mut CaptureDrain) -> Vec<Drained<Captured>> {
+        let mut out = Vec::new();
+        drain.drain(usize::MAX, &mut out);
+        out
+    }
+
+    fn key() -> crate::keys::SessionIdKey {
+        RootKey::from_bytes([3; 32]).session_id_key()
+    }
+
+    fn outcome() -> ActionOutcome {
+        ActionOutcome {
+            effect: annal_schema::Effect::Confirmed,
+            route: Route::Accessibility,
+            delivery: None,
+            delivered_count: Some(1),
+            evidence_kinds: EvidenceKinds::default(),
+            escalation_kind: None,
+        }
+    }
+
+    /// Drafts `batch` in `state`, with the session-id key.
+    fn draft_all(state: &mut State, batch: Vec<Drained<Captured>>) -> Vec<EventDraft> {
+        let mut drafter = Drafter::new(Platform::Linux, SEED);
+        state.drafts(&mut drafter, batch, Some(&key()), NOW)
+    }
+
+    fn dropped_count(draft: &EventDraft) -> Option<u64> {
+        match draft.payload {
+            Payload::Health {
+                category: HealthCategory::EventsDropped,
+                count,
+            } => Some(count),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn an_action_and_its_completion_share_the_id_the_seed_gives_and_their_capture_time() {
+        let (handle, mut drain) = channel(8);
+        let session = handle.session_started(SECRET_LABEL);
+        let token = handle.action_started(Capability::new("click").unwrap(), None, Some(&session));
+        handle.action_completed(token, outcome());
+        let mut state = State::default();
+        let drafts = draft_all(&mut state, drained(&mut drain));
+        assert_eq!(drafts.len(), 3);
+        let (start, done) = (&drafts[1], &drafts[2]);
+        assert_eq!(start.payload, Payload::ActionStarted);
+        assert_eq!(done.payload, Payload::ActionCompleted(outcome()));
+        assert_eq!(start.action_id, done.action_id);
+        let id = start.action_id.clone().unwrap();
+        assert!((0..4).any(|n| crate::capture::action_id(&SEED, n) == id));
+        assert_eq!(start.capability, Some(Capability::new("click").unwrap()));
+        assert_eq!(done.capability, start.capability);
+        assert_eq!(start.time, EventTime::from_unix(CAPTURED_AT).unwrap());
+        assert_eq!(start.platform, Platform::Linux);
+        assert_eq!(state.lost_unreported(), 0);
+    }
+
+    #[test]
+    fn a_session_id_is_keyed_the_same_for_every_event_of_a_session_and_never_the_label() {
+        let (handle, mut drain) = channel(8);
+        let first = handle.session_started(SECRET_LABEL);
+        let second = handle.session_started("another-label");
+        let _ = handle.action_started(Capability::new("type").unwrap(), None, Some(&first));
+        handle.session_ended(first);
+        handle.session_ended(second);
+        let drafts = draft_all(&mut State::default(), drained(&mut drain));
+        assert_eq!(drafts.len(), 5);
+        let expected = key().session_id(SECRET_LABEL);
+        for index in [0, 2, 3] {
+            assert_eq!(
+                drafts[index].session_id.as_ref(),
+                Some(&expected),
+                "{index}"
+            );
+        }
+        assert_eq!(
+            drafts[1].session_id,
+            Some(key().session_id("another-label"))
+        );
+        assert_eq!(
+            drafts[3].payload,
+            Payload::Session {
+                phase: SessionPhase::Ended
+            }
+        );
+        // The raw label reaches no draft, in any form the writer could store or print.
+        for draft in &drafts {
+            assert!(!format!("{draft:?}").contains(SECRET_LABEL));
+            assert!(!format!("{:?}", draft.subject).contains(SECRET_LABEL));
+        }
+    }
+
+    #[test]
+    fn without_the_session_key_no_session_id_is_written() {
+        let (handle, mut drain) = channel(8);
+        let _session = handle.session_started(SECRET_LABEL);
+        let mut drafter = Drafter::new(Platform::Linux, SEED);
+        let drafts = State::default().drafts(&mut drafter, drained(&mut drain), None, NOW);
+        assert_eq!(drafts.len(), 1);
+        assert_eq!(drafts[0].session_id, None);
+    }
+
+    /// `n` captured actions, drained.
+    fn actions(n: usize) -> Vec<Drained<Captured>> {
+        let (handle, mut drain) = channel(n);
+        for _ in 0..n {
+            let _ = handle.action_started(Capability::new("a").unwrap(), None, None);
+        }
+        drained(&mut drain)
+    }
+
+    fn dropped(count: u64) -> Drained<Captured> {
+        Drained::Dropped { count }
+    }
+
+    #[test]
+    fn one_marker_goes_before_the_first_event_after_drops_with_the_earlier_losses() {
+        let mut events = actions(3).into_iter();
+        let mut next = || events.next().unwrap();
+        let batch = vec![next(), dropped(2), dropped(1), next(), next()];
+        // 4 lost by the writer earlier.
+        let mut state = State::default();
+        state.count_lost(4);
+        let drafts = draft_all(&mut state, batch);
+        let markers: Vec<_> = drafts.iter().map(dropped_count).collect();
+        assert_eq!(markers, [Some(4), None, Some(3), None, None]);
+        assert_eq!(drafts[0].time, EventTime::from_unix(NOW).unwrap());
+        assert_eq!(state.lost_unreported(), 0);
+    }
+
+    #[test]
+    fn drops_no_event_follows_wait_for_the_next_batch_and_are_never_marked_twice() {
+        let mut events = actions(2).into_iter();
+        let mut state = State::default();
+        let first = vec![events.next().unwrap(), dropped(5)];
+        let drafts = draft_all(&mut state, first);
+        assert_eq!(drafts.iter().filter_map(dropped_count).count(), 0);
+        assert_eq!(state.lost_unreported(), 5);
+        let drafts = draft_all(&mut state, vec![events.next().unwrap()]);
+        let markers: Vec<_> = drafts.iter().map(dropped_count).collect();
+        assert_eq!(markers, [Some(5), None]);
+        assert_eq!(state.lost_unreported(), 0);
+        // Nothing is marked twice: a batch with no drops has no marker.
+        let drafts = draft_all(&mut state, actions(1));
+        assert_eq!(drafts.iter().filter_map(dropped_count).count(), 0);
+    }
+
+    #[test]
+    fn an_empty_batch_drafts_nothing_and_keeps_the_losses_for_later() {
+        let mut state = State::default();
+        state.count_lost(2);
+        assert!(draft_all(&mut state, Vec::new()).is_empty());
+        assert_eq!(state.lost_unreported(), 2);
+    }
+
+    #[test]
+    fn a_drafter_never_shows_its_seed() {
+        let drafter = Drafter::new(Platform::Linux, SEED);
+        assert!(!format!("{drafter:?}").contains("9, 9"));
+    }
+}
