@@ -122,45 +122,7 @@ impl WriterMsg {
     }
 }
 
-/// An owner's setting, journaled and durable before it is acknowledged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Setting {
-    /// Query-visible retention, in days (`journal::RETENTION_MIN_DAYS..=RETENTION_MAX_DAYS`):
-    /// no query returns an older event, and pruning removes the chunks holding only such
-    /// events.
-    Retention {
-        /// In days.
-        days: u32,
-    },
-    /// The encrypted-byte quota (`journal::QUOTA_MIN_BYTES..=QUOTA_MAX_BYTES`) and what capture
-    /// does at it.
-    Quota {
-        /// In bytes.
-        bytes: u64,
-        /// Stop capture, or evict the oldest sealed chunks.
-        on_quota: annal_engine::journal::OnQuota,
-    },
-}
-
-impl Setting {
-    /// The journal command that sets it.
-    fn command(self) -> Command {
-        match self {
-            Self::Retention { days } => Command::SetRetention { days },
-            Self::Quota { bytes, on_quota } => Command::SetQuota { bytes, on_quota },
-        }
-    }
-
-    /// Whether the value is within its bounds (`Engine::set` checks before anything is sent,
-    /// and the journal's rules again).
-    pub fn in_bounds(self) -> bool {
-        match self {
-            Self::Retention { days } => annal_engine::journal::retention_in_bounds(days),
-            Self::Quota { bytes, .. } => annal_engine::journal::quota_in_bounds(bytes),
-        }
-    }
-}
+pub use annal_engine::history::Setting;
 
 /// Why a control operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -257,8 +219,6 @@ pub struct WriterState {
     storage: StorageSlot,
     /// The query actor, told of every appended event.
     query: Option<ActorRef<crate::query::QueryMsg>>,
-    /// Nothing drains the capture queue for good ([`WriterMsg::Undrained`]).
-    undrained: bool,
     /// The history writer, once open.
     open: Option<Open>,
     /// The writer's rules and what they know between messages: the journal's projection as
@@ -272,9 +232,6 @@ pub struct WriterState {
     myself: ActorRef<WriterMsg>,
     /// Whether a group-commit tick is armed (an idle writer has none).
     tick_armed: bool,
-    /// The store is at its quota: capture admits nothing new (reads, control and access
-    /// records still go through: they are the headroom above the quota).
-    at_quota: bool,
     /// Seal jobs (a seal file written on a blocking thread, two syncs and a rename, then its
     /// checkpoint stored through key custody: all off the capture path), each waiting for the
     /// one before; each answers what it did. Awaited at stop.
@@ -540,56 +497,26 @@ impl WriterState {
         ControlError::Storage
     }
 
-    /// Whether capture may admit new events now: the owner's and the embedder's choices and a
-    /// loaded key. A storage fault does not close capture: it keeps admitting, the writer keeps
-    /// trying, and what cannot be written is counted as dropped until the disk recovers (that
-    /// next successful write is also what clears the fault).
-    fn accepting(&self) -> bool {
-        !self.undrained
-            && self.config.admitted
-            && self.rules.projection.enabled
-            && !self.rules.projection.paused
-            && self.open.is_some()
-            && !self.at_quota
-    }
-
-    /// Compares the bytes in the store with the quota, and signals when that changes. At the
-    /// quota capture stops (`quota_reached`); it resumes once the quota is raised or, with
-    /// `evict_oldest`, once eviction ([`WriterState::prune`], which runs first) made room. Only
-    /// what eviction cannot free (the open chunk, unsealed chunks, the journal) stops capture
-    /// under `evict_oldest`.
+    /// Compares the bytes in the store with the quota, and signals when that changes
+    /// (`history::State::check_quota`). Pruning ([`WriterState::prune`]) runs first.
     fn check_quota(&mut self) {
-        let at = self.open.is_some() && self.bytes.total() >= self.rules.projection.quota_bytes;
-        if at != self.at_quota {
-            self.at_quota = at;
-            self.signal(if at {
-                SignalKind::QuotaReached
-            } else {
-                SignalKind::QuotaCleared
-            });
-        }
+        let changed = self.rules.check_quota(self.bytes.total());
+        self.carry_out(changed);
     }
 
+    /// Opens or closes capture admission as the rules say (`history::State::accepting`).
     fn update_capture(&self) {
-        self.capture.set_accepting(self.accepting());
+        self.capture.set_accepting(self.rules.accepting());
     }
 
     /// The oldest event time a query may return now: what physical retention prunes below.
     fn retention_cutoff(&self) -> annal_engine::query::RetentionCutoff {
-        annal_engine::query::RetentionCutoff::new(
-            self.clock.now_since_epoch(),
-            self.rules.projection.retention_days,
-        )
+        self.rules.retention_cutoff(self.clock.now_since_epoch())
     }
 
     /// The store's use against its quota, when the owner chose `evict_oldest`.
     fn eviction(&self) -> Option<annal_engine::store::Eviction> {
-        (self.rules.projection.on_quota == annal_engine::journal::OnQuota::EvictOldest).then_some(
-            annal_engine::store::Eviction {
-                used_bytes: self.bytes.total(),
-                quota_bytes: self.rules.projection.quota_bytes,
-            },
-        )
+        self.rules.eviction(self.bytes.total())
     }
 
     /// Tells the pruner of chunks just closed (their seals are being written).
@@ -848,7 +775,6 @@ impl WriterState {
         let open_state = history.open_state();
         self.rules.projection = projection;
         self.rules.opened(reserved_through);
-        self.at_quota = false;
         self.open = Some(Open {
             keys,
             history,
@@ -1325,16 +1251,18 @@ impl WriterState {
     /// deadline. Whether everything appended is synced now.
     fn commit_tick(&mut self) -> bool {
         self.tick_armed = false;
-        let Some(since) = self.open.as_ref().and_then(|open| open.unsynced_since) else {
-            return true;
-        };
-        let age = since.elapsed();
-        match self.config.sync_interval.checked_sub(age) {
-            Some(left) if !left.is_zero() => {
+        let age = self
+            .open
+            .as_ref()
+            .and_then(|open| open.unsynced_since)
+            .map(|since| since.elapsed());
+        match history::commit_tick(age, self.config.sync_interval) {
+            history::Tick::Synced => true,
+            history::Tick::Rearm(left) => {
                 self.arm_tick(left);
                 false
             }
-            _ => self.sync().is_ok(),
+            history::Tick::Sync => self.sync().is_ok(),
         }
     }
 
@@ -1358,19 +1286,17 @@ impl WriterState {
         caller: CallerKind,
     ) -> Result<StatusResponse, ControlError> {
         // Bounds were checked by `Engine::set` before sending; the journal's rules check again.
-        if self.open.is_none() {
-            return Err(ControlError::Refused);
-        }
-        let events = decide(&self.rules.projection, setting.command(), caller)
+        let events = self
+            .rules
+            .decide_setting(setting, caller)
             .map_err(|_| ControlError::Refused)?;
         // What the journal left in effect, even when the commit failed: a smaller quota or a
         // shorter retention applies at once, a larger one (or another mode) only once
         // durable.
         let journaled = self.journal(events, true).await;
-        let quota_bytes = self.rules.projection.quota_bytes;
+        let chunk_size_limit = self.rules.chunk_size_limit_bytes();
         if let Some(open) = self.open.as_mut() {
-            open.history
-                .set_chunk_size_limit(annal_engine::store::chunk_size_limit_for_quota(quota_bytes));
+            open.history.set_chunk_size_limit(chunk_size_limit);
         }
         if journaled.is_ok() {
             self.prune().await;
@@ -1498,6 +1424,8 @@ impl Actor for WriterActor {
         args: WriterArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         let drafter = history::Drafter::new(args.config.platform, args.action_seed);
+        let mut rules = history::State::default();
+        rules.admit(args.config.admitted, !args.undrained);
         let mut state = WriterState {
             config: args.config,
             clock: args.clock,
@@ -1507,13 +1435,11 @@ impl Actor for WriterActor {
             drafter,
             storage: args.storage,
             query: args.query,
-            undrained: args.undrained,
             open: None,
-            rules: history::State::default(),
+            rules,
             bytes: StoreBytes::default(),
             myself: myself.clone(),
             tick_armed: false,
-            at_quota: false,
             seal_writes: Vec::new(),
             checkpoint_tail: None,
         };
@@ -1615,7 +1541,7 @@ impl Actor for WriterActor {
                 state.update_capture();
             }
             WriterMsg::Undrained => {
-                state.undrained = true;
+                state.rules.undrained();
                 state.update_capture();
             }
             #[cfg(feature = "testing")]

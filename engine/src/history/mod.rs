@@ -7,6 +7,9 @@
 //!   last exchange with the journal, the events lost and not yet reported by a drop marker,
 //!   the sequences reserved in the journal, and whether the store and the key are failing (so
 //!   the next success signals recovery).
+//! - [`admission`]: whether capture admits new events ([`State::accepting`]), the quota
+//!   check and its signals, what eviction and retention may prune, and the group-commit
+//!   tick ([`commit_tick`]).
 //! - [`drafts`]: each drained capture becomes a v0 draft ([`Drafter`]: keyed session ids,
 //!   action ids from the channel's seed), with one drop marker before the first event after
 //!   any drops ([`State::drafts`]).
@@ -15,11 +18,14 @@
 //!   reserve more first ([`SEQUENCE_RESERVE_BLOCK`]), and what a failed append cost
 //!   ([`BatchMarkers::lost`]): every lost event is reported by the next drop marker, never
 //!   lost silently, and never reported twice.
+//! - [`settings`]: an owner's [`Setting`], decided by the journal's rules.
 //!
 //! Pure: no I/O, no clock reads, no threads.
 
+pub mod admission;
 pub mod drafts;
 pub mod drops;
+pub mod settings;
 
 use std::ops::RangeInclusive;
 
@@ -28,8 +34,10 @@ use annal_schema::HealthCategory;
 use crate::health::{KeyFault, SignalKind, StorageFault};
 use crate::journal::{JournalEvent, State as Projection};
 
+pub use admission::{Tick, commit_tick};
 pub use drafts::{Drafter, SESSION_ID_CACHE_ENTRIES};
 pub use drops::{AppendPlan, BatchMarkers, FailedAppend, SEQUENCE_RESERVE_BLOCK};
+pub use settings::Setting;
 
 /// What the writer carries out for the state machine, in the order given.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +66,15 @@ pub struct State {
     storage_failing: bool,
     /// Whether the last key load failed (so the next success signals recovery).
     key_failing: bool,
+    /// Whether the history writer is open (its key loaded); never closed again in a writer's
+    /// life.
+    open: bool,
+    /// The embedder admitted capture (`EngineConfig::admitted`).
+    admitted: bool,
+    /// Nothing drains the capture queue for good.
+    undrained: bool,
+    /// The store is at its quota: capture admits nothing new.
+    at_quota: bool,
 }
 
 impl State {
@@ -65,6 +82,13 @@ impl State {
     /// holds): sequences above it are reserved before they are used.
     pub fn opened(&mut self, reserved_through: u64) {
         self.reserved_through = reserved_through;
+        self.open = true;
+        self.at_quota = false;
+    }
+
+    /// Whether the history writer is open.
+    pub fn is_open(&self) -> bool {
+        self.open
     }
 
     /// Sequences reserved in the journal so far.

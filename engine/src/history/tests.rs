@@ -589,3 +589,183 @@ mod drafts {
         assert!(!format!("{drafter:?}").contains("9, 9"));
     }
 }
+
+// ---- Admission, quota, retention and the group-commit tick ----
+
+mod admission {
+    use std::time::Duration;
+
+    use super::super::*;
+    use crate::health::SignalKind;
+    use crate::journal::{CallerKind, Command, CommandError, OnQuota, decide};
+    use crate::query::RetentionCutoff;
+    use crate::store::Eviction;
+
+    /// An admitted, drained writer whose store is open and enabled, with `quota_bytes` and
+    /// `on_quota`.
+    fn running(quota_bytes: u64, on_quota: OnQuota) -> State {
+        let mut state = State::default();
+        state.admit(true, true);
+        state.opened(0);
+        for command in [
+            Command::Enable,
+            Command::SetQuota {
+                bytes: quota_bytes,
+                on_quota,
+            },
+        ] {
+            for event in decide(&state.projection, command, CallerKind::OwnerCli).unwrap() {
+                state.projection.apply(&event);
+            }
+        }
+        state
+    }
+
+    const QUOTA: u64 = 1 << 30;
+
+    #[test]
+    fn a_running_writer_accepts_and_every_reason_to_stop_closes_capture() {
+        assert!(running(QUOTA, OnQuota::StopCapture).accepting());
+        /// One reason capture closes, and how it comes about.
+        type Reason = (&'static str, fn(&mut State));
+        let closed: [Reason; 6] = [
+            ("not admitted", |s| s.admit(false, true)),
+            ("undrained", |s| s.undrained()),
+            ("disabled", |s| s.projection.enabled = false),
+            ("paused", |s| s.projection.paused = true),
+            ("not open", |s| s.open = false),
+            ("at the quota", |s| {
+                let _ = s.check_quota(QUOTA);
+            }),
+        ];
+        for (why, change) in closed {
+            let mut state = running(QUOTA, OnQuota::StopCapture);
+            change(&mut state);
+            assert!(!state.accepting(), "{why}");
+        }
+    }
+
+    #[test]
+    fn a_writer_that_never_opened_never_accepts_and_is_never_at_the_quota() {
+        let mut state = State::default();
+        state.admit(true, true);
+        state.projection.enabled = true;
+        assert!(!state.accepting());
+        assert_eq!(state.check_quota(u64::MAX), None);
+        assert!(!state.at_quota());
+    }
+
+    #[test]
+    fn reaching_the_quota_signals_once_and_falling_below_clears_it_once() {
+        let mut state = running(QUOTA, OnQuota::StopCapture);
+        assert_eq!(state.check_quota(QUOTA - 1), None);
+        assert_eq!(
+            state.check_quota(QUOTA),
+            Some(Effect::Signal(SignalKind::QuotaReached))
+        );
+        assert_eq!(state.check_quota(QUOTA + 1), None);
+        assert!(state.at_quota());
+        assert_eq!(
+            state.check_quota(QUOTA - 1),
+            Some(Effect::Signal(SignalKind::QuotaCleared))
+        );
+        assert_eq!(state.check_quota(0), None);
+        assert!(state.accepting());
+    }
+
+    #[test]
+    fn a_new_open_starts_below_the_quota() {
+        let mut state = running(QUOTA, OnQuota::StopCapture);
+        let _ = state.check_quota(QUOTA);
+        state.opened(10);
+        assert!(!state.at_quota());
+    }
+
+    #[test]
+    fn only_evict_oldest_lets_pruning_evict() {
+        assert_eq!(running(QUOTA, OnQuota::StopCapture).eviction(7), None);
+        assert_eq!(
+            running(QUOTA, OnQuota::EvictOldest).eviction(7),
+            Some(Eviction {
+                used_bytes: 7,
+                quota_bytes: QUOTA
+            })
+        );
+    }
+
+    #[test]
+    fn retention_cuts_off_the_configured_days_before_now() {
+        let now = Duration::from_secs(1_800_000_000);
+        let state = running(QUOTA, OnQuota::StopCapture);
+        assert_eq!(
+            state.retention_cutoff(now),
+            RetentionCutoff::new(now, state.projection.retention_days)
+        );
+    }
+
+    #[test]
+    fn the_chunk_size_follows_the_quota() {
+        let small = running(crate::journal::QUOTA_MIN_BYTES, OnQuota::StopCapture);
+        let large = running(QUOTA, OnQuota::StopCapture);
+        assert_eq!(
+            small.chunk_size_limit_bytes(),
+            crate::store::chunk_size_limit_for_quota(crate::journal::QUOTA_MIN_BYTES)
+        );
+        assert!(small.chunk_size_limit_bytes() <= large.chunk_size_limit_bytes());
+    }
+
+    #[test]
+    fn the_tick_syncs_only_records_that_waited_the_interval_and_rearms_for_younger_ones() {
+        let interval = Duration::from_millis(5);
+        assert_eq!(commit_tick(None, interval), Tick::Synced);
+        assert_eq!(commit_tick(Some(interval), interval), Tick::Sync);
+        assert_eq!(commit_tick(Some(interval * 2), interval), Tick::Sync);
+        assert_eq!(
+            commit_tick(Some(Duration::from_millis(2)), interval),
+            Tick::Rearm(Duration::from_millis(3))
+        );
+    }
+
+    // ---- Settings ----
+
+    #[test]
+    fn a_setting_is_the_journals_decision() {
+        let state = running(QUOTA, OnQuota::StopCapture);
+        let setting = Setting::Retention { days: 30 };
+        assert_eq!(
+            state.decide_setting(setting, CallerKind::OwnerCli),
+            decide(&state.projection, setting.command(), CallerKind::OwnerCli)
+        );
+        assert!(
+            !state
+                .decide_setting(setting, CallerKind::OwnerCli)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn no_setting_is_decided_before_the_writer_opened() {
+        let state = State::default();
+        assert_eq!(
+            state.decide_setting(Setting::Retention { days: 30 }, CallerKind::OwnerCli),
+            Err(CommandError::NotEnabled)
+        );
+    }
+
+    #[test]
+    fn a_setting_out_of_bounds_is_refused_and_never_clamped() {
+        let state = running(QUOTA, OnQuota::StopCapture);
+        let huge = Setting::Retention { days: u32::MAX };
+        assert!(!huge.in_bounds());
+        assert!(state.decide_setting(huge, CallerKind::OwnerCli).is_err());
+        assert!(Setting::Retention { days: 7 }.in_bounds());
+        assert!(
+            !Setting::Quota {
+                bytes: 0,
+                on_quota: OnQuota::EvictOldest
+            }
+            .in_bounds()
+        );
+    }
+}
