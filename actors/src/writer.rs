@@ -22,12 +22,12 @@ use annal_engine::capture::{CaptureControl, Captured, Drained};
 use annal_engine::clock::Clock;
 use annal_engine::health::{KeyFault, Signal, SignalKind};
 use annal_engine::history::{self, Effect};
-use annal_engine::journal::{CallerKind, Command, ContractSource, JournalEvent, decide};
+use annal_engine::journal::{CallerKind, JournalEvent};
 use annal_engine::keys::KeyError;
 use annal_engine::storage::{Access, Storage};
 use annal_engine::store::{
-    AppendError, AppendReceipt, ControlRead, History, OpenState, StateMirror, StoreWriter,
-    WriterConfig, create_store, open_store, read_state_mirror, write_state_mirror,
+    AppendError, AppendReceipt, ControlRead, History, OpenState, StoreWriter, WriterConfig,
+    create_store, open_store, read_state_mirror, write_state_mirror,
 };
 use annal_schema::tools::{STORAGE_PROFILE_ID, StatusResponse};
 use annal_schema::{ControlOperation, EventDraft, HealthCategory, Payload};
@@ -798,82 +798,32 @@ impl WriterState {
     /// releases the rest of its reservation, [`WriterState::release_sequences`]). Recorded
     /// once, so a reader tells this gap from drops (`State::skipped`).
     fn record_skip(&mut self, journal_floor: Option<u64>, open_state: OpenState) {
-        let stored = open_state.stored_high_water.map_or(0, |s| s.get());
-        let Some(floor) = journal_floor.filter(|&floor| floor > stored) else {
-            return;
-        };
-        let command = Command::RecordSkip {
-            first_sequence: stored + 1,
-            last_sequence: floor,
-        };
-        if let Ok(events) = decide(&self.rules.projection, command, CallerKind::Daemon)
-            && !events.is_empty()
-        {
-            for event in &events {
-                self.rules.projection.apply(event);
-            }
-            let _ = self.journal.cast(JournalMsg::Record(events));
-        }
+        let stored = open_state.stored_high_water.map(|s| s.get());
+        let skipped = self.rules.record_skip(journal_floor, stored);
+        self.carry_out(skipped);
     }
 
     /// One truth about on and off (`docs/design.md`): reads the contract's state beside the
     /// journal, `state.json` and the newest lifecycle `control` event of the history stream
     /// not read before (`newest`, from the chunks this open read), and journals what it says
-    /// (`contract_observed`, with its source): a disable or a pause wins, a widening is never
-    /// taken. Then writes the answer back to whichever place says otherwise, in the contract's
-    /// form: `state.json`, and a `control` event when the stream's last word disagrees.
+    /// (`history::State::observe_contract`). Then writes the answer back to whichever place
+    /// says otherwise (`history::State::contract_answer`).
     async fn reconcile_contract(&mut self, newest: Option<ControlRead>) {
         let Some(storage) = self.storage.get().cloned() else {
             return;
         };
         let file = read_state_mirror(storage.as_ref()).ok().flatten();
-        let unread =
-            newest.filter(|read| read.sequence > self.rules.projection.contract_read_through);
-        let mut observations = Vec::new();
-        if let Some(read) = unread {
-            observations.push(Command::ObserveContract {
-                operation: read.operation,
-                source: ContractSource::ControlEvent,
-                sequence: read.sequence,
-            });
-        }
-        if let Some(operation) = file.and_then(narrowing_of) {
-            observations.push(Command::ObserveContract {
-                operation,
-                source: ContractSource::StateFile,
-                sequence: 0,
-            });
-        }
-        let before = (self.rules.projection.enabled, self.rules.projection.paused);
-        let mut events = Vec::new();
-        for command in observations {
-            if let Ok(decided) = decide(&self.rules.projection, command, CallerKind::Daemon) {
-                for event in &decided {
-                    self.rules.projection.apply(event);
-                }
-                events.extend(decided);
-            }
-        }
+        let observed = self.rules.observe_contract(newest, file);
         // Durable before capture opens. A failure leaves the narrowing in effect all the same
         // (an observation never widens): the journal keeps it and appends it again.
-        if !events.is_empty() {
-            let _ = self.journal(events, true).await;
+        if !observed.events.is_empty() {
+            let _ = self.journal(observed.events.clone(), true).await;
         }
-        let answer = StateMirror {
-            enabled: self.rules.projection.enabled,
-            paused: self.rules.projection.paused,
-        };
-        if file != Some(answer) {
+        let answer = self.rules.contract_answer(&observed);
+        if answer.write_state_file {
             self.mirror_state();
         }
-        // The stream disagrees when its newest control event says otherwise, or, when none was
-        // read, when the state file narrowed annal: the stream's last word is then annal's own,
-        // wider one.
-        let stream_disagrees = match unread {
-            Some(read) => implied_by(read.operation) != answer,
-            None => (answer.enabled, answer.paused) != before,
-        };
-        if stream_disagrees && let Some(operation) = narrowing_of(answer) {
+        if let Some(operation) = answer.control_event {
             if let Some(draft) = self.draft("control", Payload::Control { operation }) {
                 self.append_history(vec![draft]).await;
             }
@@ -881,21 +831,15 @@ impl WriterState {
         }
     }
 
-    /// A clean stop: the journal's mark comes down from the reservation to the last sequence
-    /// this writer handed out, so the next writer goes on at the one after it (no gap). Only
-    /// the rest of the reservation is released: nothing above this writer's high-water mark
-    /// was ever handed out, so no sequence can be reused. A release that fails leaves the
-    /// reservation (and the next open records the skip).
+    /// A clean stop releases the rest of the reservation
+    /// (`history::State::release_sequences`). A release that fails leaves the reservation (and
+    /// the next open records the skip).
     async fn release_sequences(&mut self) {
         let Some(high_water) = self.open.as_ref().and_then(|o| o.history.high_water()) else {
             return;
         };
-        let command = Command::ReleaseSequences {
-            high_water: high_water.get(),
-        };
-        if let Ok(events) = decide(&self.rules.projection, command, CallerKind::Daemon)
-            && !events.is_empty()
-        {
+        let events = self.rules.release_sequences(high_water.get());
+        if !events.is_empty() {
             let _ = self.journal(events, true).await;
         }
     }
@@ -1266,15 +1210,10 @@ impl WriterState {
         }
     }
 
+    /// Writes the contract's `state.json` from the projection.
     fn mirror_state(&self) {
         if let Some(storage) = self.storage.get() {
-            let _ = write_state_mirror(
-                storage.as_ref(),
-                StateMirror {
-                    enabled: self.rules.projection.enabled,
-                    paused: self.rules.projection.paused,
-                },
-            );
+            let _ = write_state_mirror(storage.as_ref(), self.rules.state_mirror());
         }
     }
 
@@ -1312,24 +1251,17 @@ impl WriterState {
         operation: ControlOperation,
         caller: CallerKind,
     ) -> Result<StatusResponse, ControlError> {
-        let command = match operation {
-            ControlOperation::Enable => Command::Enable,
-            ControlOperation::Disable => Command::Disable,
-            ControlOperation::Pause => Command::Pause,
-            ControlOperation::Resume => Command::Resume,
-            ControlOperation::Flush => Command::Flush,
-            _ => return Err(ControlError::Refused),
-        };
-        self.open_writers(operation == ControlOperation::Enable)
-            .await?;
-        if self.open.is_none() {
-            // A store that was never enabled has nothing to pause or flush.
+        if history::control_command(operation).is_none() {
             return Err(ControlError::Refused);
         }
-        let events =
-            decide(&self.rules.projection, command, caller).map_err(|_| ControlError::Refused)?;
-        let applied = !events.is_empty();
-        if let Err(error) = self.journal(events, true).await {
+        self.open_writers(operation == ControlOperation::Enable)
+            .await?;
+        // A store that was never enabled has nothing to pause or flush.
+        let plan = self
+            .rules
+            .decide_control(operation, caller)
+            .map_err(|_| ControlError::Refused)?;
+        if let Err(error) = self.journal(plan.events, true).await {
             // A failed `disable` or `pause` is in effect all the same (a failed `enable` or
             // `resume` is not): the caller's handler closes capture; the mirror follows too.
             self.mirror_state();
@@ -1339,14 +1271,11 @@ impl WriterState {
         // between them (as the reference orders them): a narrowing writes `state.json` first,
         // a widening its `control` event first. The next open reads both, and the narrower
         // wins (`reconcile_contract`).
-        let narrowing = matches!(
-            operation,
-            ControlOperation::Disable | ControlOperation::Pause
-        );
+        let narrowing = plan.narrowing;
         if narrowing {
             self.mirror_state();
         }
-        if (applied || operation == ControlOperation::Flush)
+        if plan.writes_control_event
             && let Some(draft) = self.draft("control", Payload::Control { operation })
         {
             self.append_history(vec![draft]).await;
@@ -1358,36 +1287,6 @@ impl WriterState {
         synced?;
         self.update_capture();
         Ok(self.status().await)
-    }
-}
-
-/// The narrowing a contract state says against an enabled, running store: `disable` when it
-/// is disabled, `pause` when it is paused, nothing when it is running.
-fn narrowing_of(state: StateMirror) -> Option<ControlOperation> {
-    if !state.enabled {
-        Some(ControlOperation::Disable)
-    } else if state.paused {
-        Some(ControlOperation::Pause)
-    } else {
-        None
-    }
-}
-
-/// The state a lifecycle `control` event leaves.
-fn implied_by(operation: ControlOperation) -> StateMirror {
-    match operation {
-        ControlOperation::Disable | ControlOperation::Delete => StateMirror {
-            enabled: false,
-            paused: false,
-        },
-        ControlOperation::Pause => StateMirror {
-            enabled: true,
-            paused: true,
-        },
-        _ => StateMirror {
-            enabled: true,
-            paused: false,
-        },
     }
 }
 

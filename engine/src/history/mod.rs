@@ -10,6 +10,9 @@
 //! - [`admission`]: whether capture admits new events ([`State::accepting`]), the quota
 //!   check and its signals, what eviction and retention may prune, and the group-commit
 //!   tick ([`commit_tick`]).
+//! - [`contract`]: the owner's control operations ([`ControlPlan`]), one truth about on and
+//!   off at open ([`State::observe_contract`], [`State::contract_answer`]), the skip a crashed
+//!   predecessor left and the reservation a clean stop releases.
 //! - [`drafts`]: each drained capture becomes a v0 draft ([`Drafter`]: keyed session ids,
 //!   action ids from the channel's seed), with one drop marker before the first event after
 //!   any drops ([`State::drafts`]).
@@ -23,6 +26,7 @@
 //! Pure: no I/O, no clock reads, no threads.
 
 pub mod admission;
+pub mod contract;
 pub mod drafts;
 pub mod drops;
 pub mod settings;
@@ -35,6 +39,9 @@ use crate::health::{KeyFault, SignalKind, StorageFault};
 use crate::journal::{JournalEvent, State as Projection};
 
 pub use admission::{Tick, commit_tick};
+pub use contract::{
+    ContractAnswer, ControlPlan, Observed, control_command, implied_by, narrowing_of, narrows,
+};
 pub use drafts::{Drafter, SESSION_ID_CACHE_ENTRIES};
 pub use drops::{AppendPlan, BatchMarkers, FailedAppend, SEQUENCE_RESERVE_BLOCK};
 pub use settings::Setting;

@@ -769,3 +769,246 @@ mod admission {
         );
     }
 }
+
+// ---- On and off: control operations, the contract at open, skips and releases ----
+
+mod contract {
+    use annal_schema::ControlOperation;
+
+    use super::super::*;
+    use crate::journal::{CallerKind, CommandError, ContractSource, JournalEvent};
+    use crate::store::{ControlRead, StateMirror};
+
+    const RUNNING: StateMirror = StateMirror {
+        enabled: true,
+        paused: false,
+    };
+    const PAUSED: StateMirror = StateMirror {
+        enabled: true,
+        paused: true,
+    };
+    const DISABLED: StateMirror = StateMirror {
+        enabled: false,
+        paused: false,
+    };
+
+    /// An open writer whose journal holds `events`.
+    fn given(events: &[JournalEvent]) -> State {
+        let mut state = State {
+            projection: crate::journal::State::replay(events),
+            ..State::default()
+        };
+        state.opened(0);
+        state
+    }
+
+    fn enabled() -> JournalEvent {
+        JournalEvent::ControlApplied {
+            operation: ControlOperation::Enable,
+            caller: CallerKind::OwnerCli,
+        }
+    }
+
+    fn contract_observed(
+        operation: ControlOperation,
+        source: ContractSource,
+        sequence: u64,
+    ) -> JournalEvent {
+        JournalEvent::ContractObserved {
+            operation,
+            source,
+            sequence,
+        }
+    }
+
+    #[test]
+    fn pause_narrows_and_writes_a_control_event_resume_widens() {
+        let state = given(&[enabled()]);
+        let pause = state
+            .decide_control(ControlOperation::Pause, CallerKind::OwnerCli)
+            .unwrap();
+        assert!(pause.narrowing);
+        assert!(pause.writes_control_event);
+        assert_eq!(pause.events.len(), 1);
+        let resume = state
+            .decide_control(ControlOperation::Resume, CallerKind::OwnerCli)
+            .unwrap();
+        // Running already: nothing changes, and no control event is written.
+        assert_eq!(resume.events, Vec::new());
+        assert!(!resume.narrowing);
+        assert!(!resume.writes_control_event);
+    }
+
+    #[test]
+    fn every_flush_writes_a_control_event_even_when_nothing_changes() {
+        let flush = given(&[enabled()])
+            .decide_control(ControlOperation::Flush, CallerKind::OwnerCli)
+            .unwrap();
+        assert!(flush.writes_control_event);
+        assert!(!flush.narrowing);
+    }
+
+    #[test]
+    fn delete_is_no_control_the_writer_carries_out_and_a_closed_writer_refuses_all() {
+        assert_eq!(control_command(ControlOperation::Delete), None);
+        assert_eq!(
+            given(&[enabled()]).decide_control(ControlOperation::Delete, CallerKind::OwnerCli),
+            Err(CommandError::NotEnabled)
+        );
+        assert_eq!(
+            State::default().decide_control(ControlOperation::Pause, CallerKind::OwnerCli),
+            Err(CommandError::NotEnabled)
+        );
+    }
+
+    #[test]
+    fn a_contract_state_narrows_only_when_it_is_disabled_or_paused() {
+        assert_eq!(narrowing_of(RUNNING), None);
+        assert_eq!(narrowing_of(PAUSED), Some(ControlOperation::Pause));
+        assert_eq!(narrowing_of(DISABLED), Some(ControlOperation::Disable));
+        assert_eq!(implied_by(ControlOperation::Delete), DISABLED);
+        assert_eq!(implied_by(ControlOperation::Pause), PAUSED);
+        assert_eq!(implied_by(ControlOperation::Resume), RUNNING);
+        assert!(narrows(ControlOperation::Disable) && narrows(ControlOperation::Pause));
+        assert!(!narrows(ControlOperation::Enable) && !narrows(ControlOperation::Flush));
+    }
+
+    #[test]
+    fn agreeing_places_are_observed_without_a_write() {
+        let mut state = given(&[enabled()]);
+        let observed = state.observe_contract(None, Some(RUNNING));
+        assert_eq!(observed.events, Vec::new());
+        assert_eq!(
+            state.contract_answer(&observed),
+            ContractAnswer {
+                write_state_file: false,
+                control_event: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_state_file_that_pauses_wins_and_the_stream_gets_the_pause() {
+        let mut state = given(&[enabled()]);
+        let observed = state.observe_contract(None, Some(PAUSED));
+        assert_eq!(
+            observed.events,
+            [contract_observed(
+                ControlOperation::Pause,
+                ContractSource::StateFile,
+                0
+            )]
+        );
+        assert!(state.projection.paused);
+        assert_eq!(
+            state.contract_answer(&observed),
+            ContractAnswer {
+                write_state_file: false,
+                control_event: Some(ControlOperation::Pause)
+            }
+        );
+    }
+
+    #[test]
+    fn an_unread_disable_event_wins_and_the_state_file_is_written_back() {
+        let mut state = given(&[enabled()]);
+        let read = ControlRead {
+            operation: ControlOperation::Disable,
+            sequence: 9,
+        };
+        let observed = state.observe_contract(Some(read), Some(RUNNING));
+        assert_eq!(
+            observed.events,
+            [contract_observed(
+                ControlOperation::Disable,
+                ContractSource::ControlEvent,
+                9
+            )]
+        );
+        assert!(!state.projection.enabled);
+        // The stream's last word is the disable already: only the file disagrees.
+        assert_eq!(
+            state.contract_answer(&observed),
+            ContractAnswer {
+                write_state_file: true,
+                control_event: None
+            }
+        );
+        assert!(!state.accepting());
+    }
+
+    #[test]
+    fn a_widening_is_never_taken_and_a_control_event_read_before_is_never_read_again() {
+        let mut state = given(&[
+            enabled(),
+            JournalEvent::ControlApplied {
+                operation: ControlOperation::Pause,
+                caller: CallerKind::OwnerCli,
+            },
+            contract_observed(ControlOperation::Pause, ContractSource::ControlEvent, 9),
+        ]);
+        let resume = ControlRead {
+            operation: ControlOperation::Resume,
+            sequence: 12,
+        };
+        let observed_resume = state.observe_contract(Some(resume), Some(PAUSED));
+        assert!(state.projection.paused, "a resume read is never taken");
+        // The stream's newest word (resume) disagrees with annal's pause: the pause is
+        // written to the stream again.
+        assert_eq!(
+            state.contract_answer(&observed_resume).control_event,
+            Some(ControlOperation::Pause)
+        );
+        let old_disable = ControlRead {
+            operation: ControlOperation::Disable,
+            sequence: 9,
+        };
+        let observed_old = state.observe_contract(Some(old_disable), Some(PAUSED));
+        assert_eq!(observed_old.events, Vec::new());
+        assert!(state.projection.enabled);
+    }
+
+    #[test]
+    fn a_missing_state_file_is_written() {
+        let mut state = given(&[enabled()]);
+        let observed = state.observe_contract(None, None);
+        assert!(state.contract_answer(&observed).write_state_file);
+    }
+
+    #[test]
+    fn the_gap_above_the_store_through_the_journals_mark_is_recorded_skipped_once() {
+        let mut state = given(&[enabled()]);
+        let skip = JournalEvent::SequencesSkipped {
+            first_sequence: 11,
+            last_sequence: 40,
+        };
+        assert_eq!(
+            state.record_skip(Some(40), Some(10)),
+            Some(Effect::Record(vec![skip]))
+        );
+        assert_eq!(state.record_skip(Some(40), Some(10)), None, "recorded once");
+        assert_eq!(state.record_skip(Some(10), Some(10)), None, "no gap");
+        assert_eq!(state.record_skip(None, Some(10)), None);
+        assert_eq!(
+            given(&[]).record_skip(Some(3), None),
+            Some(Effect::Record(vec![JournalEvent::SequencesSkipped {
+                first_sequence: 1,
+                last_sequence: 3
+            }]))
+        );
+    }
+
+    #[test]
+    fn a_clean_stop_releases_only_what_it_never_handed_out() {
+        let state = given(&[enabled(), JournalEvent::SequenceMarked { high_water: 100 }]);
+        assert_eq!(
+            state.release_sequences(42),
+            [JournalEvent::SequenceReleased {
+                reserved: 100,
+                high_water: 42
+            }]
+        );
+        assert_eq!(state.release_sequences(100), Vec::new());
+        assert_eq!(state.release_sequences(0), Vec::new());
+    }
+}
