@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use annal_engine::capture::{CaptureControl, Captured, Drained};
 use annal_engine::clock::Clock;
-use annal_engine::health::{KeyFault, Signal, SignalKind};
-use annal_engine::history::{self, Effect};
+use annal_engine::health::{Signal, SignalKind};
+use annal_engine::history::{self, CheckpointOutcome, CheckpointSync, Effect};
 use annal_engine::journal::{CallerKind, JournalEvent};
 use annal_engine::keys::KeyError;
 use annal_engine::storage::{Access, Storage};
@@ -190,8 +190,6 @@ struct Open {
     keys: StreamKeys,
     /// The history stream.
     history: StoreWriter<History>,
-    /// The newest seal (the chain's tip): the next closed chunk's seal links to it.
-    last_seal: Option<annal_engine::seal::Seal>,
     /// When the oldest history record not yet synced was appended (`None`: all synced). The
     /// group-commit tick syncs once that is `sync_interval` old, so a flush's sync in between
     /// moves the deadline instead of leaving a second, early sync behind it.
@@ -241,19 +239,6 @@ pub struct WriterState {
     checkpoint_tail: Option<tokio::sync::oneshot::Receiver<CheckpointSync>>,
 }
 
-/// Where the checkpoint stands for one writer's life, handed from each seal job to the next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CheckpointSync {
-    /// Not compared with the seal chain on disk yet (or the comparison could not be made).
-    Unchecked,
-    /// Compared, and the chain is not older: each new seal's checkpoint is stored.
-    Following,
-    /// The chain on disk is older than the checkpoint (the directory was replaced with an older
-    /// copy): this writer never moves the checkpoint, so `verify` keeps finding the rollback
-    /// however far the writer seals on.
-    Frozen,
-}
-
 /// A seal job in flight, with the seal it writes: when it ends, the pruner learns from it
 /// whether the chunk is sealed (no need to read the file back).
 struct SealWrite {
@@ -271,22 +256,6 @@ struct SealOutcome {
     seal_failed: bool,
     /// What became of the checkpoint.
     checkpoint: CheckpointOutcome,
-}
-
-/// What a seal job did with the checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CheckpointOutcome {
-    /// Nothing to do (no seal written, or the checkpoint frozen).
-    Untouched,
-    /// The checkpoint names this job's seal, or the chain's newest.
-    Kept,
-    /// The first comparison of this writer's life found the seal chain on disk not older than
-    /// the checkpoint (which is kept, or mended to the chain's newest).
-    Verified,
-    /// Key custody or the seals on disk failed, with this category; a later job tries again.
-    Failed(HealthCategory),
-    /// The chain on disk is older than the checkpoint.
-    RolledBack,
 }
 
 /// What a seal job needs besides its seal.
@@ -722,16 +691,7 @@ impl WriterState {
         };
         // A crash's torn tails, once each (readers leave them out whether recorded or not).
         // (A tear outside the journal's bounds is not recorded: the journal would refuse it.)
-        let tears: Vec<JournalEvent> = history
-            .torn_tails_at_open()
-            .iter()
-            .filter(|tear| !projection.torn_tails.contains(&tear.chunk_id))
-            .map(|tear| JournalEvent::TornTailRecorded {
-                chunk: tear.chunk_id,
-                bytes_left_out: tear.bytes_left_out,
-            })
-            .filter(|event| event.check_bounds().is_ok())
-            .collect();
+        let tears = history::tears_to_record(&projection, history.torn_tails_at_open());
         if !tears.is_empty() {
             let _ = self.journal.cast(JournalMsg::Record(tears));
         }
@@ -740,14 +700,8 @@ impl WriterState {
         // prunable and no later open reads them. Only those no seal file names (a mismatched
         // seal is verify's to report) and whose records follow the chain's tip (so the chain
         // stays in sequence order); the rest stay unsealed, as before.
-        let tip_last = last_seal.as_ref().map_or(0, |s| s.last_sequence);
-        let leftovers: Vec<annal_engine::store::ClosedChunk> = history
-            .unsealed_at_open()
-            .iter()
-            .filter(|c| !seals.iter().any(|s| s.chunk_id == Some(c.chunk_id)))
-            .filter(|c| c.first_sequence > tip_last)
-            .cloned()
-            .collect();
+        let leftovers =
+            history::leftovers_to_seal(history.unsealed_at_open(), &seals, last_seal.as_ref());
         // What may be pruned; a chunk recorded pruned in an earlier life and still present (a
         // crash between its record and its removal) is removed by the pass below. A crash's
         // torn chunks are never sealed: what the open read of them lets retention and eviction
@@ -775,10 +729,10 @@ impl WriterState {
         let open_state = history.open_state();
         self.rules.projection = projection;
         self.rules.opened(reserved_through);
+        self.rules.set_chain_tip(last_seal);
         self.open = Some(Open {
             keys,
             history,
-            last_seal,
             unsynced_since: None,
             pruner,
         });
@@ -974,28 +928,17 @@ impl WriterState {
         let Some(storage) = self.storage.get().cloned() else {
             return;
         };
-        let mut failed = false;
-        let mut jobs = Vec::new();
         if let Some(open) = self.open.as_mut() {
-            for chunk in closed {
-                match annal_engine::seal::prepare_seal(chunk, open.last_seal.as_ref()) {
-                    Ok(seal) => {
-                        open.last_seal = Some(seal.clone());
-                        jobs.push((Arc::clone(&open.keys.seal), Some((chunk.clone(), seal))));
-                    }
-                    Err(_) => {
-                        // Never sealed, so never pruned.
-                        open.pruner.seal_found(chunk.chunk_id, None);
-                        failed = true;
-                    }
-                }
+            let plan = self.rules.chain_seals(closed);
+            for &chunk in &plan.unsealable {
+                // Never sealed, so never pruned.
+                open.pruner.seal_found(chunk, None);
             }
-        }
-        for (key, seal) in jobs {
-            self.chain_seal_job(Arc::clone(&storage), key, seal);
-        }
-        if failed {
-            let _ = self.storage_fault(HealthCategory::StorageUnavailable);
+            let key = Arc::clone(&open.keys.seal);
+            for seal in plan.jobs {
+                self.chain_seal_job(Arc::clone(&storage), Arc::clone(&key), Some(seal));
+            }
+            self.carry_out(plan.effects);
         }
         self.reap_seal_writes(false).await;
     }
@@ -1063,40 +1006,13 @@ impl WriterState {
             }
         }
         self.seal_writes = still_running;
+        let mut checkpoints = Vec::with_capacity(outcomes.len());
         for outcome in outcomes {
             seal_failed |= outcome.seal_failed;
-            match outcome.checkpoint {
-                CheckpointOutcome::Untouched => {}
-                CheckpointOutcome::Kept | CheckpointOutcome::Verified => {
-                    let recovered = self.rules.key_ok();
-                    self.carry_out(recovered);
-                    // A rollback an earlier life reported no longer holds (the newer copy is
-                    // back): the only thing that clears it. Signalled only then.
-                    if outcome.checkpoint == CheckpointOutcome::Verified
-                        && self
-                            .rules
-                            .projection
-                            .holds(HealthCategory::StorageCorrupt, true, 0)
-                    {
-                        self.signal(SignalKind::CheckpointVerified);
-                    }
-                }
-                CheckpointOutcome::Failed(category)
-                    if KeyFault::from_health(category).is_some() =>
-                {
-                    let _ = self.key_fault(category);
-                }
-                CheckpointOutcome::Failed(category) => {
-                    let _ = self.storage_fault(category);
-                }
-                CheckpointOutcome::RolledBack => {
-                    let _ = self.storage_fault(HealthCategory::StorageCorrupt);
-                }
-            }
+            checkpoints.push(outcome.checkpoint);
         }
-        if seal_failed {
-            let _ = self.storage_fault(HealthCategory::StorageUnavailable);
-        }
+        let effects = self.rules.seal_jobs_ended(&checkpoints, seal_failed);
+        self.carry_out(effects);
     }
 
     fn append_failed(&mut self, error: &AppendError) {

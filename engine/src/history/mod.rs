@@ -21,6 +21,9 @@
 //!   reserve more first ([`SEQUENCE_RESERVE_BLOCK`]), and what a failed append cost
 //!   ([`BatchMarkers::lost`]): every lost event is reported by the next drop marker, never
 //!   lost silently, and never reported twice.
+//! - [`seals`]: each closed chunk's seal chained to the tip ([`State::chain_seals`]), what
+//!   the seal jobs found as signals ([`State::seal_jobs_ended`]), and what an open seals and
+//!   journals of a crash's leftovers.
 //! - [`settings`]: an owner's [`Setting`], decided by the journal's rules.
 //!
 //! Pure: no I/O, no clock reads, no threads.
@@ -29,6 +32,7 @@ pub mod admission;
 pub mod contract;
 pub mod drafts;
 pub mod drops;
+pub mod seals;
 pub mod settings;
 
 use std::ops::RangeInclusive;
@@ -44,6 +48,7 @@ pub use contract::{
 };
 pub use drafts::{Drafter, SESSION_ID_CACHE_ENTRIES};
 pub use drops::{AppendPlan, BatchMarkers, FailedAppend, SEQUENCE_RESERVE_BLOCK};
+pub use seals::{CheckpointOutcome, CheckpointSync, SealPlan, leftovers_to_seal, tears_to_record};
 pub use settings::Setting;
 
 /// What the writer carries out for the state machine, in the order given.
@@ -82,6 +87,8 @@ pub struct State {
     undrained: bool,
     /// The store is at its quota: capture admits nothing new.
     at_quota: bool,
+    /// The newest seal (the chain's tip): the next closed chunk's seal links to it.
+    chain_tip: Option<crate::seal::Seal>,
 }
 
 impl State {

@@ -1012,3 +1012,194 @@ mod contract {
         assert_eq!(state.release_sequences(0), Vec::new());
     }
 }
+
+// ---- Seals: chaining, what the jobs found, a crash's leftovers ----
+
+mod seals {
+    use std::time::Duration;
+
+    use annal_schema::HealthCategory;
+
+    use super::super::*;
+    use crate::health::{KeyFault, SignalKind, StorageFault};
+    use crate::journal::JournalEvent;
+    use crate::profile::ChunkId;
+    use crate::seal::{SealFault, SealRead, prepare_seal};
+    use crate::store::{ClosedChunk, TornTailFound};
+
+    fn id(n: u8) -> ChunkId {
+        ChunkId([n; 16])
+    }
+
+    /// Chunk `n`, holding sequences `4n-3..=4n`.
+    fn closed(n: u8) -> ClosedChunk {
+        ClosedChunk {
+            chunk_id: id(n),
+            stream_id: annal_schema::OpaqueId::new("6dd3aa1eef99854a9a3d39ba1e2315f1").unwrap(),
+            records: 4,
+            len_bytes: 100,
+            first_sequence: u64::from(n) * 4 - 3,
+            last_sequence: u64::from(n) * 4,
+            first_time: Duration::from_secs(1_800_000_000),
+            last_time: Duration::from_secs(1_800_000_000),
+            latest_time: Duration::from_secs(1_800_000_000),
+            chain: [n; 32],
+        }
+    }
+
+    /// A chunk no seal can be prepared for (no records).
+    fn empty(n: u8) -> ClosedChunk {
+        ClosedChunk {
+            records: 0,
+            ..closed(n)
+        }
+    }
+
+    fn storage(category: StorageFault) -> Effect {
+        Effect::Signal(SignalKind::StorageFailed { category })
+    }
+
+    #[test]
+    fn closed_chunks_are_sealed_in_order_each_chained_to_the_one_before() {
+        let mut state = State::default();
+        let plan = state.chain_seals(&[closed(1), closed(2)]);
+        assert_eq!(plan.unsealable, Vec::new());
+        assert_eq!(plan.effects, Vec::new());
+        let [(first_chunk, first), (second_chunk, second)] = &plan.jobs[..] else {
+            panic!("two jobs expected: {plan:?}")
+        };
+        assert_eq!(
+            (first_chunk.chunk_id, second_chunk.chunk_id),
+            (id(1), id(2))
+        );
+        assert_eq!((first.ordinal, second.ordinal), (1, 2));
+        assert_eq!(second.previous, first.digest());
+        assert_eq!(state.chain_tip(), Some(second));
+        // The next one chains to the tip.
+        let next = state.chain_seals(&[closed(3)]);
+        assert_eq!(next.jobs[0].1.previous, second.digest());
+    }
+
+    #[test]
+    fn a_chain_goes_on_from_the_tip_found_at_open() {
+        let tip = prepare_seal(&closed(1), None).unwrap();
+        let mut state = State::default();
+        state.set_chain_tip(Some(tip.clone()));
+        let plan = state.chain_seals(&[closed(2)]);
+        assert_eq!(plan.jobs[0].1.ordinal, tip.ordinal + 1);
+        assert_eq!(plan.jobs[0].1.previous, tip.digest());
+    }
+
+    #[test]
+    fn a_chunk_no_seal_can_be_prepared_for_is_never_sealed_is_signalled_and_breaks_no_chain() {
+        let mut state = State::default();
+        let plan = state.chain_seals(&[closed(1), empty(2), closed(3)]);
+        assert_eq!(plan.unsealable, [id(2)]);
+        assert_eq!(plan.effects, [storage(StorageFault::StorageUnavailable)]);
+        assert_eq!(plan.jobs.len(), 2);
+        assert_eq!(plan.jobs[1].1.previous, plan.jobs[0].1.digest());
+    }
+
+    #[test]
+    fn a_kept_checkpoint_ends_a_key_failure_once() {
+        let mut state = State::default();
+        let _ = state.key_fault(HealthCategory::KeyUnavailable);
+        assert_eq!(
+            state.seal_jobs_ended(&[CheckpointOutcome::Kept, CheckpointOutcome::Kept], false),
+            [Effect::Signal(SignalKind::KeyRecovered)]
+        );
+    }
+
+    #[test]
+    fn a_verified_chain_clears_a_rollback_only_when_one_is_held() {
+        let mut state = State::default();
+        assert_eq!(
+            state.seal_jobs_ended(&[CheckpointOutcome::Verified], false),
+            Vec::new()
+        );
+        let rolled_back = [JournalEvent::SupervisorSignalled(crate::health::Signal {
+            at_ms: 1,
+            kind: SignalKind::StorageFailed {
+                category: StorageFault::StorageCorrupt,
+            },
+        })];
+        let mut state = State {
+            projection: crate::journal::State::replay(&rolled_back),
+            ..State::default()
+        };
+        assert_eq!(
+            state.seal_jobs_ended(&[CheckpointOutcome::Verified], false),
+            [Effect::Signal(SignalKind::CheckpointVerified)]
+        );
+        // Kept (not a first comparison) never clears it.
+        assert_eq!(
+            state.seal_jobs_ended(&[CheckpointOutcome::Kept], false),
+            Vec::new()
+        );
+    }
+
+    #[test]
+    fn failures_keep_their_category_and_a_rollback_is_corruption() {
+        let mut state = State::default();
+        assert_eq!(
+            state.seal_jobs_ended(
+                &[
+                    CheckpointOutcome::Untouched,
+                    CheckpointOutcome::Failed(HealthCategory::KeyLocked),
+                    CheckpointOutcome::Failed(HealthCategory::StorageUnavailable),
+                    CheckpointOutcome::RolledBack,
+                ],
+                true
+            ),
+            [
+                Effect::Signal(SignalKind::KeyFailed {
+                    category: KeyFault::KeyLocked
+                }),
+                storage(StorageFault::StorageUnavailable),
+                storage(StorageFault::StorageCorrupt),
+                // A seal not written: last, once.
+                storage(StorageFault::StorageUnavailable),
+            ]
+        );
+    }
+
+    fn seal_read(chunk: ChunkId) -> SealRead {
+        SealRead {
+            file_name: format!("{}.seal", chunk.to_hex()),
+            chunk_id: Some(chunk),
+            seal: Err(SealFault::BadName),
+        }
+    }
+
+    #[test]
+    fn at_open_only_unnamed_leftovers_above_the_tip_are_sealed() {
+        let tip = prepare_seal(&closed(2), None).unwrap();
+        let unsealed = [closed(1), closed(3), closed(4)];
+        // 1 is below the tip; 3 has a seal file (mismatched: verify's to report); 4 is sealed.
+        let leftovers = leftovers_to_seal(&unsealed, &[seal_read(id(3))], Some(&tip));
+        assert_eq!(leftovers, [closed(4)]);
+        assert_eq!(leftovers_to_seal(&unsealed, &[], None), unsealed);
+    }
+
+    #[test]
+    fn a_torn_tail_is_journaled_once_and_only_within_bounds() {
+        let tear = |n: u8, bytes_left_out: u64| TornTailFound {
+            chunk_id: id(n),
+            bytes_left_out,
+            prunable: None,
+        };
+        let recorded = JournalEvent::TornTailRecorded {
+            chunk: id(1),
+            bytes_left_out: 7,
+        };
+        let projection = crate::journal::State::replay(std::slice::from_ref(&recorded));
+        let torn = [tear(1, 7), tear(2, 9), tear(3, u64::MAX)];
+        assert_eq!(
+            tears_to_record(&projection, &torn),
+            [JournalEvent::TornTailRecorded {
+                chunk: id(2),
+                bytes_left_out: 9
+            }]
+        );
+    }
+}
