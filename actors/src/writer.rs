@@ -1,33 +1,35 @@
-//! The Writer actor: owns the history stream's writer, group commit, drop markers and sequence
-//! reservation; asks the Journal actor for everything the journal records.
+//! The Writer actor: the interpreter of the engine's history state machine
+//! (`annal_engine::history`). It owns the history stream's writer, group commit, the seal jobs
+//! and the timers, asks the Journal actor for everything the journal records, and carries out
+//! what the rules decide (`docs/actors.md`, "The writer as interpreter").
 //!
 //! Life of one captured event from here on: the Ingress hands the writer a batch of drained
-//! items; the writer turns each into a v0 `EventDraft` (the keyed session id derived here, the
-//! action id from the engine's seed, the time formatted once), puts one `health{events_dropped}`
-//! event before the first event after any drops, reserves sequences in the journal when the
-//! batch would pass the reservation (durable before the history write, so a sequence is never
-//! reused), appends the batch through `StoreWriter<History>`, and syncs on the next tick (group
-//! commit) or at once for a flush or control operation.
+//! items; the rules turn each into a v0 `EventDraft` (`history::State::drafts`: the keyed
+//! session id, the action id from the engine's seed, one `health{events_dropped}` event before
+//! the first event after any drops); the writer reserves sequences in the journal when the
+//! batch would pass the reservation (`history::AppendPlan::reservation`, durable before the
+//! history write, so a sequence is never reused), appends the batch through
+//! `StoreWriter<History>`, hands the outcome back to the rules (what a failure lost is
+//! reported by the next marker), and syncs on the next tick (group commit) or at once for a
+//! flush or control operation.
 //!
 //! At open it reads the contract's on/off state beside the journal (`state.json` and the newest
 //! unread lifecycle `control` event): a disable or pause another implementation wrote wins, is
 //! journaled with its source, and annal's answer is written back to both places
-//! (`docs/design.md`, "One truth about on and off"). It records the sequences a crashed
-//! predecessor skipped, and a clean stop releases the rest of its reservation, so a clean
-//! restart leaves no gap ("No gap without a cause").
+//! (`docs/design.md`, "One truth about on and off"; `history::State::observe_contract`). It
+//! records the sequences a crashed predecessor skipped, and a clean stop releases the rest of
+//! its reservation, so a clean restart leaves no gap ("No gap without a cause").
 
 use std::sync::Arc;
 
 use annal_engine::capture::{CaptureControl, Captured, Drained};
 use annal_engine::clock::Clock;
 use annal_engine::health::{Signal, SignalKind};
-use annal_engine::history::{self, CheckpointOutcome, CheckpointSync, Effect};
+use annal_engine::history::{self, CheckpointSync, Effect};
 use annal_engine::journal::{CallerKind, JournalEvent};
-use annal_engine::keys::KeyError;
-use annal_engine::storage::{Access, Storage};
+use annal_engine::storage::Access;
 use annal_engine::store::{
-    AppendError, AppendReceipt, ControlRead, History, OpenState, StoreWriter, WriterConfig,
-    create_store, open_store, read_state_mirror, write_state_mirror,
+    AppendError, AppendReceipt, History, StoreWriter, open_store, write_state_mirror,
 };
 use annal_schema::tools::{STORAGE_PROFILE_ID, StatusResponse};
 use annal_schema::{ControlOperation, EventDraft, HealthCategory, Payload};
@@ -36,6 +38,12 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use crate::config::EngineConfig;
 use crate::journal::{JournalMsg, StorageSlot};
 use crate::key_custody::{KeyCustodyMsg, StreamKeys};
+use prune::StoreBytes;
+use seal_job::SealWrite;
+
+mod open;
+mod prune;
+mod seal_job;
 
 pub use annal_engine::history::SEQUENCE_RESERVE_BLOCK;
 
@@ -239,166 +247,8 @@ pub struct WriterState {
     checkpoint_tail: Option<tokio::sync::oneshot::Receiver<CheckpointSync>>,
 }
 
-/// A seal job in flight, with the seal it writes: when it ends, the pruner learns from it
-/// whether the chunk is sealed (no need to read the file back).
-struct SealWrite {
-    /// The chunk and the seal the job writes; `None` for a job that only compares the
-    /// checkpoint.
-    sealing: Option<(annal_engine::profile::ChunkId, annal_engine::seal::Seal)>,
-    /// The job.
-    task: tokio::task::JoinHandle<SealOutcome>,
-}
-
-/// What one seal job did.
-#[derive(Debug)]
-struct SealOutcome {
-    /// Its seal file could not be written (the chunk stays unsealed; `verify` reports it).
-    seal_failed: bool,
-    /// What became of the checkpoint.
-    checkpoint: CheckpointOutcome,
-}
-
-/// What a seal job needs besides its seal.
-struct SealJob {
-    /// The store's storage.
-    storage: Arc<dyn Storage>,
-    /// The seal key.
-    key: Arc<annal_engine::seal::SealKey>,
-    /// Key custody, which keeps the checkpoint.
-    keys: ActorRef<KeyCustodyMsg>,
-    /// How long a key custody call may take, in milliseconds.
-    deadline_ms: u64,
-    /// The chunk and its prepared seal; `None` for a job that only compares the checkpoint.
-    seal: Option<(annal_engine::store::ClosedChunk, annal_engine::seal::Seal)>,
-}
-
-impl SealJob {
-    /// Waits for the job before, writes the seal (if any) and then keeps the checkpoint: the
-    /// first job of a writer's life compares it with every verified seal on disk
-    /// (`seal::reconcile`), later ones store their seal's checkpoint. Hands the checkpoint's
-    /// standing on through `done`.
-    async fn run(
-        self,
-        prior: Option<tokio::sync::oneshot::Receiver<CheckpointSync>>,
-        done: tokio::sync::oneshot::Sender<CheckpointSync>,
-    ) -> SealOutcome {
-        use annal_engine::seal::{Checkpoint, CheckpointError, Reconciled};
-        let mut sync = match prior {
-            Some(prior) => prior.await.unwrap_or(CheckpointSync::Unchecked),
-            None => CheckpointSync::Unchecked,
-        };
-        let sealing = self.seal.is_some();
-        let checkpoint = self.seal.as_ref().map(|(_, seal)| Checkpoint::of(seal));
-        let check = sync == CheckpointSync::Unchecked;
-        let (storage, key, seal) = (self.storage, self.key, self.seal);
-        let (written, chain) = tokio::task::spawn_blocking(move || {
-            let written = seal.as_ref().is_none_or(|(chunk, seal)| {
-                annal_engine::seal::write_seal(storage.as_ref(), chunk, seal, &key).is_ok()
-            });
-            // Read after the write, so the chain ends with this job's seal.
-            let chain = (written && check)
-                .then(|| annal_engine::seal::read_seals(storage.as_ref(), &key).ok())
-                .flatten()
-                .map(|reads| {
-                    reads
-                        .iter()
-                        .filter_map(|read| read.seal.as_ref().ok())
-                        .map(Checkpoint::of)
-                        .collect::<Vec<_>>()
-                });
-            (written, chain)
-        })
-        .await
-        .unwrap_or((false, None));
-        let deadline = self.deadline_ms;
-        let outcome = match (written, sync) {
-            (false, _) | (true, CheckpointSync::Frozen) => CheckpointOutcome::Untouched,
-            (true, CheckpointSync::Unchecked) => match chain {
-                None => CheckpointOutcome::Failed(HealthCategory::StorageUnavailable),
-                Some(chain) => match ractor::call_t!(
-                    self.keys,
-                    |reply| KeyCustodyMsg::ReconcileCheckpoint { chain, reply },
-                    deadline
-                ) {
-                    Ok(Ok(Reconciled::RolledBack { .. })) => {
-                        sync = CheckpointSync::Frozen;
-                        CheckpointOutcome::RolledBack
-                    }
-                    Ok(Ok(_)) => {
-                        sync = CheckpointSync::Following;
-                        CheckpointOutcome::Verified
-                    }
-                    Ok(Err(error)) => CheckpointOutcome::Failed(error.category()),
-                    Err(_) => CheckpointOutcome::Failed(HealthCategory::KeyUnavailable),
-                },
-            },
-            (true, CheckpointSync::Following) => match checkpoint {
-                None => CheckpointOutcome::Untouched,
-                Some(checkpoint) => match ractor::call_t!(
-                    self.keys,
-                    |reply| KeyCustodyMsg::StoreCheckpoint { checkpoint, reply },
-                    deadline
-                ) {
-                    Ok(Ok(())) => CheckpointOutcome::Kept,
-                    // Moved ahead of or away from this writer's chain since it compared them:
-                    // another history's writer. Never follow it.
-                    Ok(Err(
-                        CheckpointError::WouldGoBack { .. } | CheckpointError::Diverged { .. },
-                    )) => {
-                        sync = CheckpointSync::Frozen;
-                        CheckpointOutcome::RolledBack
-                    }
-                    Ok(Err(error)) => CheckpointOutcome::Failed(error.category()),
-                    Err(_) => CheckpointOutcome::Failed(HealthCategory::KeyUnavailable),
-                },
-            },
-        };
-        let _ = done.send(sync);
-        SealOutcome {
-            seal_failed: sealing && !written,
-            checkpoint: outcome,
-        }
-    }
-}
-
 /// The Writer actor.
 pub struct WriterActor;
-
-/// Encrypted bytes of the store's chunk files, by stream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct StoreBytes {
-    /// The history's chunks (`computer-history/chunks/`): what the reference counts as
-    /// `bytes_used`, and what the contract's status reports.
-    history: u64,
-    /// annal's journal chunks (the sidecar's `engine/journal/`).
-    journal: u64,
-}
-
-impl StoreBytes {
-    /// Both, read from the directories.
-    fn read(storage: &dyn Storage) -> Self {
-        use annal_engine::storage::Area;
-        let of = |area: Area| -> u64 {
-            storage
-                .list(area)
-                .ok()
-                .into_iter()
-                .flatten()
-                .filter_map(|entry| entry.file_name())
-                .filter_map(|name| storage.open_read(area, &name).ok().map(|f| f.len()))
-                .sum()
-        };
-        Self {
-            history: of(Area::Chunks),
-            journal: of(Area::Journal),
-        }
-    }
-
-    /// What the quota counts: history and journal chunks (`docs/design.md`, "Pruning").
-    fn total(self) -> u64 {
-        self.history.saturating_add(self.journal)
-    }
-}
 
 impl WriterState {
     /// Journals a signal (never blocks the writer on it).
@@ -488,103 +338,6 @@ impl WriterState {
         self.rules.eviction(self.bytes.total())
     }
 
-    /// Tells the pruner of chunks just closed (their seals are being written).
-    fn note_closed(&mut self, closed: &[annal_engine::store::ClosedChunk]) {
-        if let Some(open) = self.open.as_mut() {
-            for chunk in closed {
-                open.pruner.closed(chunk);
-            }
-        }
-    }
-
-    /// One pruning pass (`store::prune`): what retention and, with `evict_oldest` at the quota,
-    /// eviction take is recorded in the journal, durably, and only then removed. A pass with
-    /// nothing due touches no file. The caller checks the quota after it.
-    async fn prune(&mut self) {
-        let Some(storage) = self.storage.get().cloned() else {
-            return;
-        };
-        let (cutoff, eviction) = (self.retention_cutoff(), self.eviction());
-        let Some(open) = self.open.as_ref() else {
-            return;
-        };
-        let current = open.history.current_chunk();
-        if open.pruner.due(current, cutoff, eviction) {
-            let mut plan = self
-                .open
-                .as_ref()
-                .map(|o| o.pruner.plan(current, cutoff, eviction));
-            let waited = plan
-                .as_ref()
-                .zip(self.open.as_ref())
-                .is_some_and(|(plan, o)| o.pruner.needs_awaited(plan, current, cutoff, eviction));
-            if waited {
-                // The seals being written would change the plan: let them finish (two syncs
-                // and a checkpoint each), then plan again.
-                self.reap_seal_writes(true).await;
-                plan = self
-                    .open
-                    .as_ref()
-                    .map(|o| o.pruner.plan(current, cutoff, eviction));
-            }
-            let plan = match (self.open.as_mut(), plan) {
-                (Some(open), Some(plan)) => {
-                    let plan = open.pruner.confirm_on_disk(storage.as_ref(), plan);
-                    let (history, index) = (&open.keys.history, &open.keys.index);
-                    open.pruner.confirm_latest_times(plan, cutoff, |chunk| {
-                        annal_engine::index::latest_event_time(
-                            storage.as_ref(),
-                            history,
-                            index,
-                            chunk.chunk_id,
-                            chunk.len_bytes,
-                        )
-                    })
-                }
-                _ => return,
-            };
-            // The records durable first: a file goes only once the journal says why.
-            if !plan.is_empty()
-                && self.journal(plan.events(), true).await.is_ok()
-                && let Some(open) = self.open.as_mut()
-            {
-                open.pruner.recorded(plan);
-            }
-        }
-        self.remove_pruned(&storage).await;
-    }
-
-    /// Removes the files of the chunks recorded as pruned. The Query actor drops them from its
-    /// index first (and answers), so no query plans a read of a file about to go. A removal
-    /// that fails is a storage signal; the chunk stays recorded and a later pass removes it.
-    async fn remove_pruned(&mut self, storage: &Arc<dyn Storage>) {
-        let pending = match self.open.as_ref() {
-            Some(open) => open.pruner.pending(),
-            None => return,
-        };
-        if pending.is_empty() {
-            return;
-        }
-        if let Some(query) = &self.query {
-            let _ = ractor::call_t!(
-                query,
-                |reply| crate::query::QueryMsg::Pruned {
-                    chunks: pending,
-                    reply
-                },
-                CHILD_CALL_DEADLINE_MS
-            );
-        }
-        let removed = match self.open.as_mut() {
-            Some(open) => open.pruner.remove_recorded(storage.as_ref()),
-            None => return,
-        };
-        self.bytes = StoreBytes::read(storage.as_ref());
-        if removed.is_err() {
-            let _ = self.storage_fault(HealthCategory::StorageUnavailable);
-        }
-    }
-
     /// The contract's status, from the journal's current projection (health included: a fold
     /// over the persisted signals and the live drop count).
     async fn status(&mut self) -> StatusResponse {
@@ -610,192 +363,6 @@ impl WriterState {
                 .status_reading(admitted, pending_drops)
         });
         status_from(&self.config, reading, self.bytes.history, pending_drops)
-    }
-
-    /// Opens the store (creating it when `create`), loads the key (creating it when `create`),
-    /// opens the journal (which replays its projection) and the history writer above the
-    /// journal's sequence floor. Key and storage failures become signals.
-    async fn open_writers(&mut self, create: bool) -> Result<(), ControlError> {
-        if self.open.is_some() {
-            return Ok(());
-        }
-        if self.storage.get().is_none() {
-            if create {
-                match create_store(&self.config.layout) {
-                    Ok(()) | Err(annal_engine::store::CreateStoreError::AlreadyExists { .. }) => {}
-                    Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
-                }
-            }
-            match open_store(&self.config.layout, Access::Write) {
-                Ok(storage) => {
-                    let _ = self.storage.set(Arc::new(storage));
-                }
-                Err(_) if !create => return Ok(()),
-                Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
-            }
-        }
-        let Some(storage) = self.storage.get().cloned() else {
-            return Ok(());
-        };
-        let keys = match ractor::call_t!(
-            self.keys,
-            |reply| KeyCustodyMsg::Open { create, reply },
-            annal_engine::clock::millis(self.config.key_call_deadline).saturating_add(1_000)
-        ) {
-            Ok(Ok(keys)) => keys,
-            Ok(Err(KeyError::NotFound)) if !create => return Ok(()),
-            Ok(Err(error)) => return Err(self.key_fault(error.category())),
-            Err(_) => return Err(self.key_fault(HealthCategory::KeyUnavailable)),
-        };
-        let recovered = self.rules.key_ok();
-        self.carry_out(recovered);
-        // The journal first: its projection holds the sequence floor of the history stream.
-        let projection = match ractor::call_t!(
-            self.journal,
-            |reply| JournalMsg::Open {
-                keys: keys.clone(),
-                reply
-            },
-            CHILD_CALL_DEADLINE_MS
-        ) {
-            Ok(Ok(projection)) => projection,
-            _ => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
-        };
-        if projection.health_fold.key_load_ends_a_failure() {
-            // The key loaded: a key failure an earlier generation or process signalled is over
-            // (its `key_failing` ended with it).
-            self.signal(SignalKind::KeyRecovered);
-        }
-        let mut config = WriterConfig::new(keys.reference.clone(), std::num::NonZeroU64::MIN);
-        config.sequence_floor = projection
-            .history_high_water
-            .and_then(annal_schema::Sequence::new);
-        config.chunk_size_limit_bytes =
-            annal_engine::store::chunk_size_limit_for_quota(projection.quota_bytes);
-        // The seals first: a chunk a verified seal vouches for is not read (after a clean
-        // stop, none is), and the newest one is the chain's tip. A seal that does not verify
-        // vouches for nothing and is never linked to (verify reports it).
-        let seals =
-            annal_engine::seal::read_seals(storage.as_ref(), &keys.seal).unwrap_or_default();
-        let sealed = annal_engine::seal::vouched_chunks(&seals);
-        let last_seal = annal_engine::seal::chain_tip(&seals).cloned();
-        let history = match StoreWriter::<History>::open_skipping_sealed(
-            Arc::clone(&storage),
-            keys.history.clone(),
-            config,
-            Arc::clone(&self.clock),
-            &sealed,
-        ) {
-            Ok(history) => history,
-            Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
-        };
-        // A crash's torn tails, once each (readers leave them out whether recorded or not).
-        // (A tear outside the journal's bounds is not recorded: the journal would refuse it.)
-        let tears = history::tears_to_record(&projection, history.torn_tails_at_open());
-        if !tears.is_empty() {
-            let _ = self.journal.cast(JournalMsg::Record(tears));
-        }
-        let reserved_through = history.high_water().map_or(0, |s| s.get());
-        // A crash's last chunks, complete but never closed: sealed now, so they become
-        // prunable and no later open reads them. Only those no seal file names (a mismatched
-        // seal is verify's to report) and whose records follow the chain's tip (so the chain
-        // stays in sequence order); the rest stay unsealed, as before.
-        let leftovers =
-            history::leftovers_to_seal(history.unsealed_at_open(), &seals, last_seal.as_ref());
-        // What may be pruned; a chunk recorded pruned in an earlier life and still present (a
-        // crash between its record and its removal) is removed by the pass below. A crash's
-        // torn chunks are never sealed: what the open read of them lets retention and eviction
-        // take them all the same (module `store::prune`). A pruner that cannot be built prunes
-        // nothing in this life.
-        let pruner = annal_engine::store::Pruner::at_open(
-            &storage,
-            &seals,
-            &projection.pruned,
-            &keys.journal,
-        )
-        .map(|mut pruner| {
-            for torn in history
-                .torn_tails_at_open()
-                .iter()
-                .filter_map(|t| t.prunable)
-            {
-                pruner.add_torn(torn, &seals);
-            }
-            pruner
-        })
-        .unwrap_or_default();
-        self.bytes = StoreBytes::read(storage.as_ref());
-        let journal_floor = projection.history_high_water;
-        let open_state = history.open_state();
-        self.rules.projection = projection;
-        self.rules.opened(reserved_through);
-        self.rules.set_chain_tip(last_seal);
-        self.open = Some(Open {
-            keys,
-            history,
-            unsynced_since: None,
-            pruner,
-        });
-        if !leftovers.is_empty() {
-            self.seal(&leftovers).await;
-        }
-        self.record_skip(journal_floor, open_state);
-        self.reconcile_contract(open_state.newest_control).await;
-        self.prune().await;
-        self.check_quota();
-        self.mark_owed_drops().await;
-        Ok(())
-    }
-
-    /// The sequences this writer skips: above what the store holds and through the journal's
-    /// mark, which only a writer that did not stop cleanly leaves above it (a clean stop
-    /// releases the rest of its reservation, [`WriterState::release_sequences`]). Recorded
-    /// once, so a reader tells this gap from drops (`State::skipped`).
-    fn record_skip(&mut self, journal_floor: Option<u64>, open_state: OpenState) {
-        let stored = open_state.stored_high_water.map(|s| s.get());
-        let skipped = self.rules.record_skip(journal_floor, stored);
-        self.carry_out(skipped);
-    }
-
-    /// One truth about on and off (`docs/design.md`): reads the contract's state beside the
-    /// journal, `state.json` and the newest lifecycle `control` event of the history stream
-    /// not read before (`newest`, from the chunks this open read), and journals what it says
-    /// (`history::State::observe_contract`). Then writes the answer back to whichever place
-    /// says otherwise (`history::State::contract_answer`).
-    async fn reconcile_contract(&mut self, newest: Option<ControlRead>) {
-        let Some(storage) = self.storage.get().cloned() else {
-            return;
-        };
-        let file = read_state_mirror(storage.as_ref()).ok().flatten();
-        let observed = self.rules.observe_contract(newest, file);
-        // Durable before capture opens. A failure leaves the narrowing in effect all the same
-        // (an observation never widens): the journal keeps it and appends it again.
-        if !observed.events.is_empty() {
-            let _ = self.journal(observed.events.clone(), true).await;
-        }
-        let answer = self.rules.contract_answer(&observed);
-        if answer.write_state_file {
-            self.mirror_state();
-        }
-        if let Some(operation) = answer.control_event {
-            if let Some(draft) = self.draft("control", Payload::Control { operation }) {
-                self.append_history(vec![draft]).await;
-            }
-            let _ = self.sync();
-        }
-    }
-
-    /// A clean stop releases the rest of the reservation
-    /// (`history::State::release_sequences`). A release that fails leaves the reservation (and
-    /// the next open records the skip).
-    async fn release_sequences(&mut self) {
-        let Some(high_water) = self.open.as_ref().and_then(|o| o.history.high_water()) else {
-            return;
-        };
-        let events = self.rules.release_sequences(high_water.get());
-        if !events.is_empty() {
-            let _ = self.journal(events, true).await;
-        }
     }
 
     fn key_fault(&mut self, category: HealthCategory) -> ControlError {
@@ -914,105 +481,6 @@ impl WriterState {
         if let Some(marker) = self.drop_marker(owed) {
             self.append_history_counted(vec![marker], owed).await;
         }
-    }
-
-    /// Seals the chunks just closed (synced at rotation): each seal is prepared here, in order
-    /// (the next one chains to it); a seal job writes its file on a blocking thread and then
-    /// stores its checkpoint through key custody (seal first, checkpoint after: a crash between
-    /// leaves the checkpoint behind, which `verify` accepts). Jobs run one after another, in
-    /// ordinal order. A seal that cannot be written is a storage signal; the chunk stays
-    /// readable and `verify` reports it as unsealed.
-    async fn seal(&mut self, closed: &[annal_engine::store::ClosedChunk]) {
-        // Awaited by the pruner until its seal job answers.
-        self.note_closed(closed);
-        let Some(storage) = self.storage.get().cloned() else {
-            return;
-        };
-        if let Some(open) = self.open.as_mut() {
-            let plan = self.rules.chain_seals(closed);
-            for &chunk in &plan.unsealable {
-                // Never sealed, so never pruned.
-                open.pruner.seal_found(chunk, None);
-            }
-            let key = Arc::clone(&open.keys.seal);
-            for seal in plan.jobs {
-                self.chain_seal_job(Arc::clone(&storage), Arc::clone(&key), Some(seal));
-            }
-            self.carry_out(plan.effects);
-        }
-        self.reap_seal_writes(false).await;
-    }
-
-    /// Starts a seal job after the newest one (`seal`: `None` for a job that only compares the
-    /// checkpoint with the chain).
-    fn chain_seal_job(
-        &mut self,
-        storage: Arc<dyn Storage>,
-        key: Arc<annal_engine::seal::SealKey>,
-        seal: Option<(annal_engine::store::ClosedChunk, annal_engine::seal::Seal)>,
-    ) {
-        let job = SealJob {
-            storage,
-            key,
-            keys: self.keys.clone(),
-            deadline_ms: annal_engine::clock::millis(self.config.key_call_deadline)
-                .saturating_add(1_000),
-            seal,
-        };
-        let sealing = job
-            .seal
-            .as_ref()
-            .map(|(chunk, seal)| (chunk.chunk_id, seal.clone()));
-        let (done, tail) = tokio::sync::oneshot::channel();
-        let prior = self.checkpoint_tail.replace(tail);
-        self.seal_writes.push(SealWrite {
-            sealing,
-            task: tokio::spawn(async move { job.run(prior, done).await }),
-        });
-    }
-
-    /// Collects the seal jobs that finished (all of them, waiting, when `all`) and signals what
-    /// they found: a seal not written is a storage fault (its chunk stays unsealed, which
-    /// `verify` reports); a checkpoint that could not be kept is a key fault with the credential
-    /// store's category (a later job tries again); a seal chain older than the checkpoint is
-    /// `storage_corrupt`. The first call of an open writer's life (its first tick, or its stop)
-    /// starts the job comparing the checkpoint with the chain on disk if no seal job did, so a
-    /// checkpoint a crash lost is mended, and a rolled-back directory found, in every writer's
-    /// life, not only at its next seal.
-    async fn reap_seal_writes(&mut self, all: bool) {
-        if self.checkpoint_tail.is_none()
-            && let (Some(storage), Some(open)) = (self.storage.get().cloned(), self.open.as_ref())
-        {
-            let key = Arc::clone(&open.keys.seal);
-            self.chain_seal_job(storage, key, None);
-        }
-        let mut seal_failed = false;
-        let mut outcomes = Vec::new();
-        let mut still_running = Vec::new();
-        for write in std::mem::take(&mut self.seal_writes) {
-            if !(all || write.task.is_finished()) {
-                still_running.push(write);
-                continue;
-            }
-            let outcome = write.task.await.ok();
-            // The pruner learns what the job did: its seal written (and synced), or not.
-            if let (Some((chunk, seal)), Some(open)) = (&write.sealing, self.open.as_mut()) {
-                let written = outcome.as_ref().is_some_and(|o| !o.seal_failed);
-                open.pruner.seal_found(*chunk, written.then_some(seal));
-            }
-            match outcome {
-                Some(outcome) => outcomes.push(outcome),
-                None => seal_failed = true,
-            }
-        }
-        self.seal_writes = still_running;
-        let mut checkpoints = Vec::with_capacity(outcomes.len());
-        for outcome in outcomes {
-            seal_failed |= outcome.seal_failed;
-            checkpoints.push(outcome.checkpoint);
-        }
-        let effects = self.rules.seal_jobs_ended(&checkpoints, seal_failed);
-        self.carry_out(effects);
     }
 
     fn append_failed(&mut self, error: &AppendError) {
