@@ -469,15 +469,12 @@ impl WriterState {
         }
     }
 
-    /// Drops an earlier life counted with no marker (what the supervisor took off the queue
-    /// once it gave up on the writer: `State::unmarked_drops`): the marker the history owes
-    /// them, written alone as this writer opens, before any event it takes. Nothing while
-    /// history is disabled; a marker that fails stays owed, for the next open.
+    /// Drops an earlier life counted with no marker: the marker the history owes them
+    /// (`history::State::owed_drops`), written alone as this writer opens.
     async fn mark_owed_drops(&mut self) {
-        let owed = self.rules.projection.unmarked_drops();
-        if owed == 0 || !self.rules.projection.enabled {
+        let Some(owed) = self.rules.owed_drops() else {
             return;
-        }
+        };
         if let Some(marker) = self.drop_marker(owed) {
             self.append_history_counted(vec![marker], owed).await;
         }
@@ -527,23 +524,19 @@ impl WriterState {
         self.carry_out(effects);
     }
 
-    /// Drops no event followed (their marker waits for the next event, and at a stop none is
-    /// to come): the marker is written alone, and its drops join the lifetime total with it.
-    /// With history disabled nothing is written: the drops are journaled without a marker,
-    /// so the total stays exact across the restart.
+    /// Drops no event followed, at a clean stop (`history::State::trailing_drops`): a marker
+    /// written alone, or the drops journaled without one.
     async fn mark_trailing_drops(&mut self) {
-        let count = self.rules.take_lost_unreported();
-        if count == 0 {
-            return;
-        }
-        match self.drop_marker(count) {
-            Some(marker) if self.rules.projection.enabled && self.open.is_some() => {
-                self.append_history(vec![marker]).await;
-            }
-            _ => {
-                let recorded = self.rules.record_drop_total(count);
-                self.carry_out([recorded]);
-            }
+        match self.rules.trailing_drops() {
+            history::TrailingDrops::None => {}
+            history::TrailingDrops::Mark(count) => match self.drop_marker(count) {
+                Some(marker) => self.append_history(vec![marker]).await,
+                None => {
+                    let recorded = self.rules.record_drop_total(count);
+                    self.carry_out([recorded]);
+                }
+            },
+            history::TrailingDrops::Record(recorded) => self.carry_out([recorded]),
         }
     }
 

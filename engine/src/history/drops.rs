@@ -268,3 +268,41 @@ impl State {
         effects
     }
 }
+
+/// Where drops no event followed go at a clean stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TrailingDrops {
+    /// None are waiting.
+    None,
+    /// Write a marker of this many alone (history enabled and open); its drops join the
+    /// lifetime total with it. If no marker can be drafted, [`State::record_drop_total`].
+    Mark(u64),
+    /// History is disabled or not open: the drops are journaled without a marker (already
+    /// applied), so the total stays exact across the restart.
+    Record(Effect),
+}
+
+impl State {
+    /// Drops no event followed, at a clean stop (their marker waits for the next event, and
+    /// none is to come).
+    pub fn trailing_drops(&mut self) -> TrailingDrops {
+        let count = self.take_lost_unreported();
+        if count == 0 {
+            TrailingDrops::None
+        } else if self.projection.enabled && self.open {
+            TrailingDrops::Mark(count)
+        } else {
+            TrailingDrops::Record(self.record_drop_total(count))
+        }
+    }
+
+    /// Drops an earlier life counted with no marker (what the supervisor took off the queue
+    /// once it gave up on the writer: `journal::State::unmarked_drops`): the marker the history
+    /// owes them, written alone as this writer opens, before any event it takes (appended with
+    /// them as `counted`). Nothing while history is disabled; a marker that fails stays owed,
+    /// for the next open.
+    pub fn owed_drops(&self) -> Option<u64> {
+        let owed = self.projection.unmarked_drops();
+        (owed > 0 && self.projection.enabled).then_some(owed)
+    }
+}

@@ -47,7 +47,7 @@ pub use contract::{
     ContractAnswer, ControlPlan, Observed, control_command, implied_by, narrowing_of, narrows,
 };
 pub use drafts::{Drafter, SESSION_ID_CACHE_ENTRIES};
-pub use drops::{AppendPlan, BatchMarkers, FailedAppend, SEQUENCE_RESERVE_BLOCK};
+pub use drops::{AppendPlan, BatchMarkers, FailedAppend, SEQUENCE_RESERVE_BLOCK, TrailingDrops};
 pub use seals::{CheckpointOutcome, CheckpointSync, SealPlan, leftovers_to_seal, tears_to_record};
 pub use settings::Setting;
 

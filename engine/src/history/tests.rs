@@ -1203,3 +1203,68 @@ mod seals {
         );
     }
 }
+
+// ---- Drops at the ends of a writer's life ----
+
+mod ends_of_life {
+    use super::super::*;
+    use crate::health::{Signal, SignalKind};
+    use crate::journal::{CallerKind, JournalEvent};
+
+    fn enabled() -> JournalEvent {
+        JournalEvent::ControlApplied {
+            operation: annal_schema::ControlOperation::Enable,
+            caller: CallerKind::OwnerCli,
+        }
+    }
+
+    fn state(events: &[JournalEvent], open: bool) -> State {
+        let mut state = State {
+            projection: crate::journal::State::replay(events),
+            ..State::default()
+        };
+        if open {
+            state.opened(0);
+        }
+        state
+    }
+
+    #[test]
+    fn at_a_stop_waiting_drops_get_a_marker_of_their_own_when_history_is_written() {
+        let mut state = state(&[enabled()], true);
+        state.count_lost(3);
+        assert_eq!(state.trailing_drops(), TrailingDrops::Mark(3));
+        assert_eq!(state.lost_unreported(), 0);
+        assert_eq!(state.trailing_drops(), TrailingDrops::None);
+    }
+
+    #[test]
+    fn at_a_stop_with_history_disabled_or_closed_the_drops_are_journaled_without_a_marker() {
+        for (events, open) in [(&[][..], true), (&[enabled()][..], false)] {
+            let mut state = state(events, open);
+            state.count_lost(3);
+            assert_eq!(
+                state.trailing_drops(),
+                TrailingDrops::Record(Effect::Record(vec![JournalEvent::DropsRecorded {
+                    count: 3
+                }]))
+            );
+            // In the total now, never counted again.
+            assert_eq!(state.projection.dropped_total, 3);
+            assert_eq!(state.lost_unreported(), 0);
+        }
+    }
+
+    #[test]
+    fn drops_an_earlier_life_never_marked_are_owed_a_marker_only_while_enabled() {
+        let observed = JournalEvent::SupervisorSignalled(Signal {
+            at_ms: 1,
+            kind: SignalKind::DropsObserved { count: 4 },
+        });
+        let recorded = JournalEvent::DropsRecorded { count: 4 };
+        let owed = [enabled(), recorded.clone(), observed.clone()];
+        assert_eq!(state(&owed, true).owed_drops(), Some(4));
+        assert_eq!(state(&[recorded, observed], true).owed_drops(), None);
+        assert_eq!(state(&[enabled()], true).owed_drops(), None);
+    }
+}
