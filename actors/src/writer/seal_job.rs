@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use annal_engine::history::{CheckpointOutcome, CheckpointSync};
+use annal_engine::history::{CheckpointAnswer, CheckpointOutcome, CheckpointStep, CheckpointSync};
 use annal_engine::storage::Storage;
 use annal_schema::HealthCategory;
 use ractor::ActorRef;
@@ -57,7 +57,7 @@ impl SealJob {
         done: tokio::sync::oneshot::Sender<CheckpointSync>,
     ) -> SealOutcome {
         use annal_engine::seal::{Checkpoint, CheckpointError, Reconciled};
-        let mut sync = match prior {
+        let sync = match prior {
             Some(prior) => prior.await.unwrap_or(CheckpointSync::Unchecked),
             None => CheckpointSync::Unchecked,
         };
@@ -85,48 +85,42 @@ impl SealJob {
         .await
         .unwrap_or((false, None));
         let deadline = self.deadline_ms;
-        let outcome = match (written, sync) {
-            (false, _) | (true, CheckpointSync::Frozen) => CheckpointOutcome::Untouched,
-            (true, CheckpointSync::Unchecked) => match chain {
-                None => CheckpointOutcome::Failed(HealthCategory::StorageUnavailable),
-                Some(chain) => match ractor::call_t!(
+        let step = sync.step(written, sealing);
+        let answer = match (step, chain, checkpoint) {
+            (CheckpointStep::Reconcile, None, _) => {
+                Some(CheckpointAnswer::Failed(HealthCategory::StorageUnavailable))
+            }
+            (CheckpointStep::Reconcile, Some(chain), _) => Some(
+                match ractor::call_t!(
                     self.keys,
                     |reply| KeyCustodyMsg::ReconcileCheckpoint { chain, reply },
                     deadline
                 ) {
-                    Ok(Ok(Reconciled::RolledBack { .. })) => {
-                        sync = CheckpointSync::Frozen;
-                        CheckpointOutcome::RolledBack
-                    }
-                    Ok(Ok(_)) => {
-                        sync = CheckpointSync::Following;
-                        CheckpointOutcome::Verified
-                    }
-                    Ok(Err(error)) => CheckpointOutcome::Failed(error.category()),
-                    Err(_) => CheckpointOutcome::Failed(HealthCategory::KeyUnavailable),
+                    Ok(Ok(Reconciled::RolledBack { .. })) => CheckpointAnswer::RolledBack,
+                    Ok(Ok(_)) => CheckpointAnswer::Done,
+                    Ok(Err(error)) => CheckpointAnswer::Failed(error.category()),
+                    Err(_) => CheckpointAnswer::Failed(HealthCategory::KeyUnavailable),
                 },
-            },
-            (true, CheckpointSync::Following) => match checkpoint {
-                None => CheckpointOutcome::Untouched,
-                Some(checkpoint) => match ractor::call_t!(
+            ),
+            (CheckpointStep::Store, _, Some(checkpoint)) => Some(
+                match ractor::call_t!(
                     self.keys,
                     |reply| KeyCustodyMsg::StoreCheckpoint { checkpoint, reply },
                     deadline
                 ) {
-                    Ok(Ok(())) => CheckpointOutcome::Kept,
+                    Ok(Ok(())) => CheckpointAnswer::Done,
                     // Moved ahead of or away from this writer's chain since it compared them:
                     // another history's writer. Never follow it.
                     Ok(Err(
                         CheckpointError::WouldGoBack { .. } | CheckpointError::Diverged { .. },
-                    )) => {
-                        sync = CheckpointSync::Frozen;
-                        CheckpointOutcome::RolledBack
-                    }
-                    Ok(Err(error)) => CheckpointOutcome::Failed(error.category()),
-                    Err(_) => CheckpointOutcome::Failed(HealthCategory::KeyUnavailable),
+                    )) => CheckpointAnswer::RolledBack,
+                    Ok(Err(error)) => CheckpointAnswer::Failed(error.category()),
+                    Err(_) => CheckpointAnswer::Failed(HealthCategory::KeyUnavailable),
                 },
-            },
+            ),
+            _ => None,
         };
+        let (outcome, sync) = sync.after(step, answer);
         let _ = done.send(sync);
         SealOutcome {
             seal_failed: sealing && !written,

@@ -48,7 +48,10 @@ pub use contract::{
 };
 pub use drafts::{Drafter, SESSION_ID_CACHE_ENTRIES};
 pub use drops::{AppendPlan, BatchMarkers, FailedAppend, SEQUENCE_RESERVE_BLOCK, TrailingDrops};
-pub use seals::{CheckpointOutcome, CheckpointSync, SealPlan, leftovers_to_seal, tears_to_record};
+pub use seals::{
+    CheckpointAnswer, CheckpointOutcome, CheckpointStep, CheckpointSync, SealPlan,
+    leftovers_to_seal, tears_to_record,
+};
 pub use settings::Setting;
 
 /// What the writer carries out for the state machine, in the order given.

@@ -9,6 +9,11 @@
 //! store's key category (a later job tries again); a seal chain older than the checkpoint is
 //! `storage_corrupt`, which only a later comparison that finds the newer chain back clears.
 //!
+//! Where the checkpoint stands is handed from each job to the next ([`CheckpointSync`]): what
+//! a job does with it ([`CheckpointSync::step`]) and what key custody's answer makes of it
+//! ([`CheckpointSync::after`]) are decided here; a rolled-back chain freezes it for the rest of
+//! the writer's life.
+//!
 //! At open, a crash's complete chunks that no seal names and whose records follow the tip are
 //! sealed ([`leftovers_to_seal`]); its torn tails are journaled once ([`tears_to_record`]).
 
@@ -48,6 +53,70 @@ pub enum CheckpointOutcome {
     Failed(HealthCategory),
     /// The chain on disk is older than the checkpoint.
     RolledBack,
+}
+
+/// What a seal job does with the checkpoint once its seal (if any) is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointStep {
+    /// Nothing: no seal written, or the checkpoint frozen, or (after the first comparison) a
+    /// job with no seal of its own.
+    Nothing,
+    /// Compare the checkpoint with the chain on disk (`seal::reconcile`): the first
+    /// comparison of this writer's life.
+    Reconcile,
+    /// Store this job's seal's checkpoint.
+    Store,
+}
+
+/// What key custody answered a [`CheckpointStep`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointAnswer {
+    /// Compared (the chain on disk is not older), or stored.
+    Done,
+    /// The chain on disk is older than the checkpoint; or, storing, the checkpoint moved ahead
+    /// of or away from this writer's chain since it compared them (another history's writer:
+    /// never follow it).
+    RolledBack,
+    /// Key custody or the seals on disk failed with this category (a timeout is
+    /// `key_unavailable`, a chain that could not be read `storage_unavailable`).
+    Failed(HealthCategory),
+}
+
+impl CheckpointSync {
+    /// What a job whose seal was `written` (or that has none to write: `sealing` false) does
+    /// with the checkpoint, given where the checkpoint stands.
+    pub fn step(self, written: bool, sealing: bool) -> CheckpointStep {
+        match (written, self) {
+            (false, _) | (true, Self::Frozen) => CheckpointStep::Nothing,
+            (true, Self::Unchecked) => CheckpointStep::Reconcile,
+            (true, Self::Following) if sealing => CheckpointStep::Store,
+            (true, Self::Following) => CheckpointStep::Nothing,
+        }
+    }
+
+    /// The job's outcome, and where the checkpoint stands for the next job, after `step`
+    /// was answered `answer` (`None`: no call was made).
+    pub fn after(
+        self,
+        step: CheckpointStep,
+        answer: Option<CheckpointAnswer>,
+    ) -> (CheckpointOutcome, CheckpointSync) {
+        match (step, answer) {
+            (CheckpointStep::Nothing, _) | (_, None) => (CheckpointOutcome::Untouched, self),
+            (_, Some(CheckpointAnswer::Failed(category))) => {
+                (CheckpointOutcome::Failed(category), self)
+            }
+            (_, Some(CheckpointAnswer::RolledBack)) => {
+                (CheckpointOutcome::RolledBack, Self::Frozen)
+            }
+            (CheckpointStep::Reconcile, Some(CheckpointAnswer::Done)) => {
+                (CheckpointOutcome::Verified, Self::Following)
+            }
+            (CheckpointStep::Store, Some(CheckpointAnswer::Done)) => {
+                (CheckpointOutcome::Kept, self)
+            }
+        }
+    }
 }
 
 /// The seals of chunks just closed.

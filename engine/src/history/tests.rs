@@ -1268,3 +1268,128 @@ mod ends_of_life {
         assert_eq!(state(&[enabled()], true).owed_drops(), None);
     }
 }
+
+// ---- The checkpoint's standing, handed from seal job to seal job ----
+
+mod checkpoint {
+    use annal_schema::HealthCategory;
+
+    use super::super::*;
+
+    use CheckpointAnswer as A;
+    use CheckpointOutcome as O;
+    use CheckpointStep as Step;
+    use CheckpointSync as Sync;
+
+    #[test]
+    fn what_a_job_does_with_the_checkpoint_given_where_it_stands() {
+        // (standing, seal written, has a seal of its own) -> step
+        let table = [
+            (Sync::Unchecked, false, true, Step::Nothing),
+            (Sync::Following, false, true, Step::Nothing),
+            (Sync::Frozen, true, true, Step::Nothing),
+            (Sync::Frozen, true, false, Step::Nothing),
+            (Sync::Unchecked, true, true, Step::Reconcile),
+            (Sync::Unchecked, true, false, Step::Reconcile),
+            (Sync::Following, true, true, Step::Store),
+            (Sync::Following, true, false, Step::Nothing),
+        ];
+        for (sync, written, sealing, step) in table {
+            assert_eq!(
+                sync.step(written, sealing),
+                step,
+                "{sync:?} {written} {sealing}"
+            );
+        }
+    }
+
+    #[test]
+    fn what_the_answer_makes_of_the_job_and_the_standing_it_hands_on() {
+        let failed = A::Failed(HealthCategory::KeyLocked);
+        let table = [
+            (
+                Sync::Unchecked,
+                Step::Reconcile,
+                Some(A::Done),
+                O::Verified,
+                Sync::Following,
+            ),
+            (
+                Sync::Unchecked,
+                Step::Reconcile,
+                Some(A::RolledBack),
+                O::RolledBack,
+                Sync::Frozen,
+            ),
+            // A failed comparison is made again by the next job.
+            (
+                Sync::Unchecked,
+                Step::Reconcile,
+                Some(failed),
+                O::Failed(HealthCategory::KeyLocked),
+                Sync::Unchecked,
+            ),
+            (
+                Sync::Following,
+                Step::Store,
+                Some(A::Done),
+                O::Kept,
+                Sync::Following,
+            ),
+            // Moved by another history's writer: never followed again in this life.
+            (
+                Sync::Following,
+                Step::Store,
+                Some(A::RolledBack),
+                O::RolledBack,
+                Sync::Frozen,
+            ),
+            (
+                Sync::Following,
+                Step::Store,
+                Some(failed),
+                O::Failed(HealthCategory::KeyLocked),
+                Sync::Following,
+            ),
+            (
+                Sync::Frozen,
+                Step::Nothing,
+                None,
+                O::Untouched,
+                Sync::Frozen,
+            ),
+            (
+                Sync::Unchecked,
+                Step::Nothing,
+                None,
+                O::Untouched,
+                Sync::Unchecked,
+            ),
+            (
+                Sync::Following,
+                Step::Store,
+                None,
+                O::Untouched,
+                Sync::Following,
+            ),
+        ];
+        for (sync, step, answer, outcome, next) in table {
+            assert_eq!(
+                sync.after(step, answer),
+                (outcome, next),
+                "{sync:?} {step:?} {answer:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_frozen_checkpoint_stays_frozen_whatever_follows() {
+        let mut sync = Sync::Unchecked;
+        for answer in [A::RolledBack, A::Done, A::Done] {
+            let step = sync.step(true, true);
+            let answer = (step != Step::Nothing).then_some(answer);
+            sync = sync.after(step, answer).1;
+        }
+        assert_eq!(sync, Sync::Frozen);
+    }
+}
