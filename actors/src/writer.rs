@@ -317,7 +317,7 @@ impl WriterState {
     }
 
     /// Compares the bytes in the store with the quota, and signals when that changes
-    /// (`history::State::check_quota`). Pruning ([`WriterState::prune`]) runs first.
+    /// (`history::State::check_quota`). Pruning (`WriterState::prune`) runs first.
     fn check_quota(&mut self) {
         let changed = self.rules.check_quota(self.bytes.total());
         self.carry_out(changed);

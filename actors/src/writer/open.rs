@@ -159,7 +159,7 @@ impl WriterState {
 
     /// The sequences this writer skips: above what the store holds and through the journal's
     /// mark, which only a writer that did not stop cleanly leaves above it (a clean stop
-    /// releases the rest of its reservation, [`WriterState::release_sequences`]). Recorded
+    /// releases the rest of its reservation, `WriterState::release_sequences`). Recorded
     /// once, so a reader tells this gap from drops (`State::skipped`).
     fn record_skip(&mut self, journal_floor: Option<u64>, open_state: OpenState) {
         let stored = open_state.stored_high_water.map(|s| s.get());
