@@ -1393,3 +1393,124 @@ mod checkpoint {
         assert_eq!(sync, Sync::Frozen);
     }
 }
+
+// ---- A property: nothing lost silently, nothing reported twice ----
+
+mod conservation {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use annal_schema::{Capability, EventDraft, HealthCategory, Payload, Platform};
+    use proptest::prelude::*;
+
+    use super::super::*;
+    use crate::capture::{Captured, Drained, capture_channel};
+    use crate::clock::ManualClock;
+
+    const NOW: Duration = Duration::from_secs(1_800_000_000);
+
+    /// `n` captured actions, drained.
+    fn actions(n: usize) -> Vec<Drained<Captured>> {
+        let (handle, mut drain) =
+            capture_channel(n.max(1), Arc::new(ManualClock::new(NOW))).unwrap();
+        drain.control().set_accepting(true);
+        for _ in 0..n {
+            let _ = handle.action_started(Capability::new("a").unwrap(), None, None);
+        }
+        let mut out = Vec::new();
+        drain.drain(usize::MAX, &mut out);
+        out
+    }
+
+    /// What became of one batch's append.
+    #[derive(Debug, Clone, Copy)]
+    enum Outcome {
+        /// All of it durable.
+        Appended,
+        /// None of it reached the disk.
+        Refused,
+        /// The last `k` records lost; the rest reached a chunk the append closed.
+        LostTail(usize),
+    }
+
+    fn outcome() -> impl Strategy<Value = Outcome> {
+        prop_oneof![
+            3 => Just(Outcome::Appended),
+            1 => Just(Outcome::Refused),
+            1 => (1usize..6).prop_map(Outcome::LostTail),
+        ]
+    }
+
+    fn marker_drops(draft: &EventDraft) -> Option<u64> {
+        match draft.payload {
+            Payload::Health {
+                category: HealthCategory::EventsDropped,
+                count,
+            } => Some(count),
+            _ => None,
+        }
+    }
+
+    proptest! {
+        /// Every captured event and every queue drop ends in exactly one place: a durable
+        /// event, the lifetime drop total (carried by a durable marker), or the drops still
+        /// waiting for the next marker.
+        #[test]
+        fn every_event_is_durable_or_counted_dropped_exactly_once(
+            batches in proptest::collection::vec((0usize..5, 0u64..4, outcome()), 1..24),
+        ) {
+            let mut state = State::default();
+            state.opened(0);
+            let mut drafter = Drafter::new(Platform::Linux, [5; 32]);
+            let (mut offered, mut durable_events, mut durable_marked) = (0u64, 0u64, 0u64);
+            let mut next_sequence = 1u64;
+            for (events, queue_drops, outcome) in batches {
+                let mut batch = Vec::new();
+                if queue_drops > 0 {
+                    batch.push(Drained::Dropped { count: queue_drops });
+                }
+                batch.extend(actions(events));
+                offered += events as u64 + queue_drops;
+                let drafts = state.drafts(&mut drafter, batch, None, NOW);
+                let Some(plan) = state.plan_append(&drafts, 0, Some(next_sequence)) else {
+                    continue;
+                };
+                if plan.reservation().is_some() {
+                    state.reserved(&plan);
+                }
+                let count = drafts.len();
+                let kept = match outcome {
+                    Outcome::Appended => {
+                        let _ = state.appended(&plan);
+                        count
+                    }
+                    Outcome::Refused => {
+                        let _ = state.append_failed(&plan, true, None, None);
+                        0
+                    }
+                    Outcome::LostTail(k) => {
+                        let k = k.min(count);
+                        let first_lost = next_sequence + (count - k) as u64;
+                        let last = next_sequence + count as u64 - 1;
+                        let _ = state.append_failed(&plan, false, Some(first_lost..=last), None);
+                        count - k
+                    }
+                };
+                for draft in &drafts[..kept] {
+                    match marker_drops(draft) {
+                        Some(drops) => durable_marked += drops,
+                        None => durable_events += 1,
+                    }
+                }
+                if !matches!(outcome, Outcome::Refused) {
+                    next_sequence += count as u64;
+                }
+            }
+            prop_assert_eq!(state.projection.dropped_total, durable_marked);
+            prop_assert_eq!(
+                durable_events + state.projection.dropped_total + state.lost_unreported(),
+                offered
+            );
+        }
+    }
+}
