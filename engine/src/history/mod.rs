@@ -1,12 +1,18 @@
 //! The history writer's rules as a pure state machine. The Writer actor (`annal-actors`) keeps
-//! the mailbox, the timers, the blocking threads and every I/O call; it asks [`State`] what a
-//! batch, an append's outcome or a store failure means, and carries out the [`Effect`]s it
-//! returns (journal these events, journal this signal, tell the Query actor).
+//! the mailbox, the timers, the blocking threads and every I/O call; it hands [`State`] each
+//! input (a batch of drained items, an append's or a sync's outcome, the group-commit tick, a
+//! control operation, a setting, what an open found, what the seal jobs answered, a clean
+//! stop) and carries out what comes back: [`Effect`]s (journal these events, journal this
+//! signal, tell the Query actor to forget lost sequences) and plans for the steps that need an
+//! awaited call (the drafts to append and the reservation before them, the journal events to
+//! make durable, the seals to write, the contract's answer to write back). The given/when/then
+//! tests of every rule are in `tests.rs`.
 //!
 //! - [`State`]: what the writer knows between messages: the journal's projection as of its
 //!   last exchange with the journal, the events lost and not yet reported by a drop marker,
-//!   the sequences reserved in the journal, and whether the store and the key are failing (so
-//!   the next success signals recovery).
+//!   the sequences reserved in the journal, whether the store and the key are failing (so
+//!   the next success signals recovery), whether the writer is open, admission and the quota
+//!   state, and the seal chain's tip.
 //! - [`admission`]: whether capture admits new events ([`State::accepting`]), the quota
 //!   check and its signals, what eviction and retention may prune, and the group-commit
 //!   tick ([`commit_tick`]).
@@ -20,10 +26,12 @@
 //!   cause"): an [`AppendPlan`] says which sequences a batch takes, whether the journal must
 //!   reserve more first ([`SEQUENCE_RESERVE_BLOCK`]), and what a failed append cost
 //!   ([`BatchMarkers::lost`]): every lost event is reported by the next drop marker, never
-//!   lost silently, and never reported twice.
+//!   lost silently, and never reported twice; and the drops at the ends of a writer's life
+//!   ([`State::owed_drops`], [`State::trailing_drops`]).
 //! - [`seals`]: each closed chunk's seal chained to the tip ([`State::chain_seals`]), what
-//!   the seal jobs found as signals ([`State::seal_jobs_ended`]), and what an open seals and
-//!   journals of a crash's leftovers.
+//!   the seal jobs found as signals ([`State::seal_jobs_ended`]), the checkpoint's standing
+//!   from job to job ([`CheckpointSync`]), and what an open seals and journals of a crash's
+//!   leftovers.
 //! - [`settings`]: an owner's [`Setting`], decided by the journal's rules.
 //!
 //! Pure: no I/O, no clock reads, no threads.
