@@ -281,12 +281,12 @@ impl WriterState {
         );
         match answer {
             Ok(Ok(projection)) => {
-                self.rules.projection = projection;
+                self.rules.adopt(projection);
                 Ok(())
             }
             Ok(Err(failed)) => {
                 // What the failure left in effect: a narrowing stays, a widening is withdrawn.
-                self.rules.projection = failed.projection;
+                self.rules.adopt(failed.projection);
                 Err(self.storage_fault(HealthCategory::StorageUnavailable))
             }
             Err(_) => Err(self.storage_fault(HealthCategory::StorageUnavailable)),
@@ -730,8 +730,7 @@ impl Actor for WriterActor {
         {
             // The key is not readable: show the mirror's enabled/paused so status still says
             // what the owner chose (never authoritative).
-            state.rules.projection.enabled = mirror.enabled;
-            state.rules.projection.paused = mirror.paused;
+            state.rules.show_mirror(mirror);
         }
         state.update_capture();
         myself.send_interval(std::time::Duration::from_secs(ROTATION_CHECK_SECS), || {

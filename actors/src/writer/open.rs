@@ -137,7 +137,7 @@ impl WriterState {
         self.bytes = StoreBytes::read(storage.as_ref());
         let journal_floor = projection.history_high_water;
         let open_state = history.open_state();
-        self.rules.projection = projection;
+        self.rules.adopt(projection);
         self.rules.opened(reserved_through);
         self.rules.set_chain_tip(last_seal);
         self.open = Some(Open {

@@ -103,6 +103,20 @@ pub struct State {
 }
 
 impl State {
+    /// The journal answered with `projection`: the truth from now on (after a failed commit,
+    /// what the failure left in effect: a narrowing stays, a widening is withdrawn).
+    pub fn adopt(&mut self, projection: Projection) {
+        self.projection = projection;
+    }
+
+    /// No key loads, so the journal cannot be read: status shows the state file's enabled and
+    /// paused, so it still says what the owner chose. Never authoritative: capture stays
+    /// closed, as no writer is open.
+    pub fn show_mirror(&mut self, mirror: crate::store::StateMirror) {
+        self.projection.enabled = mirror.enabled;
+        self.projection.paused = mirror.paused;
+    }
+
     /// The history writer opened above `reserved_through` (the highest sequence its store
     /// holds): sequences above it are reserved before they are used.
     pub fn opened(&mut self, reserved_through: u64) {

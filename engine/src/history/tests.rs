@@ -1514,3 +1514,34 @@ mod conservation {
         }
     }
 }
+
+// ---- The journal's answer, and the state file while no key loads ----
+
+mod projection {
+    use super::super::*;
+    use crate::journal::{CallerKind, JournalEvent};
+    use crate::store::StateMirror;
+
+    #[test]
+    fn the_journals_answer_replaces_what_the_writer_knew() {
+        let mut state = State::default();
+        let enabled = crate::journal::State::replay(&[JournalEvent::ControlApplied {
+            operation: annal_schema::ControlOperation::Enable,
+            caller: CallerKind::OwnerCli,
+        }]);
+        state.adopt(enabled.clone());
+        assert_eq!(state.projection, enabled);
+    }
+
+    #[test]
+    fn the_state_file_is_shown_while_no_key_loads_but_never_opens_capture() {
+        let mut state = State::default();
+        state.admit(true, true);
+        state.show_mirror(StateMirror {
+            enabled: true,
+            paused: false,
+        });
+        assert!(state.projection.enabled && !state.projection.paused);
+        assert!(!state.accepting(), "no writer is open");
+    }
+}
