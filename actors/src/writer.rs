@@ -1,61 +1,53 @@
-//! The Writer actor: owns the history stream's writer, group commit, drop markers and sequence
-//! reservation; asks the Journal actor for everything the journal records.
+//! The Writer actor: the interpreter of the engine's history state machine
+//! (`annal_engine::history`). It owns the history stream's writer, group commit, the seal jobs
+//! and the timers, asks the Journal actor for everything the journal records, and carries out
+//! what the rules decide (`docs/actors.md`, "The writer as interpreter").
 //!
 //! Life of one captured event from here on: the Ingress hands the writer a batch of drained
-//! items; the writer turns each into a v0 `EventDraft` (the keyed session id derived here, the
-//! action id from the engine's seed, the time formatted once), puts one `health{events_dropped}`
-//! event before the first event after any drops, reserves sequences in the journal when the
-//! batch would pass the reservation (durable before the history write, so a sequence is never
-//! reused), appends the batch through `StoreWriter<History>`, and syncs on the next tick (group
-//! commit) or at once for a flush or control operation.
+//! items; the rules turn each into a v0 `EventDraft` (`history::State::drafts`: the keyed
+//! session id, the action id from the engine's seed, one `health{events_dropped}` event before
+//! the first event after any drops); the writer reserves sequences in the journal when the
+//! batch would pass the reservation (`history::AppendPlan::reservation`, durable before the
+//! history write, so a sequence is never reused), appends the batch through
+//! `StoreWriter<History>`, hands the outcome back to the rules (what a failure lost is
+//! reported by the next marker), and syncs on the next tick (group commit) or at once for a
+//! flush or control operation.
 //!
 //! At open it reads the contract's on/off state beside the journal (`state.json` and the newest
 //! unread lifecycle `control` event): a disable or pause another implementation wrote wins, is
 //! journaled with its source, and annal's answer is written back to both places
-//! (`docs/design.md`, "One truth about on and off"). It records the sequences a crashed
-//! predecessor skipped, and a clean stop releases the rest of its reservation, so a clean
-//! restart leaves no gap ("No gap without a cause").
+//! (`docs/design.md`, "One truth about on and off"; `history::State::observe_contract`). It
+//! records the sequences a crashed predecessor skipped, and a clean stop releases the rest of
+//! its reservation, so a clean restart leaves no gap ("No gap without a cause").
 
-use std::collections::HashMap;
-use std::ops::RangeInclusive;
 use std::sync::Arc;
 
-use annal_engine::capture::{
-    ActionContext, ActionIds, CaptureControl, Captured, CapturedItem, Drained, SessionLabel,
-};
+use annal_engine::capture::{CaptureControl, Captured, Drained};
 use annal_engine::clock::Clock;
-use annal_engine::health::{KeyFault, Signal, SignalKind, StorageFault};
-use annal_engine::journal::{
-    CallerKind, Command, ContractSource, JournalEvent, State as Projection, decide,
-};
-use annal_engine::keys::{KeyError, SessionIdKey};
-use annal_engine::storage::{Access, Storage};
+use annal_engine::health::{Signal, SignalKind};
+use annal_engine::history::{self, CheckpointSync, Effect};
+use annal_engine::journal::{CallerKind, JournalEvent};
+use annal_engine::storage::Access;
 use annal_engine::store::{
-    AppendError, AppendReceipt, ControlRead, History, OpenState, StateMirror, StoreWriter,
-    WriterConfig, create_store, open_store, read_state_mirror, write_state_mirror,
+    AppendError, AppendReceipt, History, StoreWriter, open_store, write_state_mirror,
 };
 use annal_schema::tools::{STORAGE_PROFILE_ID, StatusResponse};
-use annal_schema::{
-    ControlOperation, EventDraft, EventTime, HealthCategory, OpaqueId, Payload, SessionPhase,
-    Subject,
-};
+use annal_schema::{ControlOperation, EventDraft, HealthCategory, Payload};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::config::EngineConfig;
 use crate::journal::{JournalMsg, StorageSlot};
 use crate::key_custody::{KeyCustodyMsg, StreamKeys};
+use prune::StoreBytes;
+use seal_job::SealWrite;
 
-/// How many sequences the writer reserves in the journal at a time. The reservation is made
-/// durable before any history record uses one of its sequences, so after a crash the next
-/// generation starts above it: sequences are never reused, at the cost of a gap of at most
-/// this many numbers per crash, recorded as skipped (a clean stop releases what it did not
-/// hand out, so a clean restart leaves none). Each reservation is
-/// a durable journal append on the writer's path (~0.4 ms here): at 4,096 a 100,000-event
-/// stream made 24 of them, one in every ~5 commits; at 65,536 it makes two.
-pub const SEQUENCE_RESERVE_BLOCK: u64 = 65_536;
+mod open;
+mod prune;
+mod seal_job;
 
-/// Most raw-label -> keyed-id entries the writer caches (deriving one is an HMAC, ~1 us).
-pub const SESSION_ID_CACHE_ENTRIES: usize = 1024;
+pub use annal_engine::history::SEQUENCE_RESERVE_BLOCK;
+
+pub use annal_engine::history::SESSION_ID_CACHE_ENTRIES;
 
 /// How often the writer checks whether an idle chunk reached its age limit, in seconds. Far
 /// below `CHUNK_MAX_AGE_SECS`; the only timer an idle writer keeps.
@@ -138,45 +130,7 @@ impl WriterMsg {
     }
 }
 
-/// An owner's setting, journaled and durable before it is acknowledged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Setting {
-    /// Query-visible retention, in days (`journal::RETENTION_MIN_DAYS..=RETENTION_MAX_DAYS`):
-    /// no query returns an older event, and pruning removes the chunks holding only such
-    /// events.
-    Retention {
-        /// In days.
-        days: u32,
-    },
-    /// The encrypted-byte quota (`journal::QUOTA_MIN_BYTES..=QUOTA_MAX_BYTES`) and what capture
-    /// does at it.
-    Quota {
-        /// In bytes.
-        bytes: u64,
-        /// Stop capture, or evict the oldest sealed chunks.
-        on_quota: annal_engine::journal::OnQuota,
-    },
-}
-
-impl Setting {
-    /// The journal command that sets it.
-    fn command(self) -> Command {
-        match self {
-            Self::Retention { days } => Command::SetRetention { days },
-            Self::Quota { bytes, on_quota } => Command::SetQuota { bytes, on_quota },
-        }
-    }
-
-    /// Whether the value is within its bounds (`Engine::set` checks before anything is sent,
-    /// and the journal's rules again).
-    pub fn in_bounds(self) -> bool {
-        match self {
-            Self::Retention { days } => annal_engine::journal::retention_in_bounds(days),
-            Self::Quota { bytes, .. } => annal_engine::journal::quota_in_bounds(bytes),
-        }
-    }
-}
+pub use annal_engine::history::Setting;
 
 /// Why a control operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -244,10 +198,6 @@ struct Open {
     keys: StreamKeys,
     /// The history stream.
     history: StoreWriter<History>,
-    /// Sequences reserved in the journal so far (durable there).
-    reserved_through: u64,
-    /// The newest seal (the chain's tip): the next closed chunk's seal links to it.
-    last_seal: Option<annal_engine::seal::Seal>,
     /// When the oldest history record not yet synced was appended (`None`: all synced). The
     /// group-commit tick syncs once that is `sync_interval` old, so a flush's sync in between
     /// moves the deadline instead of leaving a second, early sync behind it.
@@ -255,41 +205,6 @@ struct Open {
     /// Which sealed chunks retention and eviction may prune, and which are recorded pruned but
     /// not yet removed (`store::prune`).
     pruner: annal_engine::store::Pruner,
-}
-
-/// The keyed session ids derived so far (deriving one is a keyed hash; labels repeat).
-#[derive(Default)]
-struct SessionIds {
-    /// Raw label -> keyed session id, at most `SESSION_ID_CACHE_ENTRIES`.
-    by_label: HashMap<SessionLabel, OpaqueId>,
-    /// The last label looked up and its id: compared (by pointer first) before hashing the
-    /// label for the map.
-    last: Option<(SessionLabel, OpaqueId)>,
-}
-
-impl SessionIds {
-    /// The keyed session id of `label` under `key`, derived once per label while cached.
-    fn id(&mut self, label: &SessionLabel, key: &SessionIdKey) -> OpaqueId {
-        // Most events of a batch belong to the session of the one before.
-        if let Some((last, id)) = &self.last
-            && last == label
-        {
-            return id.clone();
-        }
-        let id = match self.by_label.get(label) {
-            Some(id) => id.clone(),
-            None => {
-                if self.by_label.len() >= SESSION_ID_CACHE_ENTRIES {
-                    self.by_label.clear();
-                }
-                let id = key.session_id(label.as_str());
-                self.by_label.insert(label.clone(), id.clone());
-                id
-            }
-        };
-        self.last = Some((label.clone(), id.clone()));
-        id
-    }
 }
 
 /// The writer's state.
@@ -304,27 +219,18 @@ pub struct WriterState {
     journal: ActorRef<JournalMsg>,
     /// The capture admission switch.
     capture: CaptureControl,
-    /// The channel's action ids (from its seed, a window at a time).
-    action_ids: ActionIds,
+    /// Builds history drafts: the channel's action ids, the session ids derived so far.
+    drafter: history::Drafter,
     /// The store's storage slot.
     storage: StorageSlot,
     /// The query actor, told of every appended event.
     query: Option<ActorRef<crate::query::QueryMsg>>,
-    /// Nothing drains the capture queue for good ([`WriterMsg::Undrained`]).
-    undrained: bool,
     /// The history writer, once open.
     open: Option<Open>,
-    /// The journal's projection as of the writer's last exchange with it (enabled, paused:
-    /// what capture admission needs). Status reads the journal's own, current one.
-    projection: Projection,
-    /// Whether the last store operation failed (so the next success signals recovery).
-    storage_failing: bool,
-    /// Whether the last key load failed (so the next success signals recovery).
-    key_failing: bool,
-    /// Events lost by this writer (a failed batch or sync) not yet reported by a drop marker.
-    lost_unreported: u64,
-    /// Raw label -> keyed session id.
-    session_ids: SessionIds,
+    /// The writer's rules and what they know between messages: the journal's projection as
+    /// of the writer's last exchange with it, drops not yet reported, the sequence
+    /// reservation, store and key failures (`annal_engine::history`).
+    rules: history::State,
     /// Encrypted bytes in the store, as far as this writer knows: the history's chunks (the
     /// contract's `bytes_used`) and annal's journal chunks; the quota counts both.
     bytes: StoreBytes,
@@ -332,9 +238,6 @@ pub struct WriterState {
     myself: ActorRef<WriterMsg>,
     /// Whether a group-commit tick is armed (an idle writer has none).
     tick_armed: bool,
-    /// The store is at its quota: capture admits nothing new (reads, control and access
-    /// records still go through: they are the headroom above the quota).
-    at_quota: bool,
     /// Seal jobs (a seal file written on a blocking thread, two syncs and a rename, then its
     /// checkpoint stored through key custody: all off the capture path), each waiting for the
     /// one before; each answers what it did. Awaited at stop.
@@ -344,269 +247,8 @@ pub struct WriterState {
     checkpoint_tail: Option<tokio::sync::oneshot::Receiver<CheckpointSync>>,
 }
 
-/// Where the checkpoint stands for one writer's life, handed from each seal job to the next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CheckpointSync {
-    /// Not compared with the seal chain on disk yet (or the comparison could not be made).
-    Unchecked,
-    /// Compared, and the chain is not older: each new seal's checkpoint is stored.
-    Following,
-    /// The chain on disk is older than the checkpoint (the directory was replaced with an older
-    /// copy): this writer never moves the checkpoint, so `verify` keeps finding the rollback
-    /// however far the writer seals on.
-    Frozen,
-}
-
-/// A seal job in flight, with the seal it writes: when it ends, the pruner learns from it
-/// whether the chunk is sealed (no need to read the file back).
-struct SealWrite {
-    /// The chunk and the seal the job writes; `None` for a job that only compares the
-    /// checkpoint.
-    sealing: Option<(annal_engine::profile::ChunkId, annal_engine::seal::Seal)>,
-    /// The job.
-    task: tokio::task::JoinHandle<SealOutcome>,
-}
-
-/// What one seal job did.
-#[derive(Debug)]
-struct SealOutcome {
-    /// Its seal file could not be written (the chunk stays unsealed; `verify` reports it).
-    seal_failed: bool,
-    /// What became of the checkpoint.
-    checkpoint: CheckpointOutcome,
-}
-
-/// What a seal job did with the checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CheckpointOutcome {
-    /// Nothing to do (no seal written, or the checkpoint frozen).
-    Untouched,
-    /// The checkpoint names this job's seal, or the chain's newest.
-    Kept,
-    /// The first comparison of this writer's life found the seal chain on disk not older than
-    /// the checkpoint (which is kept, or mended to the chain's newest).
-    Verified,
-    /// Key custody or the seals on disk failed, with this category; a later job tries again.
-    Failed(HealthCategory),
-    /// The chain on disk is older than the checkpoint.
-    RolledBack,
-}
-
-/// What a seal job needs besides its seal.
-struct SealJob {
-    /// The store's storage.
-    storage: Arc<dyn Storage>,
-    /// The seal key.
-    key: Arc<annal_engine::seal::SealKey>,
-    /// Key custody, which keeps the checkpoint.
-    keys: ActorRef<KeyCustodyMsg>,
-    /// How long a key custody call may take, in milliseconds.
-    deadline_ms: u64,
-    /// The chunk and its prepared seal; `None` for a job that only compares the checkpoint.
-    seal: Option<(annal_engine::store::ClosedChunk, annal_engine::seal::Seal)>,
-}
-
-impl SealJob {
-    /// Waits for the job before, writes the seal (if any) and then keeps the checkpoint: the
-    /// first job of a writer's life compares it with every verified seal on disk
-    /// (`seal::reconcile`), later ones store their seal's checkpoint. Hands the checkpoint's
-    /// standing on through `done`.
-    async fn run(
-        self,
-        prior: Option<tokio::sync::oneshot::Receiver<CheckpointSync>>,
-        done: tokio::sync::oneshot::Sender<CheckpointSync>,
-    ) -> SealOutcome {
-        use annal_engine::seal::{Checkpoint, CheckpointError, Reconciled};
-        let mut sync = match prior {
-            Some(prior) => prior.await.unwrap_or(CheckpointSync::Unchecked),
-            None => CheckpointSync::Unchecked,
-        };
-        let sealing = self.seal.is_some();
-        let checkpoint = self.seal.as_ref().map(|(_, seal)| Checkpoint::of(seal));
-        let check = sync == CheckpointSync::Unchecked;
-        let (storage, key, seal) = (self.storage, self.key, self.seal);
-        let (written, chain) = tokio::task::spawn_blocking(move || {
-            let written = seal.as_ref().is_none_or(|(chunk, seal)| {
-                annal_engine::seal::write_seal(storage.as_ref(), chunk, seal, &key).is_ok()
-            });
-            // Read after the write, so the chain ends with this job's seal.
-            let chain = (written && check)
-                .then(|| annal_engine::seal::read_seals(storage.as_ref(), &key).ok())
-                .flatten()
-                .map(|reads| {
-                    reads
-                        .iter()
-                        .filter_map(|read| read.seal.as_ref().ok())
-                        .map(Checkpoint::of)
-                        .collect::<Vec<_>>()
-                });
-            (written, chain)
-        })
-        .await
-        .unwrap_or((false, None));
-        let deadline = self.deadline_ms;
-        let outcome = match (written, sync) {
-            (false, _) | (true, CheckpointSync::Frozen) => CheckpointOutcome::Untouched,
-            (true, CheckpointSync::Unchecked) => match chain {
-                None => CheckpointOutcome::Failed(HealthCategory::StorageUnavailable),
-                Some(chain) => match ractor::call_t!(
-                    self.keys,
-                    |reply| KeyCustodyMsg::ReconcileCheckpoint { chain, reply },
-                    deadline
-                ) {
-                    Ok(Ok(Reconciled::RolledBack { .. })) => {
-                        sync = CheckpointSync::Frozen;
-                        CheckpointOutcome::RolledBack
-                    }
-                    Ok(Ok(_)) => {
-                        sync = CheckpointSync::Following;
-                        CheckpointOutcome::Verified
-                    }
-                    Ok(Err(error)) => CheckpointOutcome::Failed(error.category()),
-                    Err(_) => CheckpointOutcome::Failed(HealthCategory::KeyUnavailable),
-                },
-            },
-            (true, CheckpointSync::Following) => match checkpoint {
-                None => CheckpointOutcome::Untouched,
-                Some(checkpoint) => match ractor::call_t!(
-                    self.keys,
-                    |reply| KeyCustodyMsg::StoreCheckpoint { checkpoint, reply },
-                    deadline
-                ) {
-                    Ok(Ok(())) => CheckpointOutcome::Kept,
-                    // Moved ahead of or away from this writer's chain since it compared them:
-                    // another history's writer. Never follow it.
-                    Ok(Err(
-                        CheckpointError::WouldGoBack { .. } | CheckpointError::Diverged { .. },
-                    )) => {
-                        sync = CheckpointSync::Frozen;
-                        CheckpointOutcome::RolledBack
-                    }
-                    Ok(Err(error)) => CheckpointOutcome::Failed(error.category()),
-                    Err(_) => CheckpointOutcome::Failed(HealthCategory::KeyUnavailable),
-                },
-            },
-        };
-        let _ = done.send(sync);
-        SealOutcome {
-            seal_failed: sealing && !written,
-            checkpoint: outcome,
-        }
-    }
-}
-
 /// The Writer actor.
 pub struct WriterActor;
-
-/// Encrypted bytes of the store's chunk files, by stream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct StoreBytes {
-    /// The history's chunks (`computer-history/chunks/`): what the reference counts as
-    /// `bytes_used`, and what the contract's status reports.
-    history: u64,
-    /// annal's journal chunks (the sidecar's `engine/journal/`).
-    journal: u64,
-}
-
-impl StoreBytes {
-    /// Both, read from the directories.
-    fn read(storage: &dyn Storage) -> Self {
-        use annal_engine::storage::Area;
-        let of = |area: Area| -> u64 {
-            storage
-                .list(area)
-                .ok()
-                .into_iter()
-                .flatten()
-                .filter_map(|entry| entry.file_name())
-                .filter_map(|name| storage.open_read(area, &name).ok().map(|f| f.len()))
-                .sum()
-        };
-        Self {
-            history: of(Area::Chunks),
-            journal: of(Area::Journal),
-        }
-    }
-
-    /// What the quota counts: history and journal chunks (`docs/design.md`, "Pruning").
-    fn total(self) -> u64 {
-        self.history.saturating_add(self.journal)
-    }
-}
-
-/// The drop markers of one history batch, by their place in it: what a failed append lost is
-/// counted from them and the error's exact lost range.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct BatchMarkers(Vec<(u64, u64)>);
-
-/// What a failed append cost, counted for the next drop marker and the lifetime total.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct FailedAppend {
-    /// Events to report dropped: every lost record of earlier batches (as a failed sync
-    /// reports them) and every lost event of this one, plus the drops its lost markers carried.
-    lost_events: u64,
-    /// Drops reported by this batch's markers that are durable all the same (written to a chunk
-    /// the failed append closed).
-    durable_drops: u64,
-}
-
-impl BatchMarkers {
-    /// The `(index, drops)` of every drop marker in `drafts`.
-    fn of(drafts: &[EventDraft]) -> Self {
-        Self(
-            drafts
-                .iter()
-                .enumerate()
-                .filter_map(|(index, d)| match d.payload {
-                    Payload::Health {
-                        category: HealthCategory::EventsDropped,
-                        count,
-                    } => Some((index as u64, count)),
-                    _ => None,
-                })
-                .collect(),
-        )
-    }
-
-    /// How many markers.
-    fn count(&self) -> u64 {
-        self.0.len() as u64
-    }
-
-    /// The drops they report.
-    fn drops(&self) -> u64 {
-        self.0.iter().map(|(_, drops)| drops).sum()
-    }
-
-    /// What a failed append of this batch (sequences `first..first + count`) cost, given the
-    /// sequences the store reports `lost` (`None`: nothing).
-    fn lost(&self, first: u64, count: u64, lost: Option<&RangeInclusive<u64>>) -> FailedAppend {
-        let Some(lost) = lost else {
-            return FailedAppend {
-                lost_events: 0,
-                durable_drops: self.drops(),
-            };
-        };
-        let is_lost = |index: u64| lost.contains(&(first + index));
-        let earlier = first
-            .saturating_sub(*lost.start())
-            .min(lost.clone().count() as u64);
-        let lost_in_batch = (0..count).filter(|&index| is_lost(index)).count() as u64;
-        let (mut lost_markers, mut lost_drops, mut durable_drops) = (0, 0, 0);
-        for &(index, drops) in &self.0 {
-            if is_lost(index) {
-                lost_markers += 1;
-                lost_drops += drops;
-            } else {
-                durable_drops += drops;
-            }
-        }
-        FailedAppend {
-            lost_events: earlier + lost_in_batch - lost_markers + lost_drops,
-            durable_drops,
-        }
-    }
-}
 
 impl WriterState {
     /// Journals a signal (never blocks the writer on it).
@@ -639,182 +281,61 @@ impl WriterState {
         );
         match answer {
             Ok(Ok(projection)) => {
-                self.projection = projection;
+                self.rules.adopt(projection);
                 Ok(())
             }
             Ok(Err(failed)) => {
                 // What the failure left in effect: a narrowing stays, a widening is withdrawn.
-                self.projection = failed.projection;
+                self.rules.adopt(failed.projection);
                 Err(self.storage_fault(HealthCategory::StorageUnavailable))
             }
             Err(_) => Err(self.storage_fault(HealthCategory::StorageUnavailable)),
         }
     }
 
+    /// Carries out what the rules decided, in order.
+    fn carry_out(&mut self, effects: impl IntoIterator<Item = Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Record(events) => {
+                    let _ = self.journal.cast(JournalMsg::Record(events));
+                }
+                Effect::Signal(kind) => self.signal(kind),
+                Effect::ForgetLost(range) => {
+                    if let Some(query) = &self.query {
+                        let _ = query.cast(crate::query::QueryMsg::Lost(range));
+                    }
+                }
+            }
+        }
+    }
+
     fn storage_fault(&mut self, category: HealthCategory) -> ControlError {
-        let category = if category == HealthCategory::StorageCorrupt {
-            StorageFault::StorageCorrupt
-        } else {
-            StorageFault::StorageUnavailable
-        };
-        self.storage_failing = true;
-        self.signal(SignalKind::StorageFailed { category });
+        let signal = self.rules.storage_fault(category);
+        self.carry_out([signal]);
         ControlError::Storage
     }
 
-    fn storage_ok(&mut self) {
-        if std::mem::take(&mut self.storage_failing) {
-            self.signal(SignalKind::StorageRecovered);
-        }
-    }
-
-    /// Whether capture may admit new events now: the owner's and the embedder's choices and a
-    /// loaded key. A storage fault does not close capture: it keeps admitting, the writer keeps
-    /// trying, and what cannot be written is counted as dropped until the disk recovers (that
-    /// next successful write is also what clears the fault).
-    fn accepting(&self) -> bool {
-        !self.undrained
-            && self.config.admitted
-            && self.projection.enabled
-            && !self.projection.paused
-            && self.open.is_some()
-            && !self.at_quota
-    }
-
-    /// Compares the bytes in the store with the quota, and signals when that changes. At the
-    /// quota capture stops (`quota_reached`); it resumes once the quota is raised or, with
-    /// `evict_oldest`, once eviction ([`WriterState::prune`], which runs first) made room. Only
-    /// what eviction cannot free (the open chunk, unsealed chunks, the journal) stops capture
-    /// under `evict_oldest`.
+    /// Compares the bytes in the store with the quota, and signals when that changes
+    /// (`history::State::check_quota`). Pruning (`WriterState::prune`) runs first.
     fn check_quota(&mut self) {
-        let at = self.open.is_some() && self.bytes.total() >= self.projection.quota_bytes;
-        if at != self.at_quota {
-            self.at_quota = at;
-            self.signal(if at {
-                SignalKind::QuotaReached
-            } else {
-                SignalKind::QuotaCleared
-            });
-        }
+        let changed = self.rules.check_quota(self.bytes.total());
+        self.carry_out(changed);
     }
 
+    /// Opens or closes capture admission as the rules say (`history::State::accepting`).
     fn update_capture(&self) {
-        self.capture.set_accepting(self.accepting());
+        self.capture.set_accepting(self.rules.accepting());
     }
 
     /// The oldest event time a query may return now: what physical retention prunes below.
     fn retention_cutoff(&self) -> annal_engine::query::RetentionCutoff {
-        annal_engine::query::RetentionCutoff::new(
-            self.clock.now_since_epoch(),
-            self.projection.retention_days,
-        )
+        self.rules.retention_cutoff(self.clock.now_since_epoch())
     }
 
     /// The store's use against its quota, when the owner chose `evict_oldest`.
     fn eviction(&self) -> Option<annal_engine::store::Eviction> {
-        (self.projection.on_quota == annal_engine::journal::OnQuota::EvictOldest).then_some(
-            annal_engine::store::Eviction {
-                used_bytes: self.bytes.total(),
-                quota_bytes: self.projection.quota_bytes,
-            },
-        )
-    }
-
-    /// Tells the pruner of chunks just closed (their seals are being written).
-    fn note_closed(&mut self, closed: &[annal_engine::store::ClosedChunk]) {
-        if let Some(open) = self.open.as_mut() {
-            for chunk in closed {
-                open.pruner.closed(chunk);
-            }
-        }
-    }
-
-    /// One pruning pass (`store::prune`): what retention and, with `evict_oldest` at the quota,
-    /// eviction take is recorded in the journal, durably, and only then removed. A pass with
-    /// nothing due touches no file. The caller checks the quota after it.
-    async fn prune(&mut self) {
-        let Some(storage) = self.storage.get().cloned() else {
-            return;
-        };
-        let (cutoff, eviction) = (self.retention_cutoff(), self.eviction());
-        let Some(open) = self.open.as_ref() else {
-            return;
-        };
-        let current = open.history.current_chunk();
-        if open.pruner.due(current, cutoff, eviction) {
-            let mut plan = self
-                .open
-                .as_ref()
-                .map(|o| o.pruner.plan(current, cutoff, eviction));
-            let waited = plan
-                .as_ref()
-                .zip(self.open.as_ref())
-                .is_some_and(|(plan, o)| o.pruner.needs_awaited(plan, current, cutoff, eviction));
-            if waited {
-                // The seals being written would change the plan: let them finish (two syncs
-                // and a checkpoint each), then plan again.
-                self.reap_seal_writes(true).await;
-                plan = self
-                    .open
-                    .as_ref()
-                    .map(|o| o.pruner.plan(current, cutoff, eviction));
-            }
-            let plan = match (self.open.as_mut(), plan) {
-                (Some(open), Some(plan)) => {
-                    let plan = open.pruner.confirm_on_disk(storage.as_ref(), plan);
-                    let (history, index) = (&open.keys.history, &open.keys.index);
-                    open.pruner.confirm_latest_times(plan, cutoff, |chunk| {
-                        annal_engine::index::latest_event_time(
-                            storage.as_ref(),
-                            history,
-                            index,
-                            chunk.chunk_id,
-                            chunk.len_bytes,
-                        )
-                    })
-                }
-                _ => return,
-            };
-            // The records durable first: a file goes only once the journal says why.
-            if !plan.is_empty()
-                && self.journal(plan.events(), true).await.is_ok()
-                && let Some(open) = self.open.as_mut()
-            {
-                open.pruner.recorded(plan);
-            }
-        }
-        self.remove_pruned(&storage).await;
-    }
-
-    /// Removes the files of the chunks recorded as pruned. The Query actor drops them from its
-    /// index first (and answers), so no query plans a read of a file about to go. A removal
-    /// that fails is a storage signal; the chunk stays recorded and a later pass removes it.
-    async fn remove_pruned(&mut self, storage: &Arc<dyn Storage>) {
-        let pending = match self.open.as_ref() {
-            Some(open) => open.pruner.pending(),
-            None => return,
-        };
-        if pending.is_empty() {
-            return;
-        }
-        if let Some(query) = &self.query {
-            let _ = ractor::call_t!(
-                query,
-                |reply| crate::query::QueryMsg::Pruned {
-                    chunks: pending,
-                    reply
-                },
-                CHILD_CALL_DEADLINE_MS
-            );
-        }
-        let removed = match self.open.as_mut() {
-            Some(open) => open.pruner.remove_recorded(storage.as_ref()),
-            None => return,
-        };
-        self.bytes = StoreBytes::read(storage.as_ref());
-        if removed.is_err() {
-            let _ = self.storage_fault(HealthCategory::StorageUnavailable);
-        }
+        self.rules.eviction(self.bytes.total())
     }
 
     /// The contract's status, from the journal's current projection (health included: a fold
@@ -826,7 +347,7 @@ impl WriterState {
             self.bytes = StoreBytes::read(storage.as_ref());
         }
         let admitted = self.config.admitted;
-        let pending_drops = self.capture.pending_drops() + self.lost_unreported;
+        let pending_drops = self.capture.pending_drops() + self.rules.lost_unreported();
         let reading = ractor::call_t!(
             self.journal,
             |reply| JournalMsg::Status {
@@ -836,421 +357,42 @@ impl WriterState {
             },
             CHILD_CALL_DEADLINE_MS
         )
-        .unwrap_or_else(|_| self.projection.status_reading(admitted, pending_drops));
+        .unwrap_or_else(|_| {
+            self.rules
+                .projection
+                .status_reading(admitted, pending_drops)
+        });
         status_from(&self.config, reading, self.bytes.history, pending_drops)
     }
 
-    /// Opens the store (creating it when `create`), loads the key (creating it when `create`),
-    /// opens the journal (which replays its projection) and the history writer above the
-    /// journal's sequence floor. Key and storage failures become signals.
-    async fn open_writers(&mut self, create: bool) -> Result<(), ControlError> {
-        if self.open.is_some() {
-            return Ok(());
-        }
-        if self.storage.get().is_none() {
-            if create {
-                match create_store(&self.config.layout) {
-                    Ok(()) | Err(annal_engine::store::CreateStoreError::AlreadyExists { .. }) => {}
-                    Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
-                }
-            }
-            match open_store(&self.config.layout, Access::Write) {
-                Ok(storage) => {
-                    let _ = self.storage.set(Arc::new(storage));
-                }
-                Err(_) if !create => return Ok(()),
-                Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
-            }
-        }
-        let Some(storage) = self.storage.get().cloned() else {
-            return Ok(());
-        };
-        let keys = match ractor::call_t!(
-            self.keys,
-            |reply| KeyCustodyMsg::OpenWriter { create, reply },
-            annal_engine::clock::millis(self.config.key_call_deadline).saturating_add(1_000)
-        ) {
-            Ok(Ok(keys)) => keys,
-            Ok(Err(KeyError::NotFound)) if !create => return Ok(()),
-            Ok(Err(error)) => return Err(self.key_fault(error.category())),
-            Err(_) => return Err(self.key_fault(HealthCategory::KeyUnavailable)),
-        };
-        if std::mem::take(&mut self.key_failing) {
-            self.signal(SignalKind::KeyRecovered);
-        }
-        // The journal first: its projection holds the sequence floor of the history stream.
-        let projection = match ractor::call_t!(
-            self.journal,
-            |reply| JournalMsg::Open {
-                keys: keys.clone(),
-                reply
-            },
-            CHILD_CALL_DEADLINE_MS
-        ) {
-            Ok(Ok(projection)) => projection,
-            _ => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
-        };
-        if projection.health_fold.key_load_ends_a_failure() {
-            // The key loaded: a key failure an earlier generation or process signalled is over
-            // (its `key_failing` ended with it).
-            self.signal(SignalKind::KeyRecovered);
-        }
-        let mut config = WriterConfig::new(keys.reference.clone(), std::num::NonZeroU64::MIN);
-        config.sequence_floor = projection
-            .history_high_water
-            .and_then(annal_schema::Sequence::new);
-        config.chunk_size_limit_bytes =
-            annal_engine::store::chunk_size_limit_for_quota(projection.quota_bytes);
-        // The seals first: a chunk a verified seal vouches for is not read (after a clean
-        // stop, none is), and the newest one is the chain's tip. A seal that does not verify
-        // vouches for nothing and is never linked to (verify reports it).
-        let seals =
-            annal_engine::seal::read_seals(storage.as_ref(), &keys.seal).unwrap_or_default();
-        let sealed = annal_engine::seal::vouched_chunks(&seals);
-        let last_seal = annal_engine::seal::chain_tip(&seals).cloned();
-        let history = match StoreWriter::<History>::open_skipping_sealed(
-            Arc::clone(&storage),
-            keys.history.clone(),
-            config,
-            Arc::clone(&self.clock),
-            &sealed,
-        ) {
-            Ok(history) => history,
-            Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
-        };
-        // A crash's torn tails, once each (readers leave them out whether recorded or not).
-        // (A tear outside the journal's bounds is not recorded: the journal would refuse it.)
-        let tears: Vec<JournalEvent> = history
-            .torn_tails_at_open()
-            .iter()
-            .filter(|tear| !projection.torn_tails.contains(&tear.chunk_id))
-            .map(|tear| JournalEvent::TornTailRecorded {
-                chunk: tear.chunk_id,
-                bytes_left_out: tear.bytes_left_out,
-            })
-            .filter(|event| event.check_bounds().is_ok())
-            .collect();
-        if !tears.is_empty() {
-            let _ = self.journal.cast(JournalMsg::Record(tears));
-        }
-        let reserved_through = history.high_water().map_or(0, |s| s.get());
-        // A crash's last chunks, complete but never closed: sealed now, so they become
-        // prunable and no later open reads them. Only those no seal file names (a mismatched
-        // seal is verify's to report) and whose records follow the chain's tip (so the chain
-        // stays in sequence order); the rest stay unsealed, as before.
-        let tip_last = last_seal.as_ref().map_or(0, |s| s.last_sequence);
-        let leftovers: Vec<annal_engine::store::ClosedChunk> = history
-            .unsealed_at_open()
-            .iter()
-            .filter(|c| !seals.iter().any(|s| s.chunk_id == Some(c.chunk_id)))
-            .filter(|c| c.first_sequence > tip_last)
-            .cloned()
-            .collect();
-        // What may be pruned; a chunk recorded pruned in an earlier life and still present (a
-        // crash between its record and its removal) is removed by the pass below. A crash's
-        // torn chunks are never sealed: what the open read of them lets retention and eviction
-        // take them all the same (module `store::prune`). A pruner that cannot be built prunes
-        // nothing in this life.
-        let pruner = annal_engine::store::Pruner::at_open(
-            &storage,
-            &seals,
-            &projection.pruned,
-            &keys.journal,
-        )
-        .map(|mut pruner| {
-            for torn in history
-                .torn_tails_at_open()
-                .iter()
-                .filter_map(|t| t.prunable)
-            {
-                pruner.add_torn(torn, &seals);
-            }
-            pruner
-        })
-        .unwrap_or_default();
-        self.bytes = StoreBytes::read(storage.as_ref());
-        let journal_floor = projection.history_high_water;
-        let open_state = history.open_state();
-        self.projection = projection;
-        self.at_quota = false;
-        self.open = Some(Open {
-            keys,
-            history,
-            reserved_through,
-            last_seal,
-            unsynced_since: None,
-            pruner,
-        });
-        if !leftovers.is_empty() {
-            self.seal(&leftovers).await;
-        }
-        self.record_skip(journal_floor, open_state);
-        self.reconcile_contract(open_state.newest_control).await;
-        self.prune().await;
-        self.check_quota();
-        self.mark_owed_drops().await;
-        Ok(())
-    }
-
-    /// The sequences this writer skips: above what the store holds and through the journal's
-    /// mark, which only a writer that did not stop cleanly leaves above it (a clean stop
-    /// releases the rest of its reservation, [`WriterState::release_sequences`]). Recorded
-    /// once, so a reader tells this gap from drops (`State::skipped`).
-    fn record_skip(&mut self, journal_floor: Option<u64>, open_state: OpenState) {
-        let stored = open_state.stored_high_water.map_or(0, |s| s.get());
-        let Some(floor) = journal_floor.filter(|&floor| floor > stored) else {
-            return;
-        };
-        let command = Command::RecordSkip {
-            first_sequence: stored + 1,
-            last_sequence: floor,
-        };
-        if let Ok(events) = decide(&self.projection, command, CallerKind::Daemon)
-            && !events.is_empty()
-        {
-            for event in &events {
-                self.projection.apply(event);
-            }
-            let _ = self.journal.cast(JournalMsg::Record(events));
-        }
-    }
-
-    /// One truth about on and off (`docs/design.md`): reads the contract's state beside the
-    /// journal, `state.json` and the newest lifecycle `control` event of the history stream
-    /// not read before (`newest`, from the chunks this open read), and journals what it says
-    /// (`contract_observed`, with its source): a disable or a pause wins, a widening is never
-    /// taken. Then writes the answer back to whichever place says otherwise, in the contract's
-    /// form: `state.json`, and a `control` event when the stream's last word disagrees.
-    async fn reconcile_contract(&mut self, newest: Option<ControlRead>) {
-        let Some(storage) = self.storage.get().cloned() else {
-            return;
-        };
-        let file = read_state_mirror(storage.as_ref()).ok().flatten();
-        let unread = newest.filter(|read| read.sequence > self.projection.contract_read_through);
-        let mut observations = Vec::new();
-        if let Some(read) = unread {
-            observations.push(Command::ObserveContract {
-                operation: read.operation,
-                source: ContractSource::ControlEvent,
-                sequence: read.sequence,
-            });
-        }
-        if let Some(operation) = file.and_then(narrowing_of) {
-            observations.push(Command::ObserveContract {
-                operation,
-                source: ContractSource::StateFile,
-                sequence: 0,
-            });
-        }
-        let before = (self.projection.enabled, self.projection.paused);
-        let mut events = Vec::new();
-        for command in observations {
-            if let Ok(decided) = decide(&self.projection, command, CallerKind::Daemon) {
-                for event in &decided {
-                    self.projection.apply(event);
-                }
-                events.extend(decided);
-            }
-        }
-        // Durable before capture opens. A failure leaves the narrowing in effect all the same
-        // (an observation never widens): the journal keeps it and appends it again.
-        if !events.is_empty() {
-            let _ = self.journal(events, true).await;
-        }
-        let answer = StateMirror {
-            enabled: self.projection.enabled,
-            paused: self.projection.paused,
-        };
-        if file != Some(answer) {
-            self.mirror_state();
-        }
-        // The stream disagrees when its newest control event says otherwise, or, when none was
-        // read, when the state file narrowed annal: the stream's last word is then annal's own,
-        // wider one.
-        let stream_disagrees = match unread {
-            Some(read) => implied_by(read.operation) != answer,
-            None => (answer.enabled, answer.paused) != before,
-        };
-        if stream_disagrees && let Some(operation) = narrowing_of(answer) {
-            if let Some(draft) = self.draft("control", Payload::Control { operation }) {
-                self.append_history(vec![draft]).await;
-            }
-            let _ = self.sync();
-        }
-    }
-
-    /// A clean stop: the journal's mark comes down from the reservation to the last sequence
-    /// this writer handed out, so the next writer goes on at the one after it (no gap). Only
-    /// the rest of the reservation is released: nothing above this writer's high-water mark
-    /// was ever handed out, so no sequence can be reused. A release that fails leaves the
-    /// reservation (and the next open records the skip).
-    async fn release_sequences(&mut self) {
-        let Some(high_water) = self.open.as_ref().and_then(|o| o.history.high_water()) else {
-            return;
-        };
-        let command = Command::ReleaseSequences {
-            high_water: high_water.get(),
-        };
-        if let Ok(events) = decide(&self.projection, command, CallerKind::Daemon)
-            && !events.is_empty()
-        {
-            let _ = self.journal(events, true).await;
-        }
-    }
-
     fn key_fault(&mut self, category: HealthCategory) -> ControlError {
-        self.key_failing = true;
-        let fault = KeyFault::from_health(category).unwrap_or(KeyFault::KeyUnavailable);
-        self.signal(SignalKind::KeyFailed { category: fault });
+        let signal = self.rules.key_fault(category);
+        self.carry_out([signal]);
         ControlError::Key(category)
     }
 
     /// The history's `health{events_dropped, count}` marker, now.
     fn drop_marker(&self, count: u64) -> Option<EventDraft> {
-        self.draft(
-            "writer",
-            Payload::Health {
-                category: HealthCategory::EventsDropped,
-                count,
-            },
-        )
+        self.drafter
+            .drop_marker(count, self.clock.now_since_epoch())
     }
 
     /// A v0 draft of `payload` for the history stream, now.
     fn draft(&self, subject: &str, payload: Payload) -> Option<EventDraft> {
-        Some(EventDraft {
-            subject: Subject::new(subject).ok()?,
-            time: EventTime::from_unix(self.clock.now_since_epoch()).ok()?,
-            session_id: None,
-            action_id: None,
-            platform: self.config.platform,
-            capability: None,
-            application: None,
-            payload,
-        })
+        self.drafter
+            .draft(subject, payload, self.clock.now_since_epoch())
     }
 
-    /// The keyed session id of `label` (when there is a label and a key).
-    fn keyed_session(
-        &mut self,
-        label: Option<&SessionLabel>,
-        key: Option<&SessionIdKey>,
-    ) -> Option<OpaqueId> {
-        Some(self.session_ids.id(label?, key?))
-    }
-
-    /// The draft of an action's start or completion: the same identity fields, another payload.
-    /// The context's strings move into the draft. A completion whose start's context the drain
-    /// no longer kept (`None`: the start is older than `OPEN_ACTIONS_RETAINED` starts) is still
-    /// drafted, linked to its start by the action id, without capability, application and
-    /// session.
-    fn action_draft(
-        &mut self,
-        time: EventTime,
-        action: u64,
-        context: Option<ActionContext>,
-        key: Option<&SessionIdKey>,
-        payload: Payload,
-    ) -> EventDraft {
-        let id = self.action_ids.id(action);
-        let (target, session) = context.map(ActionContext::into_parts).unzip();
-        let session_id = self.keyed_session(session.flatten().as_ref(), key);
-        let (capability, application) = target.map(|t| (t.capability, t.application)).unzip();
-        EventDraft {
-            subject: Subject::for_action(&id),
-            time,
-            session_id,
-            action_id: Some(id),
-            platform: self.config.platform,
-            capability,
-            application: application.flatten(),
-            payload,
-        }
-    }
-
-    /// The draft of a session's start or end.
-    fn session_draft(
-        &mut self,
-        time: EventTime,
-        label: &SessionLabel,
-        key: Option<&SessionIdKey>,
-        phase: SessionPhase,
-    ) -> Option<EventDraft> {
-        Some(EventDraft {
-            subject: Subject::new("session").ok()?,
-            time,
-            session_id: self.keyed_session(Some(label), key),
-            action_id: None,
-            platform: self.config.platform,
-            capability: None,
-            application: None,
-            payload: Payload::Session { phase },
-        })
-    }
-
-    /// Turns drained items into history drafts (and the journal's drop records).
+    /// Turns drained items into history drafts (`history::State::drafts`).
     fn drafts(&mut self, batch: Vec<Drained<Captured>>) -> Vec<EventDraft> {
-        let mut drafts = Vec::with_capacity(batch.len() + 1);
-        let mut dropped = 0u64;
-        let session_key = self.open.as_ref().map(|o| Arc::clone(&o.keys.session));
-        let mut lost_before = std::mem::take(&mut self.lost_unreported);
-        for item in batch {
-            let captured = match item {
-                Drained::Dropped { count } => {
-                    dropped += count;
-                    continue;
-                }
-                Drained::Captured(captured) => captured,
-            };
-            let marker = dropped + lost_before;
-            if marker > 0 {
-                if let Some(draft) = self.drop_marker(marker) {
-                    drafts.push(draft);
-                }
-                lost_before = 0;
-                dropped = 0;
-            }
-            let Ok(time) = EventTime::from_unix(captured.at) else {
-                lost_before += 1;
-                continue;
-            };
-            let key = session_key.as_deref();
-            let draft = match captured.item {
-                CapturedItem::ActionStarted { action, context } => Some(self.action_draft(
-                    time,
-                    action,
-                    Some(context),
-                    key,
-                    Payload::ActionStarted,
-                )),
-                CapturedItem::ActionCompleted {
-                    action,
-                    context,
-                    outcome,
-                } => Some(self.action_draft(
-                    time,
-                    action,
-                    context,
-                    key,
-                    Payload::ActionCompleted(outcome),
-                )),
-                CapturedItem::SessionStarted { session } => {
-                    self.session_draft(time, &session, key, SessionPhase::Started)
-                }
-                CapturedItem::SessionEnded { session } => {
-                    self.session_draft(time, &session, key, SessionPhase::Ended)
-                }
-            };
-            let Some(draft) = draft else { continue };
-            drafts.push(draft);
-        }
-        // Drops with no event after them yet: reported before the next event.
-        self.lost_unreported = lost_before + dropped;
-        drafts
+        let key = self.open.as_ref().map(|o| Arc::clone(&o.keys.session));
+        let now = self.clock.now_since_epoch();
+        self.rules
+            .drafts(&mut self.drafter, batch, key.as_deref(), now)
     }
 
     /// Appends history drafts, reserving sequences first. A failure is a signal, and what it
-    /// lost is counted (reported by the next drop marker): [`BatchMarkers::lost`].
+    /// lost is counted (reported by the next drop marker): `history::BatchMarkers::lost`.
     async fn append_history(&mut self, drafts: Vec<EventDraft>) {
         self.append_history_counted(drafts, 0).await;
     }
@@ -1260,41 +402,25 @@ impl WriterState {
     /// once their marker is written they are signalled marked, not counted again; while it
     /// is not, they stay owed (not reported again by the next marker).
     async fn append_history_counted(&mut self, drafts: Vec<EventDraft>, counted: u64) {
-        if drafts.is_empty() {
-            return;
-        }
-        let count = drafts.len() as u64;
-        let markers = BatchMarkers::of(&drafts);
-        let marked_drops = markers.drops();
-        let counted = counted.min(marked_drops);
-        // If nothing of this batch can be appended, its events and the drops its markers
-        // reported are reported again by the next marker (those owed a marker stay owed).
-        let lost_if_failed = count - markers.count() + marked_drops - counted;
-        let Some(open) = self.open.as_ref() else {
-            self.lost_unreported += lost_if_failed;
+        let next_sequence = self
+            .open
+            .as_ref()
+            .and_then(|open| open.history.next_sequence())
+            .map(|s| s.get());
+        let Some(plan) = self.rules.plan_append(&drafts, counted, next_sequence) else {
             return;
         };
-        // The batch's sequences, as the store will assign them (none left: the append refuses).
-        let first = open.history.next_sequence().map_or(u64::MAX, |s| s.get());
-        let next_last = first.saturating_add(count - 1);
-        if next_last > open.reserved_through {
-            let reserve = next_last + SEQUENCE_RESERVE_BLOCK;
+        if self.open.is_none() {
+            self.rules.not_appended(&plan);
+            return;
+        }
+        if let Some(reservation) = plan.reservation() {
             // Durable before any history record uses one of these sequences.
-            let reserved = self
-                .journal(
-                    vec![JournalEvent::SequenceMarked {
-                        high_water: reserve,
-                    }],
-                    true,
-                )
-                .await;
-            if reserved.is_err() {
-                self.lost_unreported += lost_if_failed;
+            if self.journal(vec![reservation], true).await.is_err() {
+                self.rules.not_appended(&plan);
                 return;
             }
-            if let Some(open) = self.open.as_mut() {
-                open.reserved_through = reserve;
-            }
+            self.rules.reserved(&plan);
         }
         let Some(open) = self.open.as_mut() else {
             return;
@@ -1328,197 +454,29 @@ impl WriterState {
                 self.seal(&closed).await;
                 self.prune().await;
                 self.check_quota();
-                self.drops_marked(marked_drops, counted);
-                self.storage_ok();
+                let effects = self.rules.appended(&plan);
+                self.carry_out(effects);
             }
             Err(error) => {
-                let lost = if error.is_refused() {
-                    // None of it is on disk.
-                    Some(first..=next_last)
-                } else {
-                    error.lost().cloned()
-                };
-                let outcome = markers.lost(first, count, lost.as_ref());
-                // Markers that reached a chunk the failed append closed (synced) are in the
-                // history: their drops count as on success. Owed drops whose marker was lost
-                // stay owed, not reported again.
-                let counted_durable = counted.min(outcome.durable_drops);
-                let counted_lost = counted - counted_durable;
-                self.records_lost(lost, outcome.lost_events.saturating_sub(counted_lost));
-                self.drops_marked(outcome.durable_drops, counted_durable);
-                self.append_failed(&error);
+                let effects = self.rules.append_failed(
+                    &plan,
+                    error.is_refused(),
+                    error.lost().cloned(),
+                    error.health_category(),
+                );
+                self.carry_out(effects);
             }
         }
     }
 
-    /// `marked` drops were written in history markers, `counted` of them already in the
-    /// lifetime total: the rest join it, durable with the journal's next tick, and the
-    /// counted ones are signalled marked.
-    fn drops_marked(&mut self, marked: u64, counted: u64) {
-        let new = marked.saturating_sub(counted);
-        if new > 0 {
-            self.record_drop_total(new);
-        }
-        if counted > 0 {
-            self.signal(SignalKind::DropsMarked { count: counted });
-        }
-    }
-
-    /// `count` more drops in the lifetime total, durable with the journal's next tick.
-    fn record_drop_total(&mut self, count: u64) {
-        let recorded = JournalEvent::DropsRecorded { count };
-        self.projection.apply(&recorded);
-        let _ = self.journal.cast(JournalMsg::Record(vec![recorded]));
-    }
-
-    /// Drops an earlier life counted with no marker (what the supervisor took off the queue
-    /// once it gave up on the writer: `State::unmarked_drops`): the marker the history owes
-    /// them, written alone as this writer opens, before any event it takes. Nothing while
-    /// history is disabled; a marker that fails stays owed, for the next open.
+    /// Drops an earlier life counted with no marker: the marker the history owes them
+    /// (`history::State::owed_drops`), written alone as this writer opens.
     async fn mark_owed_drops(&mut self) {
-        let owed = self.projection.unmarked_drops();
-        if owed == 0 || !self.projection.enabled {
+        let Some(owed) = self.rules.owed_drops() else {
             return;
-        }
+        };
         if let Some(marker) = self.drop_marker(owed) {
             self.append_history_counted(vec![marker], owed).await;
-        }
-    }
-
-    /// Seals the chunks just closed (synced at rotation): each seal is prepared here, in order
-    /// (the next one chains to it); a seal job writes its file on a blocking thread and then
-    /// stores its checkpoint through key custody (seal first, checkpoint after: a crash between
-    /// leaves the checkpoint behind, which `verify` accepts). Jobs run one after another, in
-    /// ordinal order. A seal that cannot be written is a storage signal; the chunk stays
-    /// readable and `verify` reports it as unsealed.
-    async fn seal(&mut self, closed: &[annal_engine::store::ClosedChunk]) {
-        // Awaited by the pruner until its seal job answers.
-        self.note_closed(closed);
-        let Some(storage) = self.storage.get().cloned() else {
-            return;
-        };
-        let mut failed = false;
-        let mut jobs = Vec::new();
-        if let Some(open) = self.open.as_mut() {
-            for chunk in closed {
-                match annal_engine::seal::prepare_seal(chunk, open.last_seal.as_ref()) {
-                    Ok(seal) => {
-                        open.last_seal = Some(seal.clone());
-                        jobs.push((Arc::clone(&open.keys.seal), Some((chunk.clone(), seal))));
-                    }
-                    Err(_) => {
-                        // Never sealed, so never pruned.
-                        open.pruner.seal_found(chunk.chunk_id, None);
-                        failed = true;
-                    }
-                }
-            }
-        }
-        for (key, seal) in jobs {
-            self.chain_seal_job(Arc::clone(&storage), key, seal);
-        }
-        if failed {
-            let _ = self.storage_fault(HealthCategory::StorageUnavailable);
-        }
-        self.reap_seal_writes(false).await;
-    }
-
-    /// Starts a seal job after the newest one (`seal`: `None` for a job that only compares the
-    /// checkpoint with the chain).
-    fn chain_seal_job(
-        &mut self,
-        storage: Arc<dyn Storage>,
-        key: Arc<annal_engine::seal::SealKey>,
-        seal: Option<(annal_engine::store::ClosedChunk, annal_engine::seal::Seal)>,
-    ) {
-        let job = SealJob {
-            storage,
-            key,
-            keys: self.keys.clone(),
-            deadline_ms: annal_engine::clock::millis(self.config.key_call_deadline)
-                .saturating_add(1_000),
-            seal,
-        };
-        let sealing = job
-            .seal
-            .as_ref()
-            .map(|(chunk, seal)| (chunk.chunk_id, seal.clone()));
-        let (done, tail) = tokio::sync::oneshot::channel();
-        let prior = self.checkpoint_tail.replace(tail);
-        self.seal_writes.push(SealWrite {
-            sealing,
-            task: tokio::spawn(async move { job.run(prior, done).await }),
-        });
-    }
-
-    /// Collects the seal jobs that finished (all of them, waiting, when `all`) and signals what
-    /// they found: a seal not written is a storage fault (its chunk stays unsealed, which
-    /// `verify` reports); a checkpoint that could not be kept is a key fault with the credential
-    /// store's category (a later job tries again); a seal chain older than the checkpoint is
-    /// `storage_corrupt`. The first call of an open writer's life (its first tick, or its stop)
-    /// starts the job comparing the checkpoint with the chain on disk if no seal job did, so a
-    /// checkpoint a crash lost is mended, and a rolled-back directory found, in every writer's
-    /// life, not only at its next seal.
-    async fn reap_seal_writes(&mut self, all: bool) {
-        if self.checkpoint_tail.is_none()
-            && let (Some(storage), Some(open)) = (self.storage.get().cloned(), self.open.as_ref())
-        {
-            let key = Arc::clone(&open.keys.seal);
-            self.chain_seal_job(storage, key, None);
-        }
-        let mut seal_failed = false;
-        let mut outcomes = Vec::new();
-        let mut still_running = Vec::new();
-        for write in std::mem::take(&mut self.seal_writes) {
-            if !(all || write.task.is_finished()) {
-                still_running.push(write);
-                continue;
-            }
-            let outcome = write.task.await.ok();
-            // The pruner learns what the job did: its seal written (and synced), or not.
-            if let (Some((chunk, seal)), Some(open)) = (&write.sealing, self.open.as_mut()) {
-                let written = outcome.as_ref().is_some_and(|o| !o.seal_failed);
-                open.pruner.seal_found(*chunk, written.then_some(seal));
-            }
-            match outcome {
-                Some(outcome) => outcomes.push(outcome),
-                None => seal_failed = true,
-            }
-        }
-        self.seal_writes = still_running;
-        for outcome in outcomes {
-            seal_failed |= outcome.seal_failed;
-            match outcome.checkpoint {
-                CheckpointOutcome::Untouched => {}
-                CheckpointOutcome::Kept | CheckpointOutcome::Verified => {
-                    if std::mem::take(&mut self.key_failing) {
-                        self.signal(SignalKind::KeyRecovered);
-                    }
-                    // A rollback an earlier life reported no longer holds (the newer copy is
-                    // back): the only thing that clears it. Signalled only then.
-                    if outcome.checkpoint == CheckpointOutcome::Verified
-                        && self
-                            .projection
-                            .holds(HealthCategory::StorageCorrupt, true, 0)
-                    {
-                        self.signal(SignalKind::CheckpointVerified);
-                    }
-                }
-                CheckpointOutcome::Failed(category)
-                    if KeyFault::from_health(category).is_some() =>
-                {
-                    let _ = self.key_fault(category);
-                }
-                CheckpointOutcome::Failed(category) => {
-                    let _ = self.storage_fault(category);
-                }
-                CheckpointOutcome::RolledBack => {
-                    let _ = self.storage_fault(HealthCategory::StorageCorrupt);
-                }
-            }
-        }
-        if seal_failed {
-            let _ = self.storage_fault(HealthCategory::StorageUnavailable);
         }
     }
 
@@ -1560,50 +518,25 @@ impl WriterState {
     }
 
     /// Counts every record `error` reports lost as dropped (one event each) and has the Query
-    /// actor forget them: [`WriterState::records_lost`].
+    /// actor forget them (`history::State::records_lost`).
     fn records_lost_to(&mut self, error: &AppendError) {
-        let lost = error.lost().cloned();
-        let events = lost
-            .as_ref()
-            .map_or(0, |range| range.clone().count() as u64);
-        self.records_lost(lost, events);
+        let effects = self.rules.records_lost_to(error.lost().cloned());
+        self.carry_out(effects);
     }
 
-    /// Records the store reports lost (`lost`; never durable): `events` more to report by the
-    /// next drop marker, and the Query actor told to forget them, so no page returns an event
-    /// the history reports dropped (it answered appended, unsynced events from its cache).
-    /// The range is journaled too: a failed sync may have left those records on disk, and a
-    /// later reader forgets them on the journal's word (`State::lost`).
-    fn records_lost(&mut self, lost: Option<RangeInclusive<u64>>, events: u64) {
-        self.lost_unreported += events;
-        let Some(lost) = lost else { return };
-        let recorded = JournalEvent::RecordsLost {
-            first_sequence: *lost.start(),
-            last_sequence: *lost.end(),
-        };
-        if recorded.check_bounds().is_ok() {
-            self.projection.apply(&recorded);
-            let _ = self.journal.cast(JournalMsg::Record(vec![recorded]));
-        }
-        if let Some(query) = &self.query {
-            let _ = query.cast(crate::query::QueryMsg::Lost(lost));
-        }
-    }
-
-    /// Drops no event followed (their marker waits for the next event, and at a stop none is
-    /// to come): the marker is written alone, and its drops join the lifetime total with it.
-    /// With history disabled nothing is written: the drops are journaled without a marker,
-    /// so the total stays exact across the restart.
+    /// Drops no event followed, at a clean stop (`history::State::trailing_drops`): a marker
+    /// written alone, or the drops journaled without one.
     async fn mark_trailing_drops(&mut self) {
-        let count = std::mem::take(&mut self.lost_unreported);
-        if count == 0 {
-            return;
-        }
-        match self.drop_marker(count) {
-            Some(marker) if self.projection.enabled && self.open.is_some() => {
-                self.append_history(vec![marker]).await;
-            }
-            _ => self.record_drop_total(count),
+        match self.rules.trailing_drops() {
+            history::TrailingDrops::None => {}
+            history::TrailingDrops::Mark(count) => match self.drop_marker(count) {
+                Some(marker) => self.append_history(vec![marker]).await,
+                None => {
+                    let recorded = self.rules.record_drop_total(count);
+                    self.carry_out([recorded]);
+                }
+            },
+            history::TrailingDrops::Record(recorded) => self.carry_out([recorded]),
         }
     }
 
@@ -1639,28 +572,25 @@ impl WriterState {
     /// deadline. Whether everything appended is synced now.
     fn commit_tick(&mut self) -> bool {
         self.tick_armed = false;
-        let Some(since) = self.open.as_ref().and_then(|open| open.unsynced_since) else {
-            return true;
-        };
-        let age = since.elapsed();
-        match self.config.sync_interval.checked_sub(age) {
-            Some(left) if !left.is_zero() => {
+        let age = self
+            .open
+            .as_ref()
+            .and_then(|open| open.unsynced_since)
+            .map(|since| since.elapsed());
+        match history::commit_tick(age, self.config.sync_interval) {
+            history::Tick::Synced => true,
+            history::Tick::Rearm(left) => {
                 self.arm_tick(left);
                 false
             }
-            _ => self.sync().is_ok(),
+            history::Tick::Sync => self.sync().is_ok(),
         }
     }
 
+    /// Writes the contract's `state.json` from the projection.
     fn mirror_state(&self) {
         if let Some(storage) = self.storage.get() {
-            let _ = write_state_mirror(
-                storage.as_ref(),
-                StateMirror {
-                    enabled: self.projection.enabled,
-                    paused: self.projection.paused,
-                },
-            );
+            let _ = write_state_mirror(storage.as_ref(), self.rules.state_mirror());
         }
     }
 
@@ -1672,19 +602,17 @@ impl WriterState {
         caller: CallerKind,
     ) -> Result<StatusResponse, ControlError> {
         // Bounds were checked by `Engine::set` before sending; the journal's rules check again.
-        if self.open.is_none() {
-            return Err(ControlError::Refused);
-        }
-        let events = decide(&self.projection, setting.command(), caller)
+        let events = self
+            .rules
+            .decide_setting(setting, caller)
             .map_err(|_| ControlError::Refused)?;
         // What the journal left in effect, even when the commit failed: a smaller quota or a
         // shorter retention applies at once, a larger one (or another mode) only once
         // durable.
         let journaled = self.journal(events, true).await;
-        let quota_bytes = self.projection.quota_bytes;
+        let chunk_size_limit = self.rules.chunk_size_limit_bytes();
         if let Some(open) = self.open.as_mut() {
-            open.history
-                .set_chunk_size_limit(annal_engine::store::chunk_size_limit_for_quota(quota_bytes));
+            open.history.set_chunk_size_limit(chunk_size_limit);
         }
         if journaled.is_ok() {
             self.prune().await;
@@ -1700,24 +628,17 @@ impl WriterState {
         operation: ControlOperation,
         caller: CallerKind,
     ) -> Result<StatusResponse, ControlError> {
-        let command = match operation {
-            ControlOperation::Enable => Command::Enable,
-            ControlOperation::Disable => Command::Disable,
-            ControlOperation::Pause => Command::Pause,
-            ControlOperation::Resume => Command::Resume,
-            ControlOperation::Flush => Command::Flush,
-            _ => return Err(ControlError::Refused),
-        };
-        self.open_writers(operation == ControlOperation::Enable)
-            .await?;
-        if self.open.is_none() {
-            // A store that was never enabled has nothing to pause or flush.
+        if history::control_command(operation).is_none() {
             return Err(ControlError::Refused);
         }
-        let events =
-            decide(&self.projection, command, caller).map_err(|_| ControlError::Refused)?;
-        let applied = !events.is_empty();
-        if let Err(error) = self.journal(events, true).await {
+        self.open_writers(operation == ControlOperation::Enable)
+            .await?;
+        // A store that was never enabled has nothing to pause or flush.
+        let plan = self
+            .rules
+            .decide_control(operation, caller)
+            .map_err(|_| ControlError::Refused)?;
+        if let Err(error) = self.journal(plan.events, true).await {
             // A failed `disable` or `pause` is in effect all the same (a failed `enable` or
             // `resume` is not): the caller's handler closes capture; the mirror follows too.
             self.mirror_state();
@@ -1727,14 +648,11 @@ impl WriterState {
         // between them (as the reference orders them): a narrowing writes `state.json` first,
         // a widening its `control` event first. The next open reads both, and the narrower
         // wins (`reconcile_contract`).
-        let narrowing = matches!(
-            operation,
-            ControlOperation::Disable | ControlOperation::Pause
-        );
+        let narrowing = plan.narrowing;
         if narrowing {
             self.mirror_state();
         }
-        if (applied || operation == ControlOperation::Flush)
+        if plan.writes_control_event
             && let Some(draft) = self.draft("control", Payload::Control { operation })
         {
             self.append_history(vec![draft]).await;
@@ -1746,36 +664,6 @@ impl WriterState {
         synced?;
         self.update_capture();
         Ok(self.status().await)
-    }
-}
-
-/// The narrowing a contract state says against an enabled, running store: `disable` when it
-/// is disabled, `pause` when it is paused, nothing when it is running.
-fn narrowing_of(state: StateMirror) -> Option<ControlOperation> {
-    if !state.enabled {
-        Some(ControlOperation::Disable)
-    } else if state.paused {
-        Some(ControlOperation::Pause)
-    } else {
-        None
-    }
-}
-
-/// The state a lifecycle `control` event leaves.
-fn implied_by(operation: ControlOperation) -> StateMirror {
-    match operation {
-        ControlOperation::Disable | ControlOperation::Delete => StateMirror {
-            enabled: false,
-            paused: false,
-        },
-        ControlOperation::Pause => StateMirror {
-            enabled: true,
-            paused: true,
-        },
-        _ => StateMirror {
-            enabled: true,
-            paused: false,
-        },
     }
 }
 
@@ -1811,26 +699,23 @@ impl Actor for WriterActor {
         myself: ActorRef<Self::Msg>,
         args: WriterArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let drafter = history::Drafter::new(args.config.platform, args.action_seed);
+        let mut rules = history::State::default();
+        rules.admit(args.config.admitted, !args.undrained);
         let mut state = WriterState {
             config: args.config,
             clock: args.clock,
             keys: args.keys,
             journal: args.journal,
             capture: args.capture,
-            action_ids: ActionIds::new(args.action_seed),
+            drafter,
             storage: args.storage,
             query: args.query,
-            undrained: args.undrained,
             open: None,
-            projection: Projection::default(),
-            storage_failing: false,
-            key_failing: false,
-            lost_unreported: 0,
-            session_ids: SessionIds::default(),
+            rules,
             bytes: StoreBytes::default(),
             myself: myself.clone(),
             tick_armed: false,
-            at_quota: false,
             seal_writes: Vec::new(),
             checkpoint_tail: None,
         };
@@ -1845,8 +730,7 @@ impl Actor for WriterActor {
         {
             // The key is not readable: show the mirror's enabled/paused so status still says
             // what the owner chose (never authoritative).
-            state.projection.enabled = mirror.enabled;
-            state.projection.paused = mirror.paused;
+            state.rules.show_mirror(mirror);
         }
         state.update_capture();
         myself.send_interval(std::time::Duration::from_secs(ROTATION_CHECK_SECS), || {
@@ -1932,7 +816,7 @@ impl Actor for WriterActor {
                 state.update_capture();
             }
             WriterMsg::Undrained => {
-                state.undrained = true;
+                state.rules.undrained();
                 state.update_capture();
             }
             #[cfg(feature = "testing")]
@@ -1964,51 +848,5 @@ impl Actor for WriterActor {
         state.release_sequences().await;
         state.capture.set_accepting(false);
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{BatchMarkers, FailedAppend};
-
-    /// Sequences 11..=15, a marker of 3 drops at index 1 and one of 2 drops at index 4.
-    fn batch() -> BatchMarkers {
-        BatchMarkers(vec![(1, 3), (4, 2)])
-    }
-
-    #[test]
-    fn a_failure_that_lost_nothing_counts_no_drop_and_keeps_every_markers_drops() {
-        assert_eq!(
-            batch().lost(11, 5, None),
-            FailedAppend {
-                lost_events: 0,
-                durable_drops: 5
-            }
-        );
-    }
-
-    #[test]
-    fn only_the_lost_tail_of_a_batch_is_counted_and_its_durable_markers_drops_are_kept() {
-        // 11 and 12 reached a chunk the append closed; 13..=15 are lost, the second marker
-        // with them: two events, and the 2 drops it carried, are reported again.
-        assert_eq!(
-            batch().lost(11, 5, Some(&(13..=15))),
-            FailedAppend {
-                lost_events: 4,
-                durable_drops: 3
-            }
-        );
-    }
-
-    #[test]
-    fn lost_records_of_earlier_batches_count_one_each() {
-        // 8..=10 were written by earlier batches and never made durable.
-        assert_eq!(
-            batch().lost(11, 5, Some(&(8..=15))),
-            FailedAppend {
-                lost_events: 3 + 3 + 5,
-                durable_drops: 0
-            }
-        );
     }
 }

@@ -34,6 +34,11 @@
 //!   `State::replay`) and the command decisions (`decide`). Pure.
 //! - `health`: supervisor and store signals and the health fold (`health::replay`), with the
 //!   documented precedence among the 13 categories (`docs/health.md`). Pure.
+//! - `history`: the history writer's rules as a pure state machine: drafts from drained
+//!   captures, drop accounting and markers, the sequence reservation, store and key failure
+//!   signals, capture admission and the quota, the group-commit tick, settings and control
+//!   decisions, the contract's on/off state at open, seal chaining and what the seal jobs
+//!   found. The Writer actor interprets the effects and plans it returns. Pure.
 //! - `supervision`: the restart decision, OTP restart intensity as a sliding window over
 //!   injected time, and the restart history derived from persisted signals. Pure.
 //!
@@ -59,6 +64,7 @@ pub mod clock;
 pub mod consultation;
 pub mod entropy;
 pub mod health;
+pub mod history;
 pub mod index;
 pub mod journal;
 pub mod keys;

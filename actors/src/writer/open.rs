@@ -1,0 +1,210 @@
+//! The writer's open: the store, the key, the journal's projection and the history writer
+//! above its sequence floor; then what the rules say of a crash's leftovers
+//! (`history::tears_to_record`, `history::leftovers_to_seal`, `history::State::record_skip`)
+//! and of the contract's on/off state (`history::State::observe_contract`). And the release of
+//! the reservation at a clean stop.
+
+use std::sync::Arc;
+
+use annal_engine::health::SignalKind;
+use annal_engine::history;
+use annal_engine::keys::KeyError;
+use annal_engine::storage::Access;
+use annal_engine::store::{
+    ControlRead, History, OpenState, StoreWriter, WriterConfig, create_store, open_store,
+    read_state_mirror,
+};
+use annal_schema::{HealthCategory, Payload};
+
+use super::prune::StoreBytes;
+use super::{CHILD_CALL_DEADLINE_MS, ControlError, Open, WriterState};
+use crate::journal::JournalMsg;
+use crate::key_custody::KeyCustodyMsg;
+
+impl WriterState {
+    /// Opens the store (creating it when `create`), loads the key (creating it when `create`),
+    /// opens the journal (which replays its projection) and the history writer above the
+    /// journal's sequence floor. Key and storage failures become signals.
+    pub(super) async fn open_writers(&mut self, create: bool) -> Result<(), ControlError> {
+        if self.open.is_some() {
+            return Ok(());
+        }
+        if self.storage.get().is_none() {
+            if create {
+                match create_store(&self.config.layout) {
+                    Ok(()) | Err(annal_engine::store::CreateStoreError::AlreadyExists { .. }) => {}
+                    Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
+                }
+            }
+            match open_store(&self.config.layout, Access::Write) {
+                Ok(storage) => {
+                    let _ = self.storage.set(Arc::new(storage));
+                }
+                Err(_) if !create => return Ok(()),
+                Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
+            }
+        }
+        let Some(storage) = self.storage.get().cloned() else {
+            return Ok(());
+        };
+        let keys = match ractor::call_t!(
+            self.keys,
+            |reply| KeyCustodyMsg::OpenWriter { create, reply },
+            annal_engine::clock::millis(self.config.key_call_deadline).saturating_add(1_000)
+        ) {
+            Ok(Ok(keys)) => keys,
+            Ok(Err(KeyError::NotFound)) if !create => return Ok(()),
+            Ok(Err(error)) => return Err(self.key_fault(error.category())),
+            Err(_) => return Err(self.key_fault(HealthCategory::KeyUnavailable)),
+        };
+        let recovered = self.rules.key_ok();
+        self.carry_out(recovered);
+        // The journal first: its projection holds the sequence floor of the history stream.
+        let projection = match ractor::call_t!(
+            self.journal,
+            |reply| JournalMsg::Open {
+                keys: keys.clone(),
+                reply
+            },
+            CHILD_CALL_DEADLINE_MS
+        ) {
+            Ok(Ok(projection)) => projection,
+            _ => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
+        };
+        if projection.health_fold.key_load_ends_a_failure() {
+            // The key loaded: a key failure an earlier generation or process signalled is over
+            // (its `key_failing` ended with it).
+            self.signal(SignalKind::KeyRecovered);
+        }
+        let mut config = WriterConfig::new(keys.reference.clone(), std::num::NonZeroU64::MIN);
+        config.sequence_floor = projection
+            .history_high_water
+            .and_then(annal_schema::Sequence::new);
+        config.chunk_size_limit_bytes =
+            annal_engine::store::chunk_size_limit_for_quota(projection.quota_bytes);
+        // The seals first: a chunk a verified seal vouches for is not read (after a clean
+        // stop, none is), and the newest one is the chain's tip. A seal that does not verify
+        // vouches for nothing and is never linked to (verify reports it).
+        let seals =
+            annal_engine::seal::read_seals(storage.as_ref(), &keys.seal).unwrap_or_default();
+        let sealed = annal_engine::seal::vouched_chunks(&seals);
+        let last_seal = annal_engine::seal::chain_tip(&seals).cloned();
+        let history = match StoreWriter::<History>::open_skipping_sealed(
+            Arc::clone(&storage),
+            keys.history.clone(),
+            config,
+            Arc::clone(&self.clock),
+            &sealed,
+        ) {
+            Ok(history) => history,
+            Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
+        };
+        // A crash's torn tails, once each (readers leave them out whether recorded or not).
+        // (A tear outside the journal's bounds is not recorded: the journal would refuse it.)
+        let tears = history::tears_to_record(&projection, history.torn_tails_at_open());
+        if !tears.is_empty() {
+            let _ = self.journal.cast(JournalMsg::Record(tears));
+        }
+        let reserved_through = history.high_water().map_or(0, |s| s.get());
+        // A crash's last chunks, complete but never closed: sealed now, so they become
+        // prunable and no later open reads them. Only those no seal file names (a mismatched
+        // seal is verify's to report) and whose records follow the chain's tip (so the chain
+        // stays in sequence order); the rest stay unsealed, as before.
+        let leftovers =
+            history::leftovers_to_seal(history.unsealed_at_open(), &seals, last_seal.as_ref());
+        // What may be pruned; a chunk recorded pruned in an earlier life and still present (a
+        // crash between its record and its removal) is removed by the pass below. A crash's
+        // torn chunks are never sealed: what the open read of them lets retention and eviction
+        // take them all the same (module `store::prune`). A pruner that cannot be built prunes
+        // nothing in this life.
+        let pruner = annal_engine::store::Pruner::at_open(
+            &storage,
+            &seals,
+            &projection.pruned,
+            &keys.journal,
+        )
+        .map(|mut pruner| {
+            for torn in history
+                .torn_tails_at_open()
+                .iter()
+                .filter_map(|t| t.prunable)
+            {
+                pruner.add_torn(torn, &seals);
+            }
+            pruner
+        })
+        .unwrap_or_default();
+        self.bytes = StoreBytes::read(storage.as_ref());
+        let journal_floor = projection.history_high_water;
+        let open_state = history.open_state();
+        self.rules.adopt(projection);
+        self.rules.opened(reserved_through);
+        self.rules.set_chain_tip(last_seal);
+        self.open = Some(Open {
+            keys,
+            history,
+            unsynced_since: None,
+            pruner,
+        });
+        if !leftovers.is_empty() {
+            self.seal(&leftovers).await;
+        }
+        self.record_skip(journal_floor, open_state);
+        self.reconcile_contract(open_state.newest_control).await;
+        self.prune().await;
+        self.check_quota();
+        self.mark_owed_drops().await;
+        Ok(())
+    }
+
+    /// The sequences this writer skips: above what the store holds and through the journal's
+    /// mark, which only a writer that did not stop cleanly leaves above it (a clean stop
+    /// releases the rest of its reservation, `WriterState::release_sequences`). Recorded
+    /// once, so a reader tells this gap from drops (`State::skipped`).
+    fn record_skip(&mut self, journal_floor: Option<u64>, open_state: OpenState) {
+        let stored = open_state.stored_high_water.map(|s| s.get());
+        let skipped = self.rules.record_skip(journal_floor, stored);
+        self.carry_out(skipped);
+    }
+
+    /// One truth about on and off (`docs/design.md`): reads the contract's state beside the
+    /// journal, `state.json` and the newest lifecycle `control` event of the history stream
+    /// not read before (`newest`, from the chunks this open read), and journals what it says
+    /// (`history::State::observe_contract`). Then writes the answer back to whichever place
+    /// says otherwise (`history::State::contract_answer`).
+    async fn reconcile_contract(&mut self, newest: Option<ControlRead>) {
+        let Some(storage) = self.storage.get().cloned() else {
+            return;
+        };
+        let file = read_state_mirror(storage.as_ref()).ok().flatten();
+        let observed = self.rules.observe_contract(newest, file);
+        // Durable before capture opens. A failure leaves the narrowing in effect all the same
+        // (an observation never widens): the journal keeps it and appends it again.
+        if !observed.events.is_empty() {
+            let _ = self.journal(observed.events.clone(), true).await;
+        }
+        let answer = self.rules.contract_answer(&observed);
+        if answer.write_state_file {
+            self.mirror_state();
+        }
+        if let Some(operation) = answer.control_event {
+            if let Some(draft) = self.draft("control", Payload::Control { operation }) {
+                self.append_history(vec![draft]).await;
+            }
+            let _ = self.sync();
+        }
+    }
+
+    /// A clean stop releases the rest of the reservation
+    /// (`history::State::release_sequences`). A release that fails leaves the reservation (and
+    /// the next open records the skip).
+    pub(super) async fn release_sequences(&mut self) {
+        let Some(high_water) = self.open.as_ref().and_then(|o| o.history.high_water()) else {
+            return;
+        };
+        let events = self.rules.release_sequences(high_water.get());
+        if !events.is_empty() {
+            let _ = self.journal(events, true).await;
+        }
+    }
+}
