@@ -21,6 +21,7 @@ pub mod client;
 pub mod protocol;
 pub mod runtime_dir;
 pub mod server;
+mod slots;
 
 pub use client::{ClientError, DaemonClient, TrustError, check_request_size};
 pub use protocol::{DaemonError, DaemonErrorCode, MAX_FRAME_BYTES, Reply, Request, WireOutcome};
