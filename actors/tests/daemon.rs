@@ -744,3 +744,40 @@ fn the_owner_sees_grants_and_who_read_and_an_unknown_revoke_is_refused() {
     assert_eq!(after["ok"]["grants"], json!([]));
     assert_eq!(after["ok"]["revoked"], json!(["host"]));
 }
+
+/// A reader that went away ends a printing command quietly with 141 (128 + SIGPIPE), never a
+/// panic (exit 101). The pipe's read end is closed before the command starts, so its first
+/// write meets the closed pipe whatever the timing; both ends are close-on-exec, so no other
+/// test's child inherits them.
+#[test]
+fn a_closed_pipe_ends_every_printing_command_quietly() {
+    use rustix::pipe::{PipeFlags, pipe_with};
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    sandbox.ok(&["grant", "host", "query"]);
+    let commands: [&[&str]; 10] = [
+        &["status"],
+        &["status", "--json"],
+        &["list", "200"],
+        &["list", "200", "--json"],
+        &["grants"],
+        &["audit", "--json"],
+        &["socket"],
+        &["doctor"],
+        &["doctor", "--json"],
+        &["preflight", "--actor", "host"],
+    ];
+    for args in commands {
+        let (read, write) = pipe_with(PipeFlags::CLOEXEC).unwrap();
+        drop(read);
+        let output = sandbox
+            .annal(args)
+            .stdout(std::process::Stdio::from(write))
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(output.status.code(), Some(141), "{args:?}: {stderr}");
+    }
+}

@@ -91,16 +91,20 @@ pub fn run(args: &DoctorArgs, choice: KeyStoreChoice, location: Option<&Location
     let reports = probe_all();
     let selected = chosen_store(choice, &reports);
     let key = store_key(location);
-    if args.json {
+    let text = if args.json {
         let mut value = to_json(choice, selected, &reports);
         value["store_key"] = serde_json::json!(key.as_ref().map(|k| k.naming));
         value["store_key_state"] = serde_json::json!(key.as_ref().map(|k| k.state));
-        println!("{value}");
+        format!("{value}\n")
     } else {
-        print!("{}", to_text(choice, selected, &reports));
+        let mut text = to_text(choice, selected, &reports);
         if let Some(key) = &key {
-            print!("{}", store_key_text(key));
+            text.push_str(&store_key_text(key));
         }
+        text
+    };
+    if let Err(code) = crate::write_out(&text) {
+        return code;
     }
     if reports
         .iter()

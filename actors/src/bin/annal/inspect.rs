@@ -156,8 +156,10 @@ fn answer_query(
         } else {
             format!("refused: {code}")
         };
-        println!("{line}");
-        ExitCode::from(exit)
+        match crate::write_out(&format!("{line}\n")) {
+            Ok(()) => ExitCode::from(exit),
+            Err(code) => code,
+        }
     };
     let request = match serde_json::from_str::<serde_json::Value>(query)
         .map_err(|_| ErrorCode::InvalidHistoryQuery)

@@ -55,10 +55,28 @@ pub const EXIT_FOUND_PROBLEM: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 /// Exit code: history is unavailable.
 pub const EXIT_UNAVAILABLE: u8 = 3;
+/// Exit code: the reader of standard output went away (a closed pipe, `annal list | head -1`):
+/// 128 + SIGPIPE, what a shell reports for a process a closed pipe ended.
+pub const EXIT_CLOSED_PIPE: u8 = 141;
+
+/// Writes `text` to standard output. A reader that went away ends the command quietly with
+/// [`EXIT_CLOSED_PIPE`] (never a panic, which `print!` would be); any other write failure is
+/// [`EXIT_UNAVAILABLE`].
+pub fn write_out(text: &str) -> Result<(), ExitCode> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+            Err(ExitCode::from(EXIT_CLOSED_PIPE))
+        }
+        Err(_) => Err(ExitCode::from(EXIT_UNAVAILABLE)),
+    }
+}
 
 const EXIT_CODES_HELP: &str = "Exit codes: 0 success; 1 the command ran and found a problem or \
-     was refused; 2 bad usage or input; 3 history unavailable (no daemon, store or key). See \
-     docs/cli.md.";
+     was refused; 2 bad usage or input; 3 history unavailable (no daemon, store or key); 141 the \
+     reader of the output went away (a closed pipe). See docs/cli.md.";
 
 /// annal: an encrypted, append-only local history of what computer-use agents did.
 #[derive(Debug, Parser)]

@@ -245,12 +245,15 @@ fn widen(location: &Location, no_daemon: bool, request: Request) -> Result<Value
 
 /// Prints `value` (with `--json`) or `text`, and succeeds.
 pub fn print(out: &OutputArgs, value: &Value, text: impl FnOnce() -> String) -> ExitCode {
-    if out.json {
-        println!("{value}");
+    let text = if out.json {
+        format!("{value}\n")
     } else {
-        print!("{}", text());
+        text()
+    };
+    match crate::write_out(&text) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(code) => code,
     }
-    ExitCode::SUCCESS
 }
 
 pub(crate) fn finish(result: Result<ExitCode, CliError>) -> ExitCode {
