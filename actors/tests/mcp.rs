@@ -388,8 +388,16 @@ fn preflight_never_fails_the_host() {
 
     sandbox.ok(&["enable"]);
     capture(&sandbox, 3);
-    sandbox.ok(&["grant", "host", "status"]);
-    sandbox.ok(&["grant", "host", "query"]);
+    let said = sandbox.ok(&["grant", "host", "status"]);
+    assert!(
+        said.contains(" until 20"),
+        "grant prints its expiry: {said}"
+    );
+    let granted = sandbox.json(&["grant", "host", "query"]);
+    assert!(
+        granted["expires_at_ms"].as_u64() > granted["idle_deadline_ms"].as_u64(),
+        "{granted}"
+    );
     let usable = sandbox.json(&["preflight", "--actor", "host", "--limit", "2"]);
     assert_eq!(usable["consultation"]["verdict"], "use", "{usable}");
     assert_eq!(usable["events"].as_array().map(Vec::len), Some(2));

@@ -440,12 +440,24 @@ impl Dispatcher {
                     idle_timeout_secs.unwrap_or(GrantTerms::DEFAULT.idle_timeout_secs()),
                 )
                 .map_err(|e| invalid(e.to_string()))?;
-                self.change(PolicyChange::Grant {
-                    actor,
-                    operation,
-                    terms,
-                })
-                .await
+                let mut answer = self
+                    .change(PolicyChange::Grant {
+                        actor: actor.clone(),
+                        operation,
+                        terms,
+                    })
+                    .await?;
+                // The deadlines as the journal holds them (what `grants` lists).
+                let grants = self.engine.grants_async().await.map_err(|e| failed(&e))?;
+                if let Some(grant) = grants
+                    .grants
+                    .iter()
+                    .find(|g| g.actor == actor && g.operation == operation)
+                {
+                    answer["expires_at_ms"] = json!(grant.expires_at_ms);
+                    answer["idle_deadline_ms"] = json!(grant.idle_deadline_ms);
+                }
+                Ok(answer)
             }
             Request::ApproveManifest {
                 actor: text,

@@ -507,8 +507,12 @@ pub fn grant(location: &Location, no_daemon: bool, args: &GrantArgs) -> ExitCode
             .map(|value| {
                 print(&args.out, &value, || {
                     format!(
-                        "granted {} to {}; its next call may use it.\n",
-                        args.operation, args.actor
+                        "granted {} to {} until {} (it lapses if unused until {}); its next call \
+                         may use it.\n",
+                        args.operation,
+                        args.actor,
+                        crate::views::time(value["expires_at_ms"].as_u64()),
+                        crate::views::time(value["idle_deadline_ms"].as_u64()),
                     )
                 })
             }),

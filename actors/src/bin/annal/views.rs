@@ -64,7 +64,7 @@ pub struct PreflightArgs {
 }
 
 /// An instant given in ms since the epoch, as UTC RFC 3339 (`-` when it cannot be shown).
-fn time(ms: Option<u64>) -> String {
+pub fn time(ms: Option<u64>) -> String {
     ms.and_then(|ms| EventTime::from_unix(Duration::from_millis(ms)).ok())
         .map_or_else(|| "-".to_owned(), |t| t.as_str().to_owned())
 }
