@@ -242,32 +242,20 @@ fn a_give_up_says_which_part_and_loses_nothing_silently(child: Child) {
     engine.shutdown();
 }
 
-#[test]
-fn key_custody_given_up() {
-    a_give_up_says_which_part_and_loses_nothing_silently(Child::KeyCustody);
+macro_rules! give_up_cases {
+    ($($name:ident: $child:ident;)*) => {$(
+        #[test]
+        fn $name() {
+            a_give_up_says_which_part_and_loses_nothing_silently(Child::$child);
+        }
+    )*};
 }
 
-#[test]
-fn journal_given_up() {
-    a_give_up_says_which_part_and_loses_nothing_silently(Child::AuditJournal);
-}
-
-#[test]
-fn query_given_up() {
-    a_give_up_says_which_part_and_loses_nothing_silently(Child::Query);
-}
-
-#[test]
-fn gate_given_up() {
-    a_give_up_says_which_part_and_loses_nothing_silently(Child::PolicyGate);
-}
-
-#[test]
-fn writer_given_up() {
-    a_give_up_says_which_part_and_loses_nothing_silently(Child::Writer);
-}
-
-#[test]
-fn ingress_given_up() {
-    a_give_up_says_which_part_and_loses_nothing_silently(Child::Ingress);
+give_up_cases! {
+    key_custody_given_up: KeyCustody;
+    journal_given_up: AuditJournal;
+    query_given_up: Query;
+    gate_given_up: PolicyGate;
+    writer_given_up: Writer;
+    ingress_given_up: Ingress;
 }
