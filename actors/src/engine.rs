@@ -491,24 +491,17 @@ impl Engine {
     /// from the journal's projection, which the gate keeps its policy from.
     pub fn grants(&self) -> Result<Grants, EngineError> {
         let journal = self.children.journal().ok_or(EngineError::Unavailable)?;
-        let state = self.ask_blocking_to(&journal, |reply| JournalMsg::Snapshot { reply })?;
-        Ok(Grants {
-            grants: state.policy.grant_views(self.clock.now_ms()),
-            revoked: state.policy.revoked_actors(),
-        })
+        let policy = self.ask_blocking_to(&journal, |reply| JournalMsg::Policy { reply })?;
+        Ok(Grants::of(&policy, self.clock.now_ms()))
     }
 
     /// [`Engine::grants`], for async callers.
     pub async fn grants_async(&self) -> Result<Grants, EngineError> {
         let journal = self.children.journal().ok_or(EngineError::Unavailable)?;
-        let state = Self::ask_async_to(&self.runtime, journal, |reply| JournalMsg::Snapshot {
-            reply,
-        })
-        .await?;
-        Ok(Grants {
-            grants: state.policy.grant_views(self.clock.now_ms()),
-            revoked: state.policy.revoked_actors(),
-        })
+        let policy =
+            Self::ask_async_to(&self.runtime, journal, |reply| JournalMsg::Policy { reply })
+                .await?;
+        Ok(Grants::of(&policy, self.clock.now_ms()))
     }
 
     /// Who read my history (`annal audit`): every gated call, its verdict, outcome and returned
@@ -717,6 +710,16 @@ pub struct Grants {
     pub grants: Vec<GrantView>,
     /// The actors revoked since their last grant.
     pub revoked: Vec<annal_engine::policy::ActorId>,
+}
+
+impl Grants {
+    /// The owner's view of `policy` at `now_ms`.
+    fn of(policy: &annal_engine::policy::PolicyState, now_ms: u64) -> Self {
+        Self {
+            grants: policy.grant_views(now_ms),
+            revoked: policy.revoked_actors(),
+        }
+    }
 }
 
 const UNAVAILABLE: Refusal = Refusal::Contract(annal_schema::ErrorCode::HistoryStorageUnavailable);

@@ -184,13 +184,13 @@ impl GateState {
     /// The policy, read from the journal's projection on first use.
     async fn policy(&mut self, journal: &ActorRef<JournalMsg>) -> Option<&mut PolicyState> {
         if self.policy.is_none() {
-            let snapshot = ractor::call_t!(
+            let policy = ractor::call_t!(
                 journal,
-                |reply| JournalMsg::Snapshot { reply },
+                |reply| JournalMsg::Policy { reply },
                 CHILD_CALL_DEADLINE_MS
             )
             .ok()?;
-            self.policy = Some(snapshot.policy);
+            self.policy = Some(policy);
         }
         self.policy.as_mut()
     }

@@ -97,10 +97,11 @@ pub enum JournalMsg {
         reply:
             RpcReplyPort<Result<Vec<annal_engine::policy::views::AuditEntry>, JournalUnavailable>>,
     },
-    /// The current projection.
-    Snapshot {
+    /// The policy part of the projection (the gate's copy at first use, the owner's grants
+    /// view), without copying the rest of it.
+    Policy {
         /// Where it goes.
-        reply: RpcReplyPort<State>,
+        reply: RpcReplyPort<annal_engine::policy::PolicyState>,
     },
     /// Group commit of what was recorded.
     Tick,
@@ -442,8 +443,8 @@ impl Actor for JournalActor {
             JournalMsg::Audit { filter, reply } => {
                 let _ = reply.send(state.audit(&filter));
             }
-            JournalMsg::Snapshot { reply } => {
-                let _ = reply.send(state.projection.clone());
+            JournalMsg::Policy { reply } => {
+                let _ = reply.send(state.projection.policy.clone());
             }
             JournalMsg::Tick => {
                 state.tick_armed = false;

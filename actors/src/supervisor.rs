@@ -190,10 +190,6 @@ pub struct SupervisorState {
     /// Children the supervisor stopped on purpose (dependents of a failed child): their end
     /// is not a failure.
     stopped_on_purpose: HashSet<ActorId>,
-    /// Set once no writer or no ingress can come back (`writer_stopped`): from then on nothing
-    /// will take what reaches the capture queue, so the supervisor counts it as dropped
-    /// ([`SupervisorState::discard_undrainable`]).
-    writer_given_up: bool,
     /// The last status the writer gave, for answering while it restarts.
     last_status: Option<StatusResponse>,
     /// The credential store (for restarting key custody).
@@ -234,12 +230,21 @@ impl SupervisorState {
         }
     }
 
+    /// Whether no writer or no ingress can come back (`writer_stopped`): from then on nothing
+    /// will take what reaches the capture queue, so the supervisor counts it as dropped
+    /// ([`SupervisorState::discard_undrainable`]).
+    fn undrainable(&self) -> bool {
+        self.down
+            .iter()
+            .any(|child| matches!(child, Child::Writer | Child::Ingress))
+    }
+
     /// Once the writer was given up on: takes everything the capture queue holds (completions
     /// of admitted starts keep arriving) and the drops pending, and journals them as dropped,
     /// so the lifetime total is exact and survives a restart. Their history marker waits for
     /// the next writer to open ([`SupervisorState::record_lost`]).
     fn discard_undrainable(&mut self) {
-        if !self.writer_given_up {
+        if !self.undrainable() {
             return;
         }
         let capacity = self.config.capture_capacity_events;
@@ -255,7 +260,7 @@ impl SupervisorState {
     /// takes what is left until nothing more can arrive (a producer inside a capture call
     /// keeps it unsettled), within `deadline`.
     async fn discard_undrainable_for_good(&mut self, deadline: Duration) {
-        if !self.writer_given_up {
+        if !self.undrainable() {
             return;
         }
         let capacity = self.config.capture_capacity_events;
@@ -382,7 +387,7 @@ impl SupervisorState {
                 self.signal(SignalKind::ChildStopped { child: down });
             }
         }
-        if self.writer.is_none() || self.ingress.is_none() {
+        if self.undrainable() {
             // No writer or no ingress came back (`writer_stopped`): nothing would take what
             // capture admits. Nothing new is admitted; what the queue holds, and the
             // completions still to come, are dropped.
@@ -391,7 +396,6 @@ impl SupervisorState {
                 // The writer owns admission (enabled, paused, quota): it must not open it again.
                 let _ = writer.cast(WriterMsg::Undrained);
             }
-            self.writer_given_up = true;
             self.discard_undrainable();
         }
     }
@@ -517,7 +521,6 @@ impl Actor for SupervisorActor {
             unjournaled: Vec::new(),
             down: Vec::new(),
             stopped_on_purpose: HashSet::new(),
-            writer_given_up: false,
             last_status: None,
             provider: args.provider,
             stopping: false,

@@ -650,12 +650,7 @@ fn the_key_store_is_recorded_at_enable_and_a_conflicting_choice_is_refused() {
 #[test]
 fn a_preflight_over_the_socket_answers_a_verdict() {
     let sandbox = Sandbox::new();
-    let (_daemon, socket) = Daemon::start(&sandbox, &[]);
-    let mut raw = Raw::connect(&socket);
-    assert_eq!(
-        raw.ask(json!({"op": "enable"}))["ok"]["status"]["enabled"],
-        true
-    );
+    let (_daemon, mut raw) = enabled_daemon(&sandbox);
     let stranger = raw.ask(json!({"op": "preflight", "actor": "host"}));
     assert_eq!(
         stranger["ok"]["consultation"],
@@ -685,12 +680,7 @@ fn a_preflight_over_the_socket_answers_a_verdict() {
 #[test]
 fn the_owner_sees_grants_and_who_read_and_an_unknown_revoke_is_refused() {
     let sandbox = Sandbox::new();
-    let (_daemon, socket) = Daemon::start(&sandbox, &[]);
-    let mut raw = Raw::connect(&socket);
-    assert_eq!(
-        raw.ask(json!({"op": "enable"}))["ok"]["status"]["enabled"],
-        true
-    );
+    let (_daemon, mut raw) = enabled_daemon(&sandbox);
     let granted = raw.ask(json!({"op": "grant", "actor": "host", "operation": "query"}));
     assert!(granted["ok"].is_object(), "{granted}");
     let grants = raw.ask(json!({"op": "grants"}));
@@ -780,4 +770,15 @@ fn a_closed_pipe_ends_every_printing_command_quietly() {
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
         assert_eq!(output.status.code(), Some(141), "{args:?}: {stderr}");
     }
+}
+
+/// A daemon on `sandbox`'s store, a connection to it, and history enabled through it.
+fn enabled_daemon(sandbox: &Sandbox) -> (Daemon, Raw) {
+    let (daemon, socket) = Daemon::start(sandbox, &[]);
+    let mut raw = Raw::connect(&socket);
+    assert_eq!(
+        raw.ask(json!({"op": "enable"}))["ok"]["status"]["enabled"],
+        true
+    );
+    (daemon, raw)
 }

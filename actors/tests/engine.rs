@@ -2,20 +2,17 @@
 //! actor tree, against a real store in a temp dir (and a fault-injecting storage).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod embedded;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use annal_actors::{Engine, EngineConfig, EngineError};
-use annal_engine::entropy::SeededEntropy;
-use annal_engine::keys::{HistoryKeys, InMemoryProvider, KeyProvider, Namespace, RootKey};
-use annal_engine::storage::{
-    Access, FaultKind, FaultOp, FaultyStorage, Storage, StoreLayout, SyncFailure,
-};
+use annal_engine::keys::{HistoryKeys, KeyProvider, Namespace, RootKey};
+use annal_engine::storage::{Access, FaultKind, FaultOp, FaultyStorage, Storage, SyncFailure};
 use annal_engine::store::{History, StoreReader, open_store};
 use annal_schema::{ActionOutcome, Capability, Effect, Event, HealthCategory, Payload, Route};
-
-/// The fixed test root key.
-const ROOT: [u8; 32] = [0x5c; 32];
+use embedded::{ROOT, TestStore};
 
 /// Seconds in a day (retention is set in days).
 const DAY_SECS: u64 = 86_400;
@@ -25,36 +22,15 @@ fn test_clock() -> annal_engine::clock::ManualClock {
     annal_engine::clock::ManualClock::new(Duration::from_secs(1_764_540_000))
 }
 
-struct Setup {
-    _dir: tempfile::TempDir,
-    layout: StoreLayout,
-    namespace: Namespace,
-    provider: Arc<InMemoryProvider>,
-}
+type Setup = TestStore;
 
 fn setup() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let layout = StoreLayout::in_namespace_dir(&dir.path().join("work"));
-    let namespace = Namespace::new("work").unwrap();
-    let provider = Arc::new(InMemoryProvider::new(Box::new(SeededEntropy::new(1))).unwrap());
-    provider
-        .put_raw(&namespace, &namespace.primary_reference(), &ROOT)
-        .unwrap();
-    Setup {
-        _dir: dir,
-        layout,
-        namespace,
-        provider,
-    }
+    TestStore::new()
 }
 
-impl Setup {
-    fn config(&self) -> EngineConfig {
-        EngineConfig::new(self.layout.clone(), self.namespace.clone())
-    }
-
-    /// [`Setup::config`] with no drain tick: nothing drains the queue behind the test's back,
-    /// only a flush (or shutdown) does.
+impl TestStore {
+    /// [`TestStore::config`] with no drain tick: nothing drains the queue behind the test's
+    /// back, only a flush (or shutdown) does.
     fn config_drained_by_flush_only(&self) -> EngineConfig {
         let mut config = self.config();
         config.drain_tick = Duration::from_secs(600);
@@ -62,11 +38,7 @@ impl Setup {
         config
     }
 
-    fn start(&self, config: EngineConfig) -> Engine {
-        Engine::start(config, Arc::clone(&self.provider) as Arc<dyn KeyProvider>).unwrap()
-    }
-
-    /// [`Setup::start`] with the default config on a test's manual clock.
+    /// [`TestStore::start`] on a test's manual clock.
     fn start_on(&self, clock: &annal_engine::clock::ManualClock) -> Engine {
         Engine::start_with(
             self.config(),
@@ -75,16 +47,6 @@ impl Setup {
             None,
         )
         .unwrap()
-    }
-
-    /// Every history event on disk, in sequence order (the store must be clean).
-    fn events(&self) -> Vec<Event> {
-        let storage: Arc<dyn Storage> = Arc::new(open_store(&self.layout, Access::Read).unwrap());
-        let report = StoreReader::<History>::new(storage)
-            .read(&HistoryKeys::from_root(RootKey::from_bytes(ROOT)))
-            .unwrap();
-        assert!(!report.has_corruption(), "{report:#?}");
-        report.records().map(|r| r.event.clone()).collect()
     }
 }
 
@@ -124,7 +86,7 @@ fn assert_strictly_increasing(events: &[Event]) {
 #[test]
 fn a_store_another_writer_holds_is_refused_at_start_and_starts_once_released() {
     let s = setup();
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     engine.enable().unwrap();
     // A second engine on the same store, while the first holds its writer lock.
     let second = Engine::start(s.config(), Arc::clone(&s.provider) as Arc<dyn KeyProvider>);
@@ -135,7 +97,7 @@ fn a_store_another_writer_holds_is_refused_at_start_and_starts_once_released() {
     let refused = Engine::start(s.config(), Arc::clone(&s.provider) as Arc<dyn KeyProvider>);
     assert_eq!(refused.err(), Some(annal_actors::EngineError::StoreLocked));
     drop(holder);
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     assert!(engine.status().unwrap().enabled);
     engine.shutdown();
 }
@@ -143,7 +105,7 @@ fn a_store_another_writer_holds_is_refused_at_start_and_starts_once_released() {
 #[test]
 fn nothing_is_captured_before_the_owner_enables_and_admission_is_separate() {
     let s = setup();
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     let status = engine.status().unwrap();
     assert!(!status.enabled);
     assert_eq!(status.health, HealthCategory::Disabled);
@@ -159,7 +121,7 @@ fn nothing_is_captured_before_the_owner_enables_and_admission_is_separate() {
     // Admitted = false: enabling persists the owner's choice, but nothing is captured.
     let mut config = s.config();
     config.admitted = false;
-    let engine = s.start(config);
+    let engine = s.start_with(config);
     let status = engine.enable().unwrap();
     assert!(status.enabled && !status.admitted);
     assert_eq!(status.health, HealthCategory::NotAdmitted);
@@ -175,7 +137,7 @@ fn eight_threads_below_capacity_against_a_slow_drain_drop_nothing() {
     let mut config = s.config();
     // A drain that looks only every 200 ms: the queue holds everything meanwhile.
     config.drain_tick = Duration::from_millis(200);
-    let engine = s.start(config);
+    let engine = s.start_with(config);
     engine.enable().unwrap();
     let threads: Vec<_> = (0..8)
         .map(|_| {
@@ -206,7 +168,7 @@ fn provoked_drops_are_marked_exactly_and_the_total_survives_a_restart() {
     let mut config = s.config();
     config.capture_capacity_events = 16;
     config.drain_tick = Duration::from_secs(3600);
-    let engine = s.start(config.clone());
+    let engine = s.start_with(config.clone());
     engine.enable().unwrap();
     let capture = engine.capture();
     for _ in 0..100 {
@@ -241,7 +203,7 @@ fn provoked_drops_are_marked_exactly_and_the_total_survives_a_restart() {
         );
     }
     // The lifetime total is in the journal: a new process sees it.
-    let engine = s.start(config);
+    let engine = s.start_with(config);
     assert_eq!(engine.status().unwrap().dropped_events, 184);
     engine.shutdown();
 }
@@ -251,7 +213,7 @@ fn a_completion_carries_its_starts_fields_and_one_of_a_start_too_old_to_keep_is_
     use annal_engine::capture::OPEN_ACTIONS_RETAINED;
     use annal_schema::{Application, BundleId, DisplayName};
     let s = setup();
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     engine.enable().unwrap();
     let capture = engine.capture();
     let app = || {
@@ -362,7 +324,7 @@ fn capture_bursts(engine: &Engine) -> annal_schema::tools::StatusResponse {
 #[test]
 fn a_long_running_reader_never_causes_a_drop() {
     let s = setup();
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     engine.enable().unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {
@@ -400,7 +362,7 @@ fn streams(events: &[Event]) -> usize {
 #[test]
 fn a_writer_panic_is_contained_restarted_on_a_new_generation_and_recovers() {
     let s = setup();
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     engine.enable().unwrap();
     let capture = engine.capture();
     let mut captured = 0u64;
@@ -748,7 +710,7 @@ fn what_a_failed_sync_reported_lost_is_never_answered_after_a_restart() {
             SyncFailure::DataLost => assert_eq!(on_disk, 5),
         }
         for life in 0..2 {
-            let engine = s.start(s.config());
+            let engine = s.start_with(s.config());
             assert_eq!(
                 answered_actions(&engine),
                 5 + life,
@@ -826,7 +788,7 @@ fn a_failed_journal_sync_loses_no_journal_event() {
     );
     engine.shutdown();
     drop(storage);
-    let engine = s.start(config);
+    let engine = s.start_with(config);
     assert_eq!(engine.status().unwrap().dropped_events, 84);
     engine.shutdown();
 }
@@ -897,7 +859,7 @@ fn an_enable_or_resume_whose_commit_fails_never_takes_effect() {
         assert!(!admits(&engine), "the held change was written later");
         engine.shutdown();
         drop(storage);
-        let engine = s.start(config);
+        let engine = s.start_with(config);
         assert!(
             narrow(engine.status().unwrap()),
             "the failed change holds after a restart (resume: {resume}, {failure:?})"
@@ -945,7 +907,7 @@ fn a_disable_or_pause_whose_commit_fails_closes_capture_at_once_and_is_journaled
         assert!(!admits(&engine));
         engine.shutdown();
         drop(storage);
-        let engine = s.start(config);
+        let engine = s.start_with(config);
         let status = engine.status().unwrap();
         assert!(
             status.paused == pause && status.enabled == pause,
@@ -1064,7 +1026,7 @@ fn a_crash_keeping_an_unsynced_prefix_loses_nothing_acknowledged() {
     }
     // Power loss: half of what was never synced survives; the process is gone.
     crash(engine, storage, &mut |unsynced| unsynced / 2);
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     let status = engine.status().unwrap();
     assert!(status.enabled);
     for _ in 0..5 {
@@ -1082,7 +1044,7 @@ fn a_torn_tail_found_at_open_is_journaled_once_and_left_out_of_reads() {
     use annal_engine::journal::{Journal, JournalEvent};
     use annal_engine::keys::JournalKeys;
     let s = setup();
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     engine.enable().unwrap();
     for _ in 0..3 {
         let _ = capture_after(&engine);
@@ -1104,7 +1066,7 @@ fn a_torn_tail_found_at_open_is_journaled_once_and_left_out_of_reads() {
     std::io::Write::write_all(&mut file, &[0xA5; 37]).unwrap();
     drop(file);
     for _ in 0..2 {
-        let engine = s.start(s.config());
+        let engine = s.start_with(s.config());
         assert!(engine.status().unwrap().enabled);
         engine.flush().unwrap();
         engine.shutdown();
@@ -1135,7 +1097,7 @@ fn capture_after(engine: &Engine) -> annal_engine::capture::ActionToken {
 #[test]
 fn shutdown_returns_within_its_deadline_and_a_blocking_call_refuses_inside_a_runtime() {
     let s = setup();
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     engine.enable().unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -1290,7 +1252,7 @@ fn past_the_restart_limit_the_writer_stays_stopped_and_the_journal_replays_that_
         max_restarts: 1,
         window: Duration::from_secs(600),
     };
-    let engine = s.start(config);
+    let engine = s.start_with(config);
     engine.enable().unwrap();
     let started = Instant::now();
     let shown = loop {
@@ -1420,7 +1382,7 @@ fn no_writer_restart(mut config: EngineConfig) -> EngineConfig {
 #[test]
 fn what_no_writer_will_take_once_given_up_is_counted_dropped_and_the_total_survives_a_restart() {
     let s = setup();
-    let engine = s.start(no_writer_restart(s.config_drained_by_flush_only()));
+    let engine = s.start_with(no_writer_restart(s.config_drained_by_flush_only()));
     engine.enable().unwrap();
     let capture = engine.capture();
     let mut durable: Vec<_> = (0..5)
@@ -1462,12 +1424,12 @@ fn what_no_writer_will_take_once_given_up_is_counted_dropped_and_the_total_survi
     // The total was journaled: a new engine on the store shows it, and its writer writes the
     // marker the history owes those drops as it opens (so the markers sum to the total, and
     // health is back to ready once it is written).
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     let status = engine.status().unwrap();
     assert_eq!(status.dropped_events, 25);
     assert_eq!(status.health, HealthCategory::Ready);
     engine.shutdown();
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     assert_eq!(engine.status().unwrap().dropped_events, 25, "counted once");
     engine.shutdown();
     // Nothing after the give-up reached the history: the 5 durable starts, no completion;
@@ -1486,7 +1448,7 @@ fn what_no_writer_will_take_once_given_up_is_counted_dropped_and_the_total_survi
 #[test]
 fn once_the_writer_is_given_up_on_the_ingress_tick_empties_the_queue_without_a_status_call() {
     let s = setup();
-    let engine = s.start(no_writer_restart(s.config()));
+    let engine = s.start_with(no_writer_restart(s.config()));
     engine.enable().unwrap();
     let capture = engine.capture();
     let tokens: Vec<_> = (0..20)
@@ -1530,7 +1492,7 @@ fn access_events(events: &[Event]) -> Vec<u8> {
 fn queries_answer_from_the_hot_cache_and_from_disk_and_leave_one_access_record_each() {
     use annal_schema::AccessOperation;
     let s = setup();
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     engine.enable().unwrap();
     let capture = engine.capture();
     let session = capture.session_started("a raw label");
@@ -1597,7 +1559,7 @@ fn queries_answer_from_the_hot_cache_and_from_disk_and_leave_one_access_record_e
 
     // A new process answers the same from disk (no hot cache): the index files and reads by
     // location.
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     let again = engine
         .query(
             request(serde_json::json!({"session_id": "a raw label", "limit": 200})),
@@ -1612,7 +1574,7 @@ fn queries_answer_from_the_hot_cache_and_from_disk_and_leave_one_access_record_e
 fn a_query_over_a_damaged_store_fails_closed() {
     use annal_schema::AccessOperation;
     let s = setup();
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     engine.enable().unwrap();
     for _ in 0..5 {
         let _ = engine.capture().action_started(click(), None, None);
@@ -1631,7 +1593,7 @@ fn a_query_over_a_damaged_store_fails_closed() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x01;
     std::fs::write(&chunk, &bytes).unwrap();
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     let answer = engine.query(request(serde_json::json!({})), AccessOperation::LocalCli);
     assert_eq!(
         answer,
@@ -1645,7 +1607,7 @@ fn a_query_over_a_damaged_store_fails_closed() {
 #[test]
 fn every_chunk_the_engine_closes_is_sealed_and_the_store_verifies_clean() {
     let s = setup();
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     engine.enable().unwrap();
     let capture = engine.capture();
     // Past one 4 MiB chunk, at the queue's pace.
@@ -1690,7 +1652,7 @@ fn at_the_quota_capture_stops_but_reads_and_their_access_records_keep_working() 
     use annal_engine::journal::{OnQuota, QUOTA_MIN_BYTES};
     use annal_schema::AccessOperation;
     let s = setup();
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     engine.enable().unwrap();
     engine
         .set_quota(QUOTA_MIN_BYTES, OnQuota::StopCapture)
@@ -2197,7 +2159,7 @@ fn with_evict_oldest_a_full_store_evicts_its_oldest_sealed_chunks_and_capture_ke
     use annal_engine::journal::{OnQuota, PruneReason, QUOTA_MIN_BYTES};
     use annal_schema::AccessOperation;
     let s = setup();
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     engine.enable().unwrap();
     engine
         .set_quota(QUOTA_MIN_BYTES, OnQuota::EvictOldest)
@@ -2206,7 +2168,7 @@ fn with_evict_oldest_a_full_store_evicts_its_oldest_sealed_chunks_and_capture_ke
     // seals defer them), so the eviction below takes chunks the reader has not loaded.
     capture_accepted(&engine, 600);
     assert!(engine.shutdown().drained);
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     let first = engine
         .query(
             request(serde_json::json!({"limit": 1})),
@@ -2272,7 +2234,7 @@ fn with_evict_oldest_a_full_store_evicts_its_oldest_sealed_chunks_and_capture_ke
     // After a restart sequences continue above everything ever handed out (the journal's
     // mark), never reusing an evicted one.
     let max_before = s.events().last().unwrap().data.sequence.get();
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     capture_accepted(&engine, 10);
     engine.flush().unwrap();
     engine.shutdown();
@@ -2292,7 +2254,7 @@ fn with_evict_oldest_a_full_store_evicts_its_oldest_sealed_chunks_and_capture_ke
 fn queries_running_continuously_never_cause_a_drop() {
     use annal_schema::AccessOperation;
     let s = setup();
-    let engine = Arc::new(s.start(s.config()));
+    let engine = Arc::new(s.start_with(s.config()));
     engine.enable().unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let querier = {
@@ -2356,7 +2318,7 @@ fn a_crashed_generations_complete_last_chunk_is_sealed_at_the_next_open() {
     assert!(ids_in(&seals_dir, ".seal").is_empty());
 
     // The next writer seals it at open (and writes nothing else before its clean stop).
-    let engine = s.start(s.config());
+    let engine = s.start_with(s.config());
     assert!(engine.status().unwrap().enabled);
     engine.shutdown();
     assert_eq!(ids_in(&chunks_dir, ".cborseq"), crashed);

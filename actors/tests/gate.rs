@@ -5,64 +5,52 @@
 //! audit record cannot be made durable.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod embedded;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use annal_actors::gate::{PolicyChange, ToolAnswer};
 use annal_actors::{Engine, EngineConfig};
 use annal_engine::clock::{Clock, ManualClock};
-use annal_engine::entropy::SeededEntropy;
 use annal_engine::journal::{Journal, JournalEvent};
-use annal_engine::keys::{
-    HistoryKeys, InMemoryProvider, JournalKeys, KeyProvider, Namespace, RootKey,
-};
+use annal_engine::keys::{HistoryKeys, JournalKeys, KeyProvider, RootKey};
 use annal_engine::policy::manifest::Manifest;
 use annal_engine::policy::{
     ActorId, AuditOutcome, CursorRefusal, DenyReason, GrantSource, GrantTerms, Operation,
     PolicyEvent, Principal, Refusal, Verdict,
 };
-use annal_engine::storage::{
-    Access, FaultKind, FaultOp, FaultyStorage, Storage, StoreLayout, SyncFailure,
-};
+use annal_engine::storage::{Access, FaultKind, FaultOp, FaultyStorage, Storage, SyncFailure};
 use annal_engine::store::{History, StoreReader, open_store};
 use annal_schema::{Capability, ErrorCode, Event, Payload};
+use embedded::{ROOT, TestStore};
 use serde_json::json;
-
-const ROOT: [u8; 32] = [0x3d; 32];
 
 /// 2026-12-01T00:00:00Z.
 const START: Duration = Duration::from_secs(1_796_083_200);
 
+/// The shared test store, and the manual clock the gate's engines run on.
 struct Setup {
-    _dir: tempfile::TempDir,
-    layout: StoreLayout,
-    namespace: Namespace,
-    provider: Arc<InMemoryProvider>,
+    store: TestStore,
     clock: ManualClock,
 }
 
 fn setup() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let layout = StoreLayout::in_namespace_dir(&dir.path().join("work"));
-    let namespace = Namespace::new("work").unwrap();
-    let provider = Arc::new(InMemoryProvider::new(Box::new(SeededEntropy::new(1))).unwrap());
-    provider
-        .put_raw(&namespace, &namespace.primary_reference(), &ROOT)
-        .unwrap();
     Setup {
-        _dir: dir,
-        layout,
-        namespace,
-        provider,
+        store: TestStore::new(),
         clock: ManualClock::new(START),
     }
 }
 
-impl Setup {
-    fn config(&self) -> EngineConfig {
-        EngineConfig::new(self.layout.clone(), self.namespace.clone())
-    }
+impl std::ops::Deref for Setup {
+    type Target = TestStore;
 
+    fn deref(&self) -> &TestStore {
+        &self.store
+    }
+}
+
+impl Setup {
     fn start_with(&self, config: EngineConfig, storage: Option<Arc<dyn Storage>>) -> Engine {
         Engine::start_with(
             config,

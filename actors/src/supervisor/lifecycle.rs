@@ -23,7 +23,7 @@ impl SupervisorState {
             action_seed: self.action_seed,
             storage: Arc::clone(&self.storage),
             query: self.query.clone(),
-            undrained: self.writer_given_up,
+            undrained: self.undrainable(),
         };
         self.writer = spawn_child(myself, self.name("writer"), WriterActor, args).await;
         let Some(writer) = &self.writer else {
