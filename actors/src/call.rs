@@ -128,6 +128,8 @@ impl Call {
             | ToolCall::Query {
                 arguments: Err(code),
             } => (Err(Refusal::Contract(*code)), None),
+            // Never admitted (the gate refuses it undecided); answered as refused all the same.
+            ToolCall::Unknown => (Err(Refusal::Contract(ErrorCode::UnknownTool)), None),
         };
         let (outcome, returned_events) = match &answer {
             Ok(ToolAnswer::Query { response, .. }) => (

@@ -463,7 +463,7 @@ impl Engine {
         tool: &str,
         arguments: &serde_json::Value,
     ) -> Result<ToolAnswer, Refusal> {
-        let message = agent_tool_message(principal, tool, arguments)?;
+        let message = agent_tool_message(principal, tool, arguments);
         self.tool_blocking(message).map_err(|_| UNAVAILABLE)?
     }
 
@@ -474,7 +474,7 @@ impl Engine {
         tool: &str,
         arguments: &serde_json::Value,
     ) -> Result<ToolAnswer, Refusal> {
-        let message = agent_tool_message(principal, tool, arguments)?;
+        let message = agent_tool_message(principal, tool, arguments);
         self.tool_async(message).await.map_err(|_| UNAVAILABLE)?
     }
 
@@ -742,18 +742,19 @@ fn tool_message(
 }
 
 /// The gate message of a tool call by name, recorded as the principal's kind of read
-/// (`local_cli` for the owner, `agent_query` for an agent); an unknown tool is refused here.
+/// (`local_cli` for the owner, `agent_query` for an agent); the gate refuses and audits an
+/// unknown tool.
 fn agent_tool_message(
     principal: &Principal,
     tool: &str,
     arguments: &serde_json::Value,
-) -> Result<ToolMessage, Refusal> {
-    let call = ToolCall::parse(tool, arguments).map_err(Refusal::Contract)?;
+) -> ToolMessage {
+    let call = ToolCall::parse(tool, arguments);
     let access = match principal {
         Principal::Owner => annal_schema::AccessOperation::LocalCli,
         Principal::Agent(_) => annal_schema::AccessOperation::AgentQuery,
     };
-    Ok(tool_message(principal.clone(), call, access))
+    tool_message(principal.clone(), call, access)
 }
 
 /// An owner's query answer as the contract's response or code.

@@ -250,11 +250,12 @@ impl GateState {
     }
 
     /// Step 1 of a call (module doc): the decision, the cursor, and the records the call's
-    /// task must make durable before anything runs, applied to the policy copy here.
+    /// task must make durable before anything runs, applied to the policy copy here. A call
+    /// of an unknown tool (`operation` `None`) is not decided: its one record is the refusal.
     async fn decide_call(
         &mut self,
         principal: &Principal,
-        operation: Operation,
+        operation: Option<Operation>,
         cursor: Option<(String, QueryRequest)>,
         journal: &ActorRef<JournalMsg>,
     ) -> crate::call::Decided {
@@ -265,6 +266,18 @@ impl GateState {
             return Decided::Unavailable;
         };
         let audit = policy.next_audit();
+        let Some(operation) = operation else {
+            let refused = PolicyEvent::UnknownToolRefused {
+                audit,
+                at_ms: now_ms,
+                principal: principal.clone(),
+            };
+            self.apply(std::slice::from_ref(&refused));
+            return Decided::Refuse {
+                records: vec![JournalEvent::Policy(refused)],
+                refusal: Refusal::Contract(ErrorCode::UnknownTool),
+            };
+        };
         let decision = policy.decide(principal, operation, admission, now_ms, audit);
         let verdict = match &decision {
             Ok(_) => Verdict::Allowed,
@@ -517,19 +530,23 @@ pub enum ToolCall {
         /// The request and the paging cursor, if any.
         arguments: Result<(QueryRequest, Option<String>), ErrorCode>,
     },
+    /// A tool that is neither: refused `unknown_tool` before any decision, and audited as that
+    /// refusal (`PolicyEvent::UnknownToolRefused`). Its name and arguments are not kept.
+    Unknown,
 }
 
 impl ToolCall {
-    /// Parses a tool call from its MCP name and JSON arguments. An unknown tool is refused
-    /// with `unknown_tool` before the gate (it names no operation, so it is not audited).
-    pub fn parse(tool: &str, arguments: &serde_json::Value) -> Result<Self, ErrorCode> {
-        match Operation::from_tool(tool).ok_or(ErrorCode::UnknownTool)? {
-            Operation::Status => Ok(Self::Status {
+    /// Parses a tool call from its MCP name and JSON arguments; a name that is neither tool is
+    /// [`ToolCall::Unknown`] (the gate refuses and audits it).
+    pub fn parse(tool: &str, arguments: &serde_json::Value) -> Self {
+        match Operation::from_tool(tool) {
+            Some(Operation::Status) => Self::Status {
                 arguments: annal_schema::tools::parse_status_request(arguments),
-            }),
-            Operation::Query => Ok(Self::Query {
+            },
+            Some(Operation::Query) => Self::Query {
                 arguments: annal_engine::policy::parse_query_arguments(arguments),
-            }),
+            },
+            None => Self::Unknown,
         }
     }
 
@@ -540,11 +557,12 @@ impl ToolCall {
         }
     }
 
-    /// The operation its tool names.
-    pub fn operation(&self) -> Operation {
+    /// The operation its tool names (`None`: an unknown tool).
+    pub fn operation(&self) -> Option<Operation> {
         match self {
-            Self::Status { .. } => Operation::Status,
-            Self::Query { .. } => Operation::Query,
+            Self::Status { .. } => Some(Operation::Status),
+            Self::Query { .. } => Some(Operation::Query),
+            Self::Unknown => None,
         }
     }
 

@@ -225,6 +225,61 @@ fn a_socket_in_a_directory_others_may_write_to_receives_nothing() {
     assert_eq!(mode, 0o1777);
 }
 
+/// The Python example client (`examples/python/annal_client.py`) applies the same checks
+/// before it sends: run against a fake daemon in a directory others may write to, and (as root)
+/// against a socket served by another uid, it exits with the path and the fix, and the fake
+/// receives nothing.
+#[test]
+fn the_python_example_client_sends_nothing_to_an_untrusted_socket() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        println!("python example: SKIPPED: no python3 on PATH");
+        return;
+    }
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/python/annal_client.py"
+    );
+    let run = |socket: &Path, fake: FakeDaemon, expected: &str| {
+        let output = Command::new("python3")
+            .arg(example)
+            .arg(socket)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+        let (_connections, bytes) = fake.finish();
+        assert_eq!(bytes, 0, "the fake daemon received {bytes} bytes: {stderr}");
+    };
+    let scratch = tempfile::tempdir().unwrap();
+    let open_dir = scratch.path().join("open");
+    std::fs::create_dir(&open_dir).unwrap();
+    std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let socket = open_dir.join("fake.sock");
+    let fake = FakeDaemon::serve(UnixListener::bind(&socket).unwrap());
+    run(&socket, fake, &format!("chmod 700 {}", open_dir.display()));
+
+    if rustix::process::geteuid().as_raw() != 0 {
+        println!("python example, other uid: SKIPPED: not root here");
+        return;
+    }
+    let private = scratch.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let shared = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let bound = shared.path().join("fake.sock");
+    let listener = {
+        let bound = bound.clone();
+        as_uid(OTHER_UID, move || UnixListener::bind(&bound).unwrap())
+    };
+    let socket = private.join("fake.sock");
+    std::fs::rename(&bound, &socket).unwrap();
+    let fake = FakeDaemon::serve(listener);
+    run(&socket, fake, &format!("served by uid {OTHER_UID}"));
+}
+
 #[test]
 fn a_socket_of_another_uid_receives_nothing() {
     if rustix::process::geteuid().as_raw() != 0 {

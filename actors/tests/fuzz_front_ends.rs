@@ -261,9 +261,10 @@ fn main() {
         ),
         |(tool, arguments)| {
             let arguments = serde_json::Value::Object(arguments.into_iter().collect());
-            match ToolCall::parse(&tool, &arguments) {
-                Ok(call) => prop_assert_eq!(call.operation().tool(), tool.as_str()),
-                Err(code) => prop_assert_eq!(code, annal_schema::ErrorCode::UnknownTool),
+            let call = ToolCall::parse(&tool, &arguments);
+            match call.operation() {
+                Some(operation) => prop_assert_eq!(operation.tool(), tool.as_str()),
+                None => prop_assert!(matches!(call, ToolCall::Unknown)),
             }
             Ok(())
         },

@@ -16,6 +16,7 @@ use annal_engine::clock::{Clock, ManualClock};
 use annal_engine::journal::{Journal, JournalEvent};
 use annal_engine::keys::{HistoryKeys, JournalKeys, KeyProvider, RootKey};
 use annal_engine::policy::manifest::Manifest;
+use annal_engine::policy::views::AuditFilter;
 use annal_engine::policy::{
     ActorId, AuditOutcome, CursorRefusal, DenyReason, GrantSource, GrantTerms, Operation,
     PolicyEvent, Principal, Refusal, Verdict,
@@ -746,6 +747,67 @@ fn invalid_arguments_are_refused_with_the_contracts_codes_after_the_gate() {
         Some(Refusal::Contract(ErrorCode::UnknownTool))
     );
     engine.shutdown();
+}
+
+/// A call naming a tool that is neither of the two is refused `unknown_tool` and audited as a
+/// refusal: one durable record with the caller and the time, under the next audit id, and
+/// never the name it called (caller text). It is refused whether or not the caller holds a
+/// grant, and it shows in the owner's audit view and among the denials.
+#[test]
+fn an_unknown_tool_call_is_audited_as_a_refusal_without_its_name() {
+    let s = setup();
+    let engine = s.started(1);
+    grant(&engine, "a", Operation::Query);
+    query(&engine, &agent("a"), json!({"limit": 1})).unwrap();
+    for who in [agent("a"), agent("stranger")] {
+        assert_eq!(
+            engine
+                .call_tool(&who, "history_delete_everything", &json!({"x": 1}))
+                .err(),
+            Some(Refusal::Contract(ErrorCode::UnknownTool))
+        );
+    }
+    let entries = engine.audit(AuditFilter::default()).unwrap();
+    assert_eq!(entries.len(), 3, "{entries:?}");
+    let unknown: Vec<_> = entries.iter().filter(|e| e.operation.is_none()).collect();
+    assert_eq!(
+        unknown.iter().map(|e| &e.principal).collect::<Vec<_>>(),
+        [&agent("a"), &agent("stranger")]
+    );
+    for entry in &unknown {
+        assert_eq!(entry.verdict, None, "no decision was made");
+        assert_eq!(
+            entry.outcome,
+            Some(AuditOutcome::Refused(Refusal::Contract(
+                ErrorCode::UnknownTool
+            )))
+        );
+        assert_eq!(entry.returned_events, 0);
+    }
+    // Audit ids go on after them: the next call takes the one after the last.
+    assert_eq!(
+        entries.iter().map(|e| e.audit).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    // The owner's denials include them.
+    let denied = engine
+        .audit(AuditFilter {
+            denied_only: true,
+            ..AuditFilter::default()
+        })
+        .unwrap();
+    assert_eq!(denied.len(), 2);
+    engine.shutdown();
+    // Durable, and the journal never holds the name that was called.
+    let records = s.policy_records();
+    let refused: Vec<_> = records
+        .iter()
+        .filter(|(e, _)| matches!(e, PolicyEvent::UnknownToolRefused { .. }))
+        .collect();
+    assert_eq!(refused.len(), 2);
+    for (_, json) in &records {
+        assert!(!json.contains("delete_everything"), "{json}");
+    }
 }
 
 /// Calls of eight agents at once share the journal's syncs: each call's pre-execution record is

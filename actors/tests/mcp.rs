@@ -97,8 +97,14 @@ fn tools_are_listed_per_actor_with_closed_schemas() {
     assert!(b.tools().is_empty());
     assert_eq!(b.refused("history_status", json!({})), "not_granted");
     assert_eq!(b.refused("history_query", json!({})), "not_granted");
-    // A tool that does not exist.
+    // A tool that does not exist: refused, and audited as a refusal that names no tool.
     assert_eq!(a.refused("history_delete", json!({})), "unknown_tool");
+    let audit = sandbox.json(&["audit", "--actor", "agent-a", "--denied"]);
+    let entries = audit["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{audit}");
+    assert_eq!(entries[0]["outcome"], "unknown_tool");
+    assert_eq!(entries[0]["operation"], Value::Null);
+    assert!(!audit.to_string().contains("history_delete"), "{audit}");
 }
 
 #[test]

@@ -190,7 +190,7 @@ pub fn policy_operation() -> impl Strategy<Value = Operation> {
 
 /// A policy event within bounds.
 pub fn policy_event() -> impl Strategy<Value = PolicyEvent> {
-    let principal = prop_oneof![Just(Principal::Owner), actor().prop_map(Principal::Agent)];
+    let principal = || prop_oneof![Just(Principal::Owner), actor().prop_map(Principal::Agent)];
     let verdict = prop_oneof![
         Just(Verdict::Allowed),
         proptest::sample::select(DenyReason::ALL.to_vec()).prop_map(Verdict::Denied),
@@ -232,7 +232,7 @@ pub fn policy_event() -> impl Strategy<Value = PolicyEvent> {
         (
             1..=u64::MAX,
             0..=JOURNAL_TIME_MAX_MS,
-            principal,
+            principal(),
             policy_operation(),
             verdict
         )
@@ -250,6 +250,13 @@ pub fn policy_event() -> impl Strategy<Value = PolicyEvent> {
                 audit,
                 outcome,
                 returned_events,
+            }
+        ),
+        (1..=u64::MAX, 0..=JOURNAL_TIME_MAX_MS, principal()).prop_map(
+            |(audit, at_ms, principal)| PolicyEvent::UnknownToolRefused {
+                audit,
+                at_ms,
+                principal,
             }
         ),
     ]

@@ -226,7 +226,8 @@ fn grants_json(grants: &crate::engine::Grants) -> Value {
 }
 
 /// One `audit` entry: who (an agent's id, or `owner`), when, what, the verdict and outcome
-/// codes, and the returned count. No argument or content: the records hold none.
+/// codes, and the returned count (`operation` and `verdict` are null for a call of an unknown
+/// tool, refused before any decision). No argument, tool name or content: the records hold none.
 fn audit_json(entry: &annal_engine::policy::views::AuditEntry) -> Value {
     let who = match &entry.principal {
         Principal::Owner => "owner",
@@ -236,8 +237,8 @@ fn audit_json(entry: &annal_engine::policy::views::AuditEntry) -> Value {
         "audit": entry.audit,
         "at_ms": entry.at_ms,
         "actor": who,
-        "operation": entry.operation.name(),
-        "verdict": entry.verdict.code(),
+        "operation": entry.operation.map(|o| o.name()),
+        "verdict": entry.verdict.map(|v| v.code()),
         "outcome": entry.outcome.map(|o| o.code()),
         "returned_events": entry.returned_events,
     })

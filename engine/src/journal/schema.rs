@@ -688,6 +688,11 @@ enum WireEvent {
         outcome: AuditOutcome,
         returned_events: u16,
     },
+    UnknownToolRefused {
+        audit: u64,
+        at_ms: u64,
+        principal: Principal,
+    },
     ContractObserved {
         operation: ControlOperation,
         source: ContractSource,
@@ -876,6 +881,15 @@ impl WireEvent {
                 outcome,
                 returned_events,
             },
+            PolicyEvent::UnknownToolRefused {
+                audit,
+                at_ms,
+                principal,
+            } => Self::UnknownToolRefused {
+                audit,
+                at_ms,
+                principal,
+            },
         }
     }
 
@@ -978,6 +992,15 @@ impl WireEvent {
                 audit,
                 outcome,
                 returned_events,
+            }),
+            Self::UnknownToolRefused {
+                audit,
+                at_ms,
+                principal,
+            } => JournalEvent::Policy(PolicyEvent::UnknownToolRefused {
+                audit,
+                at_ms,
+                principal,
             }),
             Self::ContractObserved {
                 operation,

@@ -947,6 +947,14 @@ fn golden() -> Vec<(JournalEvent, &'static str)> {
             r#"{"kind":"chunk_pruned","chunk":"0123456789abcdef0123456789abcdef","reason":"evict_oldest","last_time_ms":1764540843753,"records":6096}"#,
         ),
         (
+            JournalEvent::Policy(PolicyEvent::UnknownToolRefused {
+                audit: 8,
+                at_ms: 2_100,
+                principal: Principal::Agent(ActorId::new("agent-a").expect("valid")),
+            }),
+            r#"{"kind":"unknown_tool_refused","audit":8,"at_ms":2100,"principal":"agent-a"}"#,
+        ),
+        (
             JournalEvent::SupervisorSignalled(Signal {
                 at_ms: 14,
                 kind: SignalKind::CheckpointVerified,
@@ -1077,6 +1085,11 @@ fn the_schema_is_closed() {
         edited(15, r#""records":6096"#, r#""records":1048577"#),
         edited(15, "1764540843753", "16756761600000"),
         edited(15, r#","records":6096"#, ""),
+        // An unknown-tool refusal: bounded, and no field for the name that was called.
+        edited(16, r#""audit":8"#, r#""audit":0"#),
+        edited(16, "2100", "16756761600000"),
+        edited(16, r#""at_ms""#, r#""tool":"history_delete","at_ms""#),
+        edited(16, r#","principal":"agent-a""#, ""),
         edited(
             golden().len() - 2,
             r#""first_sequence":6"#,

@@ -603,6 +603,17 @@ pub enum PolicyEvent {
         /// The gate's verdict.
         verdict: Verdict,
     },
+    /// A call named a tool that is neither `history_status` nor `history_query`: refused
+    /// `unknown_tool` before any decision (it names no operation), and audited as that
+    /// refusal in one record. The name it called is caller text and is never recorded.
+    UnknownToolRefused {
+        /// The audit id (no completion record follows: this is the whole call).
+        audit: u64,
+        /// When it was refused, in ms since the epoch.
+        at_ms: u64,
+        /// Who called.
+        principal: Principal,
+    },
     /// A gated operation ended.
     AuditFinished {
         /// The audit id of its [`PolicyEvent::AuditStarted`].
@@ -635,7 +646,8 @@ impl PolicyEvent {
             Self::GrantWithdrawn { .. }
             | Self::ActorRevoked { .. }
             | Self::AgentsSwitched { .. } => true,
-            Self::AuditStarted { audit, at_ms, .. } => *audit >= 1 && *at_ms <= time_max_ms,
+            Self::AuditStarted { audit, at_ms, .. }
+            | Self::UnknownToolRefused { audit, at_ms, .. } => *audit >= 1 && *at_ms <= time_max_ms,
             Self::AuditFinished {
                 audit,
                 returned_events,
@@ -742,6 +754,7 @@ impl PolicyState {
             | PolicyEvent::ActorRevoked { .. }
             | PolicyEvent::AgentsSwitched { .. }
             | PolicyEvent::AuditStarted { .. }
+            | PolicyEvent::UnknownToolRefused { .. }
             | PolicyEvent::AuditFinished { .. } => None,
         }
     }
@@ -794,7 +807,8 @@ impl PolicyState {
                     grant.last_used_ms = grant.last_used_ms.max(*at_ms);
                 }
             }
-            PolicyEvent::AuditFinished { audit, .. } => {
+            PolicyEvent::AuditFinished { audit, .. }
+            | PolicyEvent::UnknownToolRefused { audit, .. } => {
                 self.last_audit = self.last_audit.max(*audit);
             }
         }

@@ -69,10 +69,11 @@ pub struct AuditEntry {
     pub at_ms: u64,
     /// Who called.
     pub principal: Principal,
-    /// Which operation.
-    pub operation: Operation,
-    /// The gate's verdict.
-    pub verdict: Verdict,
+    /// Which operation (`None`: a tool that is neither, refused `unknown_tool` before any
+    /// decision; its name is never recorded).
+    pub operation: Option<Operation>,
+    /// The gate's verdict (`None`: no decision was made, the call named an unknown tool).
+    pub verdict: Option<Verdict>,
     /// How it ended (`None`: no completion record, e.g. the process ended first).
     pub outcome: Option<AuditOutcome>,
     /// How many events it returned.
@@ -86,7 +87,7 @@ pub struct AuditFilter {
     pub actor: Option<ActorId>,
     /// Only calls decided at or after this time, in ms since the epoch.
     pub since_ms: Option<u64>,
-    /// Only calls the gate denied.
+    /// Only calls the gate denied, or refused before its decision (an unknown tool).
     pub denied_only: bool,
 }
 
@@ -100,7 +101,7 @@ impl AuditFilter {
         };
         actor_matches
             && self.since_ms.is_none_or(|since| entry.at_ms >= since)
-            && (!self.denied_only || matches!(entry.verdict, Verdict::Denied(_)))
+            && (!self.denied_only || !matches!(entry.verdict, Some(Verdict::Allowed)))
     }
 }
 
@@ -126,9 +127,29 @@ pub fn audit_entries<'a>(
                         audit: *audit,
                         at_ms: *at_ms,
                         principal: principal.clone(),
-                        operation: *operation,
-                        verdict: *verdict,
+                        operation: Some(*operation),
+                        verdict: Some(*verdict),
                         outcome: None,
+                        returned_events: 0,
+                    },
+                );
+            }
+            PolicyEvent::UnknownToolRefused {
+                audit,
+                at_ms,
+                principal,
+            } => {
+                entries.insert(
+                    *audit,
+                    AuditEntry {
+                        audit: *audit,
+                        at_ms: *at_ms,
+                        principal: principal.clone(),
+                        operation: None,
+                        verdict: None,
+                        outcome: Some(AuditOutcome::Refused(super::Refusal::Contract(
+                            annal_schema::ErrorCode::UnknownTool,
+                        ))),
                         returned_events: 0,
                     },
                 );
@@ -238,12 +259,20 @@ mod tests {
             finished(3, AuditOutcome::Completed, 7),
             // A call whose completion never came (the process ended).
             started(4, T0 + 30, a.clone(), Verdict::Allowed),
+            // A call naming a tool that does not exist: refused before any decision.
+            PolicyEvent::UnknownToolRefused {
+                audit: 5,
+                at_ms: T0 + 40,
+                principal: b.clone(),
+            },
         ];
         let all = audit_entries(&events, &AuditFilter::default());
         assert_eq!(
             all.iter().map(|e| e.audit).collect::<Vec<_>>(),
-            [1, 2, 3, 4]
+            [1, 2, 3, 4, 5]
         );
+        assert_eq!((all[4].operation, all[4].verdict), (None, None));
+        assert_eq!(all[4].outcome.map(AuditOutcome::code), Some("unknown_tool"));
         assert_eq!(all[0].returned_events, 5);
         assert_eq!(all[0].outcome, Some(AuditOutcome::Completed));
         assert_eq!(all[3].outcome, None);
@@ -263,7 +292,11 @@ mod tests {
             ..AuditFilter::default()
         };
         let denials = audit_entries(&events, &denied_only);
-        assert_eq!(denials.len(), 1);
+        assert_eq!(
+            denials.iter().map(|e| e.audit).collect::<Vec<_>>(),
+            [2, 5],
+            "a denial and an unknown tool"
+        );
         assert_eq!(denials[0].principal, b);
         let since = AuditFilter {
             since_ms: Some(T0 + 20),
@@ -274,7 +307,7 @@ mod tests {
                 .iter()
                 .map(|e| e.audit)
                 .collect::<Vec<_>>(),
-            [3, 4]
+            [3, 4, 5]
         );
     }
 }

@@ -140,8 +140,8 @@ pub fn audit(location: &Location, no_daemon: bool, args: &AuditArgs) -> ExitCode
                                 "{} {} {}: {}, {}, {} events\n",
                                 time(entry["at_ms"].as_u64()),
                                 entry["actor"].as_str().unwrap_or("-"),
-                                entry["operation"].as_str().unwrap_or("-"),
-                                entry["verdict"].as_str().unwrap_or("-"),
+                                entry["operation"].as_str().unwrap_or("(unknown tool)"),
+                                entry["verdict"].as_str().unwrap_or("refused"),
                                 entry["outcome"].as_str().unwrap_or("unfinished"),
                                 entry["returned_events"].as_u64().unwrap_or(0),
                             )
