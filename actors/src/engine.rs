@@ -417,9 +417,24 @@ impl Engine {
             .await??)
     }
 
-    /// Everything captured before this call is durable when it returns.
+    /// The contract's `flush`: everything captured before this call is durable when it
+    /// returns, and while history is enabled the flush's `control` event is written after it,
+    /// as the reference writes one ([`Engine::sync`] makes it durable with no record).
     pub fn flush(&self) -> Result<StatusResponse, EngineError> {
-        Ok(self.ask_blocking(|reply| SupervisorMsg::Flush { reply })??)
+        Ok(self.ask_blocking(|reply| SupervisorMsg::Flush {
+            record: true,
+            reply,
+        })??)
+    }
+
+    /// Everything captured before this call is durable when it returns, with no record: the
+    /// embedder's own checkpoint (before it reads the store's files, say). [`Engine::flush`]
+    /// is the contract's operation, which writes its `control` event.
+    pub fn sync(&self) -> Result<StatusResponse, EngineError> {
+        Ok(self.ask_blocking(|reply| SupervisorMsg::Flush {
+            record: false,
+            reply,
+        })??)
     }
 
     /// The contract's status (always the 11-field shape).
@@ -567,7 +582,20 @@ impl Engine {
     /// [`Engine::flush`], for async callers.
     pub async fn flush_async(&self) -> Result<StatusResponse, EngineError> {
         Ok(self
-            .ask_async(|reply| SupervisorMsg::Flush { reply })
+            .ask_async(|reply| SupervisorMsg::Flush {
+                record: true,
+                reply,
+            })
+            .await??)
+    }
+
+    /// [`Engine::sync`], for async callers.
+    pub async fn sync_async(&self) -> Result<StatusResponse, EngineError> {
+        Ok(self
+            .ask_async(|reply| SupervisorMsg::Flush {
+                record: false,
+                reply,
+            })
             .await??)
     }
 
@@ -575,6 +603,24 @@ impl Engine {
     pub async fn status_async(&self) -> Result<StatusResponse, EngineError> {
         self.ask_async(|reply| SupervisorMsg::Status { reply })
             .await
+    }
+
+    /// The store's encrypted bytes as annal counts them ([`crate::writer::StoreUsage`]): the
+    /// contract's `bytes_used` (the history's chunks) and annal's journal beside it, whose sum
+    /// the quota counts. As the writer last read or wrote them; unavailable while no writer
+    /// runs.
+    pub fn usage(&self) -> Result<crate::writer::StoreUsage, EngineError> {
+        let writer = self.children.writer().ok_or(EngineError::Unavailable)?;
+        self.ask_blocking_to(&writer, |reply| crate::writer::WriterMsg::Usage { reply })
+    }
+
+    /// [`Engine::usage`], for async callers.
+    pub async fn usage_async(&self) -> Result<crate::writer::StoreUsage, EngineError> {
+        let writer = self.children.writer().ok_or(EngineError::Unavailable)?;
+        Self::ask_async_to(&self.runtime, writer, |reply| {
+            crate::writer::WriterMsg::Usage { reply }
+        })
+        .await
     }
 
     /// Test-only: the writer panics inside its handler, as a bug would.

@@ -45,10 +45,12 @@ pub const FLUSH_BATCH_MAX_EVENTS: usize = annal_engine::capture::CAPTURE_QUEUE_C
 pub enum IngressMsg {
     /// Drain what is queued (the periodic tick, or a follow-up after a full batch).
     Drain,
-    /// A flush: drain what is queued now, then hand the reply port on to the writer's sync,
-    /// which answers. The ingress is the only sender of batches, so no batch can slip in
-    /// between the drain and the sync.
+    /// A flush: drain what is queued now, then hand the reply port on to the writer's flush
+    /// (the contract's `control` flush event, then the sync), which answers. The ingress is the
+    /// only sender of batches, so no batch can slip in between the drain and the sync.
     Flush {
+        /// The contract's flush (its `control` event), or a sync alone.
+        record: bool,
         /// The writer's status after the sync, or why it failed.
         reply: StatusReply,
     },
@@ -68,7 +70,7 @@ impl IngressMsg {
     /// The status reply port this message carries, if any (for `writer::hand_on`).
     pub(crate) fn status_reply(self) -> Option<StatusReply> {
         match self {
-            Self::Flush { reply } => Some(reply),
+            Self::Flush { reply, .. } => Some(reply),
             _ => None,
         }
     }
@@ -325,14 +327,18 @@ impl Actor for IngressActor {
                     let _ = myself.cast(IngressMsg::Drain);
                 }
             }
-            IngressMsg::Flush { reply } => {
+            IngressMsg::Flush { record, reply } => {
                 state.drain_all().await;
                 state.wake_if_work_waits(&myself);
                 // The writer syncs and answers the caller; the ingress goes back to draining.
                 // The sync comes before any later batch (the writer's mailbox is in order).
                 match &state.writer {
                     Some(writer) => {
-                        hand_on(writer, WriterMsg::Sync { reply }, WriterMsg::status_reply);
+                        hand_on(
+                            writer,
+                            WriterMsg::flush(record, reply),
+                            WriterMsg::status_reply,
+                        );
                     }
                     None => {
                         let _ = reply.send(Err(ControlError::Unavailable));

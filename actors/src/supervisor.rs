@@ -69,6 +69,9 @@ pub enum SupervisorMsg {
     },
     /// Everything captured before this request, durable before the reply.
     Flush {
+        /// The contract's flush (its `control` event while history is enabled), or a sync
+        /// alone (no record).
+        record: bool,
         /// The status after the flush.
         reply: StatusReply,
     },
@@ -566,7 +569,7 @@ impl Actor for SupervisorActor {
                     .await;
                 let _ = reply.send(result);
             }
-            SupervisorMsg::Flush { reply } => {
+            SupervisorMsg::Flush { record, reply } => {
                 // Handed on with the caller's reply port: the writer answers the caller
                 // itself after its sync (one hand-off back, not three), and the supervisor
                 // serves other messages meanwhile. A child that is gone drops the port, which
@@ -575,12 +578,16 @@ impl Actor for SupervisorActor {
                     (Some(ingress), _) => {
                         hand_on(
                             ingress,
-                            IngressMsg::Flush { reply },
+                            IngressMsg::Flush { record, reply },
                             IngressMsg::status_reply,
                         );
                     }
                     (None, Some(writer)) => {
-                        hand_on(writer, WriterMsg::Sync { reply }, WriterMsg::status_reply);
+                        hand_on(
+                            writer,
+                            WriterMsg::flush(record, reply),
+                            WriterMsg::status_reply,
+                        );
                     }
                     (None, None) => {
                         let _ = reply.send(Err(ControlError::Unavailable));

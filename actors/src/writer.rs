@@ -84,8 +84,16 @@ pub enum WriterMsg {
         /// The status after it, or why it failed.
         reply: StatusReply,
     },
-    /// Make everything received so far durable.
+    /// Make everything received so far durable (a shutdown's or a restart's sync: no record).
     Sync {
+        /// The status after the sync, or why it failed.
+        reply: StatusReply,
+    },
+    /// The owner's or embedder's `flush`: while history is open for writing, the contract's
+    /// `control` flush event (and its journal record), as the reference writes one; then
+    /// everything received so far is made durable. On a store that is not enabled, the sync
+    /// alone.
+    Flush {
         /// The status after the sync, or why it failed.
         reply: StatusReply,
     },
@@ -93,6 +101,11 @@ pub enum WriterMsg {
     Status {
         /// Where the status goes.
         reply: RpcReplyPort<StatusResponse>,
+    },
+    /// The store's encrypted bytes as annal counts them.
+    Usage {
+        /// Where the usage goes.
+        reply: RpcReplyPort<StoreUsage>,
     },
     /// A read returned events: append the contract's `access` event (not part of that read's
     /// answer).
@@ -118,19 +131,47 @@ pub enum WriterMsg {
 pub type StatusReply = RpcReplyPort<Result<StatusResponse, ControlError>>;
 
 impl WriterMsg {
+    /// The owner's flush (`record`: the contract's [`WriterMsg::Flush`]) or a sync alone.
+    pub(crate) fn flush(record: bool, reply: StatusReply) -> Self {
+        if record {
+            Self::Flush { reply }
+        } else {
+            Self::Sync { reply }
+        }
+    }
+
     /// The status reply port this message carries, if it is one that answers with a status
     /// (for [`hand_on`] to answer a message that never arrived).
     pub(crate) fn status_reply(self) -> Option<StatusReply> {
         match self {
-            Self::Control { reply, .. } | Self::Set { reply, .. } | Self::Sync { reply } => {
-                Some(reply)
-            }
+            Self::Control { reply, .. }
+            | Self::Set { reply, .. }
+            | Self::Sync { reply }
+            | Self::Flush { reply } => Some(reply),
             _ => None,
         }
     }
 }
 
 pub use annal_engine::history::Setting;
+
+/// The store's encrypted bytes as annal counts them: the contract's part and annal's sidecar
+/// journal beside it. The quota counts both (`docs/design.md`, "Pruning"); the contract's
+/// `bytes_used` (what the reference reports) is the history's part alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreUsage {
+    /// The history's chunks (the contract store's `chunks/`): the contract's `bytes_used`.
+    pub history_bytes: u64,
+    /// annal's engine-journal chunks (the sidecar's `journal/`).
+    pub journal_bytes: u64,
+}
+
+impl StoreUsage {
+    /// What the quota counts: both.
+    pub fn quota_counted_bytes(self) -> u64 {
+        self.history_bytes.saturating_add(self.journal_bytes)
+    }
+}
 
 /// Why a control operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -667,6 +708,25 @@ impl WriterState {
     }
 }
 
+impl WriterState {
+    /// `WriterMsg::Flush`: the control operation when the writer is open (the rules decide
+    /// whether history is open for writing; `Refused` means it is not, and there is nothing to
+    /// record), else, or then, the sync.
+    async fn flush(&mut self) -> Result<StatusResponse, ControlError> {
+        if self.open.is_some() {
+            match self
+                .control(ControlOperation::Flush, CallerKind::Embedder)
+                .await
+            {
+                Err(ControlError::Refused) => {}
+                answered => return answered,
+            }
+        }
+        self.sync()?;
+        Ok(self.status().await)
+    }
+}
+
 /// The contract's 11-field status from the journal's reading and the live readings.
 pub(crate) fn status_from(
     config: &EngineConfig,
@@ -782,9 +842,24 @@ impl Actor for WriterActor {
                     state.rotate_early().await;
                 }
             }
+            WriterMsg::Flush { reply } => {
+                let result = state.flush().await;
+                state.update_capture();
+                let synced = result.is_ok();
+                let _ = reply.send(result);
+                if synced {
+                    state.rotate_early().await;
+                }
+            }
             WriterMsg::Status { reply } => {
                 let status = state.status().await;
                 let _ = reply.send(status);
+            }
+            WriterMsg::Usage { reply } => {
+                let _ = reply.send(StoreUsage {
+                    history_bytes: state.bytes.history,
+                    journal_bytes: state.bytes.journal,
+                });
             }
             WriterMsg::Access {
                 operation,

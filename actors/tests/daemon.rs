@@ -123,6 +123,21 @@ fn capture_status_and_typed_errors_over_the_socket() {
     assert!(raw.ask(json!({"op": "session_ended", "session": label}))["ok"].is_object());
     let flushed = raw.ask(json!({"op": "flush"}));
     assert!(flushed["ok"]["status"]["bytes_used"].as_u64().unwrap() > 0);
+    // `status` adds annal's own byte total: the contract's `bytes_used` is the history's part,
+    // and the quota counts the journal too.
+    let status = raw.ask(json!({"op": "status"}));
+    let usage = &status["ok"]["usage"];
+    let history = usage["history_bytes"].as_u64().unwrap();
+    let journal = usage["journal_bytes"].as_u64().unwrap();
+    assert_eq!(
+        history,
+        status["ok"]["status"]["bytes_used"].as_u64().unwrap()
+    );
+    assert!(journal > 0, "{status}");
+    assert_eq!(
+        usage["quota_counted_bytes"].as_u64().unwrap(),
+        history + journal
+    );
     let read = raw.ask(json!({"op": "query", "arguments": {"limit": 10}}));
     let events = read["ok"]["answer"]["events"].as_array().unwrap();
     let kinds: Vec<&str> = events
@@ -138,7 +153,9 @@ fn capture_status_and_typed_errors_over_the_socket() {
             "action_completed",
             "action_started",
             "action_completed",
-            "session"
+            "session",
+            // The flush's control event (the contract's, as the reference writes it).
+            "control"
         ]
     );
     assert!(

@@ -500,7 +500,7 @@ fn through_faulty_storage_every_acknowledged_event_reads_back_and_health_recover
         for _ in 0..5 {
             let _ = capture.action_started(click(), None, None);
         }
-        engine.flush().unwrap();
+        engine.sync().unwrap();
         acknowledged += 5;
         match fault {
             "write" => storage.fail_nth(FaultOp::Write, 1, FaultKind::Eio),
@@ -511,14 +511,14 @@ fn through_faulty_storage_every_acknowledged_event_reads_back_and_health_recover
             let _ = capture.action_started(click(), None, None);
         }
         // The flush that meets the fault is not an acknowledgment.
-        let _ = engine.flush();
+        let _ = engine.sync();
         let status = engine.status().unwrap();
         assert_eq!(status.health, HealthCategory::StorageUnavailable, "{fault}");
         storage.clear_faults();
         for _ in 0..5 {
             let _ = capture.action_started(click(), None, None);
         }
-        let status = engine.flush().unwrap();
+        let status = engine.sync().unwrap();
         assert_eq!(status.health, HealthCategory::Ready, "{fault}: recovers");
         acknowledged += 5;
         engine.shutdown();
@@ -620,7 +620,7 @@ fn five_durable_and_five_unsynced(engine: &Engine, capture: &annal_engine::captu
     for _ in 0..5 {
         let _ = capture.action_started(click(), None, None);
     }
-    engine.flush().unwrap();
+    engine.sync().unwrap();
     for _ in 0..5 {
         let _ = capture.action_started(click(), None, None);
     }
@@ -666,14 +666,14 @@ fn a_query_never_returns_an_event_a_failed_sync_lost() {
     let actions = answered_actions;
     five_durable_and_five_unsynced(&engine, &capture);
     storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
-    assert!(engine.flush().is_err());
+    assert!(engine.sync().is_err());
     assert_the_five_unsynced_are_dropped_and_forgotten(&engine);
     // The disk recovers: what comes next is answered beside the five that stayed.
     storage.clear_faults();
     for _ in 0..2 {
         let _ = capture.action_started(click(), None, None);
     }
-    engine.flush().unwrap();
+    engine.sync().unwrap();
     assert_eq!(actions(&engine), 7);
     engine.shutdown();
     drop(storage);
@@ -698,7 +698,7 @@ fn what_a_failed_sync_reported_lost_is_never_answered_after_a_restart() {
         let capture = engine.capture();
         five_durable_and_five_unsynced(&engine, &capture);
         storage.fail_sync_nth(1, failure);
-        assert!(engine.flush().is_err());
+        assert!(engine.sync().is_err());
         assert_the_five_unsynced_are_dropped_and_forgotten(&engine);
         storage.clear_faults();
         let dropped = engine.status().unwrap().dropped_events;
@@ -719,7 +719,7 @@ fn what_a_failed_sync_reported_lost_is_never_answered_after_a_restart() {
             assert_eq!(engine.status().unwrap().dropped_events, dropped);
             // One more action in each life.
             let _ = engine.capture().action_started(click(), None, None);
-            engine.flush().unwrap();
+            engine.sync().unwrap();
             engine.shutdown();
         }
     }
@@ -778,7 +778,7 @@ fn a_failed_journal_sync_loses_no_journal_event() {
         let _ = capture.action_started(click(), None, None);
     }
     // The marker is durable in the history; its drops went to the journal, not synced yet.
-    assert_eq!(engine.flush().unwrap().dropped_events, 84);
+    assert_eq!(engine.sync().unwrap().dropped_events, 84);
     storage.fail_nth(FaultOp::Sync, 1, FaultKind::Eio);
     eventually(|| storage.injected() > 0);
     assert_eq!(
@@ -975,12 +975,12 @@ fn a_flush_writes_what_was_queued_in_one_append() {
     let capture = engine.capture();
     // The first append also reserves sequences in the journal: out of the way first.
     let _ = capture.action_started(click(), None, None);
-    engine.flush().unwrap();
+    engine.sync().unwrap();
     let writes = storage.count(FaultOp::Write);
     for _ in 0..QUEUED {
         let _ = capture.action_started(click(), None, None);
     }
-    engine.flush().unwrap();
+    engine.sync().unwrap();
     assert_eq!(
         storage.count(FaultOp::Write) - writes,
         1,
@@ -1991,7 +1991,7 @@ fn retention_never_prunes_a_chunk_whose_seal_write_failed() {
     let (engine, storage, clock) = enabled_faulty_on_a_manual_clock(&s);
     let burst = |n: usize| {
         capture_accepted(&engine, n);
-        engine.flush().unwrap();
+        engine.sync().unwrap();
     };
     burst(10);
     let first = chunk_ids(&s);
@@ -2019,7 +2019,7 @@ fn retention_never_prunes_a_chunk_whose_seal_write_failed() {
     // closes now, sealed.
     clock.advance(Duration::from_secs(8 * DAY_SECS));
     burst(10);
-    engine.flush().unwrap();
+    engine.sync().unwrap();
     assert!(engine.shutdown().drained);
     drop(storage);
 

@@ -62,7 +62,7 @@ impl Setup {
         .unwrap()
     }
 
-    /// An enabled engine with `count` captured actions, flushed.
+    /// An enabled engine with `count` captured actions, synced (no flush record).
     fn started(&self, count: usize) -> Engine {
         let engine = self.start_with(self.config(), None);
         engine.enable().unwrap();
@@ -75,12 +75,12 @@ impl Setup {
                 Some(&session),
             );
         }
-        engine.flush().unwrap();
+        engine.sync().unwrap();
         engine
     }
 
     /// An enabled engine over a [`FaultyStorage`] of a fresh store (kept to arm faults), with
-    /// one captured action, flushed.
+    /// one captured action, synced.
     fn started_faulty(&self, config: EngineConfig) -> (Engine, FaultyStorage) {
         annal_engine::store::create_store(&self.layout).unwrap();
         let storage = FaultyStorage::new(open_store(&self.layout, Access::Write).unwrap());
@@ -91,7 +91,7 @@ impl Setup {
             None,
             None,
         );
-        engine.flush().unwrap();
+        engine.sync().unwrap();
         (engine, storage)
     }
 
@@ -452,7 +452,7 @@ fn pages_are_disjoint_cursors_are_single_use_and_bound_to_their_actor() {
         "the enable, the session start, 24 actions"
     );
     // That read appended its `access` event; it is the newest event the pages will see.
-    engine.flush().unwrap();
+    engine.sync().unwrap();
     let mut unpaged = unpaged;
     unpaged.push(unpaged.last().unwrap() + 1);
 
@@ -465,7 +465,7 @@ fn pages_are_disjoint_cursors_are_single_use_and_bound_to_their_actor() {
     // Another actor, other filters, or a tampered cursor: refused, and nothing is read. The
     // first page's `access` event is durable before counting (it is appended after the
     // answer, and a flush after the refusals would otherwise count it among them).
-    engine.flush().unwrap();
+    engine.sync().unwrap();
     let accesses = s.access_events().len();
     assert_eq!(
         query(
@@ -495,7 +495,7 @@ fn pages_are_disjoint_cursors_are_single_use_and_bound_to_their_actor() {
         query(&engine, &agent("a"), json!({"limit": 10, "cursor": 7})).err(),
         Some(Refusal::Contract(ErrorCode::InvalidHistoryQuery))
     );
-    engine.flush().unwrap();
+    engine.sync().unwrap();
     assert_eq!(s.access_events().len(), accesses, "refusals read nothing");
 
     let second = query(
@@ -560,11 +560,11 @@ fn pages_are_disjoint_cursors_are_single_use_and_bound_to_their_actor() {
         Some(Refusal::Denied(DenyReason::Revoked))
     );
     // An empty read appends no access event.
-    engine.flush().unwrap();
+    engine.sync().unwrap();
     let before_empty = s.access_events().len();
     let empty = query(&engine, &agent("b"), json!({"since_sequence": 100_000})).unwrap();
     assert!(events_of(&empty).0.is_empty());
-    engine.flush().unwrap();
+    engine.sync().unwrap();
     assert_eq!(s.access_events().len(), before_empty);
     engine.shutdown();
 

@@ -165,8 +165,13 @@ fn a_store_the_reference_disabled_starts_disabled_and_admits_nothing_until_enabl
     );
     let events = s.events();
     let controls = control_operations(&events);
+    // The owner's enable is the last lifecycle word (the flush after it is no lifecycle change).
+    let lifecycle: Vec<_> = controls
+        .iter()
+        .filter(|op| **op != ControlOperation::Flush)
+        .collect();
     assert_eq!(
-        controls.last(),
+        lifecycle.last().copied(),
         Some(&ControlOperation::Enable),
         "{controls:?}"
     );
@@ -302,6 +307,52 @@ fn an_enable_written_elsewhere_never_widens_a_store_annal_disabled() {
     );
 }
 
+/// `flush` writes the contract's `control` event, as the reference's does (issue 28, item 5),
+/// after everything captured before it, each time it is asked; on a store that is not enabled
+/// (never, or any more) it writes nothing and still answers.
+#[test]
+fn a_flush_writes_the_contracts_control_event_as_the_reference_does() {
+    let s = setup();
+    let engine = s.start();
+    assert!(engine.flush().is_ok(), "a flush before enable answers");
+    engine.enable().unwrap();
+    assert_eq!(capture_one(&engine), Admission::Accepted);
+    engine.flush().unwrap();
+    engine.flush().unwrap();
+    engine.disable().unwrap();
+    assert!(engine.flush().is_ok(), "a flush after disable answers");
+    engine.shutdown();
+    let events = s.events();
+    assert_eq!(
+        control_operations(&events),
+        [
+            ControlOperation::Enable,
+            ControlOperation::Flush,
+            ControlOperation::Flush,
+            ControlOperation::Disable
+        ]
+    );
+    let action = events
+        .iter()
+        .position(|e| !matches!(e.data.payload, Payload::Control { .. }))
+        .unwrap();
+    let first_flush = events
+        .iter()
+        .position(|e| {
+            matches!(
+                e.data.payload,
+                Payload::Control {
+                    operation: ControlOperation::Flush
+                }
+            )
+        })
+        .unwrap();
+    assert!(
+        action < first_flush,
+        "the flush follows what it made durable"
+    );
+}
+
 #[test]
 fn twenty_clean_restarts_leave_no_gap_in_the_sequence() {
     let s = setup();
@@ -332,8 +383,9 @@ fn the_first_event_after_a_clean_restart_follows_the_last_one_before_it() {
     assert_eq!(capture_one(&engine), Admission::Accepted);
     engine.flush().unwrap();
     engine.shutdown();
-    // The enable's control event, then the action: 1, 2 (not 1, 65538).
-    assert_eq!(sequences(&s.events()), vec![1, 2]);
+    // The enable's control event, the action, the flush's control event: 1, 2, 3 (not 1,
+    // 65538, ...).
+    assert_eq!(sequences(&s.events()), vec![1, 2, 3]);
 }
 
 #[test]
@@ -425,6 +477,12 @@ fn bytes_used_counts_the_contract_stores_chunks_as_the_reference_does() {
     let engine = s.start();
     let chunks = dir_bytes(&s.layout.history_root().join("chunks"));
     assert_eq!(engine.status().unwrap().bytes_used, chunks);
+    // annal's own total beside it: the journal too, which is what the quota counts.
+    let usage = engine.usage().unwrap();
+    let journal = dir_bytes(&s.layout.sidecar().unwrap().join("journal"));
+    assert_eq!(usage.history_bytes, chunks);
+    assert_eq!(usage.journal_bytes, journal);
+    assert_eq!(usage.quota_counted_bytes(), chunks + journal);
     engine.shutdown();
 }
 

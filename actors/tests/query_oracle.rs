@@ -358,7 +358,7 @@ fn write(store: &Store, plan: &StorePlan) -> (Engine, u64) {
         let current = store.start();
         current.enable().unwrap();
         run_generation(&current, &store.clock, steps);
-        current.flush().unwrap();
+        current.sync().unwrap();
         if generation + 1 < plan.generations.len() {
             crash_the_writer(&current);
         }
@@ -372,7 +372,7 @@ fn write(store: &Store, plan: &StorePlan) -> (Engine, u64) {
 fn crash_the_writer(engine: &Engine) {
     engine.inject_writer_panic();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while engine.flush().is_err() {
+    while engine.sync().is_err() {
         assert!(
             std::time::Instant::now() < deadline,
             "the writer did not come back"
@@ -439,15 +439,15 @@ fn run_generation(engine: &Engine, clock: &ManualClock, steps: &[Step]) {
             Step::Jump(by) => clock.advance(*by),
             // Whatever was captured reaches the writer before the owner's operation.
             Step::Pause => {
-                engine.flush().unwrap();
+                engine.sync().unwrap();
                 engine.pause().unwrap();
             }
             Step::Resume => {
-                engine.flush().unwrap();
+                engine.sync().unwrap();
                 engine.resume().unwrap();
             }
             Step::Flush => {
-                engine.flush().unwrap();
+                engine.sync().unwrap();
             }
         }
         clock.advance(CAPTURE_TICK);
@@ -1210,9 +1210,9 @@ impl Run<'_> {
             self.engine.status().unwrap();
             return;
         }
-        self.engine.flush().unwrap();
+        self.engine.sync().unwrap();
         let disk = self.store.events_on_disk();
-        // One new record, this access record, above every sequence before it (a flush appends
+        // One new record, this access record, above every sequence before it (a sync appends
         // none); everything else as predicted.
         let last = self.oracle.last_sequence();
         let new: Vec<&Event> = disk

@@ -197,7 +197,7 @@ pub fn stream(
                 let mut commits = Vec::new();
                 while !done.load(Ordering::Acquire) {
                     let at = start.elapsed();
-                    engine.flush().map_err(|e| e.to_string())?;
+                    engine.sync().map_err(|e| e.to_string())?;
                     commits.push(Commit {
                         at,
                         took: start.elapsed() - at,
@@ -210,7 +210,7 @@ pub fn stream(
             (capability.clone(), application.clone())
         });
         let captured = start.elapsed();
-        let flushed = engine.flush();
+        let flushed = engine.sync();
         let durable = start.elapsed();
         done.store(true, Ordering::Release);
         let commits = match flushes {

@@ -170,14 +170,14 @@ pub fn fill_store(dir: &Path, target_bytes: u64, max_events: usize) -> Result<us
                 break 'fill;
             }
         }
-        engine.flush()?;
+        engine.sync()?;
         if chunk_bytes(dir) >= target_bytes {
             break;
         }
     }
     producer.finish();
     events += QUERY_SESSIONS;
-    engine.flush()?;
+    engine.sync()?;
     let status = engine.status()?;
     if status.dropped_events != 0 {
         return Err(format!("the fill dropped events: {status:?}").into());

@@ -359,7 +359,22 @@ impl Dispatcher {
                 "version": env!("CARGO_PKG_VERSION"),
                 "key_store": self.key_store,
             })),
-            Request::Status {} => self.status_reply(engine.status_async().await),
+            Request::Status {} => {
+                let status = self.status_reply(engine.status_async().await);
+                // annal's own byte total beside the contract's `bytes_used` (null while no
+                // writer runs).
+                let usage = engine.usage_async().await.ok().map(|usage| {
+                    json!({
+                        "history_bytes": usage.history_bytes,
+                        "journal_bytes": usage.journal_bytes,
+                        "quota_counted_bytes": usage.quota_counted_bytes(),
+                    })
+                });
+                status.map(|mut reply| {
+                    reply["usage"] = usage.unwrap_or(Value::Null);
+                    reply
+                })
+            }
             Request::Enable {} => {
                 let enabled = engine.enable_async().await;
                 if enabled.is_ok()

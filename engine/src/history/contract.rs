@@ -76,7 +76,7 @@ pub struct ControlPlan {
     /// Whether it narrows capture ([`narrows`]).
     pub narrowing: bool,
     /// Whether the history gets the contract's `control` event: when the operation changed
-    /// something, and for every flush.
+    /// something, and for every flush while history is enabled.
     pub writes_control_event: bool,
 }
 
@@ -126,7 +126,13 @@ impl State {
         };
         let events = decide(&self.projection, command, caller)?;
         Ok(ControlPlan {
-            writes_control_event: !events.is_empty() || operation == ControlOperation::Flush,
+            // A flush is the contract's acknowledged operation: its event is written each time,
+            // as the reference writes it, but never into a history that is disabled (the
+            // journal records it either way).
+            writes_control_event: match operation {
+                ControlOperation::Flush => self.projection.enabled,
+                _ => !events.is_empty(),
+            },
             narrowing: narrows(operation),
             events,
         })

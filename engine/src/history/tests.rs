@@ -809,6 +809,13 @@ mod contract {
         }
     }
 
+    fn applied(operation: ControlOperation) -> JournalEvent {
+        JournalEvent::ControlApplied {
+            operation,
+            caller: CallerKind::OwnerCli,
+        }
+    }
+
     fn contract_observed(
         operation: ControlOperation,
         source: ContractSource,
@@ -846,6 +853,17 @@ mod contract {
             .unwrap();
         assert!(flush.writes_control_event);
         assert!(!flush.narrowing);
+        // Paused: still the contract's event. Disabled: recorded in the journal, and nothing is
+        // written to the history.
+        let paused = given(&[enabled(), applied(ControlOperation::Pause)])
+            .decide_control(ControlOperation::Flush, CallerKind::OwnerCli)
+            .unwrap();
+        assert!(paused.writes_control_event);
+        let disabled = given(&[enabled(), applied(ControlOperation::Disable)])
+            .decide_control(ControlOperation::Flush, CallerKind::OwnerCli)
+            .unwrap();
+        assert!(!disabled.writes_control_event);
+        assert_eq!(disabled.events.len(), 1, "the journal records the flush");
     }
 
     #[test]

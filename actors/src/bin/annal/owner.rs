@@ -292,6 +292,12 @@ fn status_text(location: &Location, headline: &str, value: &Value) -> String {
         status["retention_days"],
         status["dropped_events"]
     ));
+    if let Some(counted) = value["usage"]["quota_counted_bytes"].as_u64() {
+        text.push_str(&format!(
+            "the quota counts {counted} bytes: the history's {} and annal's journal {}\n",
+            value["usage"]["history_bytes"], value["usage"]["journal_bytes"]
+        ));
+    }
     let health = status["health"].as_str().unwrap_or("unknown");
     if health == annal_schema::HealthCategory::Ready.as_str() {
         text.push_str("health: ready\n");
