@@ -24,6 +24,8 @@ pub mod server;
 mod slots;
 
 pub use client::{ClientError, DaemonClient, TrustError, check_request_size};
-pub use protocol::{DaemonError, DaemonErrorCode, MAX_FRAME_BYTES, Reply, Request, WireOutcome};
+pub use protocol::{
+    DaemonError, DaemonErrorCode, MAX_FRAME_BYTES, Reply, Request, ToolReply, WireOutcome,
+};
 pub use runtime_dir::{RuntimeDirError, check_private_dir, create_private_dir};
 pub use server::{ConnectionState, Dispatcher, EnableHook, ServeEnd, ServeOptions, serve};

@@ -319,6 +319,60 @@ pub enum Reply {
     Error(DaemonError),
 }
 
+/// The result of a tool call or an owner's query (`call_tool`, `query`): the answer, or the
+/// refusal with its fixed code. On the wire `{"answer": ...}` or `{"refusal": {"code": ...}}`
+/// (`docs/protocol.md`); the server writes this type and the CLI and the MCP bridge read it
+/// back as this type, so the shape lives in one place. Reading refuses anything else: another
+/// key, both keys, or a code that is not one of annal's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToolReply {
+    /// The structured result: the contract's fields, plus `has_more` and `cursor` when another
+    /// page exists (a status, a query page, or an owner's `{"events": [...]}`).
+    Answer(serde_json::Value),
+    /// Why nothing was returned.
+    Refusal(#[serde(with = "refusal_object")] annal_engine::policy::Refusal),
+}
+
+impl ToolReply {
+    /// A reply's JSON value (what the server puts under `ok`).
+    pub fn to_value(&self) -> serde_json::Value {
+        match self {
+            Self::Answer(answer) => serde_json::json!({ "answer": answer }),
+            Self::Refusal(refusal) => serde_json::json!({ "refusal": refusal }),
+        }
+    }
+
+    /// Reads a reply's `ok` value; `None` when it is not one.
+    pub fn from_value(value: serde_json::Value) -> Option<Self> {
+        serde_json::from_value(value).ok()
+    }
+}
+
+/// A refusal on the wire: `{"code": "..."}`, one of [`Refusal::from_code`]'s codes.
+///
+/// [`Refusal::from_code`]: annal_engine::policy::Refusal::from_code
+mod refusal_object {
+    use annal_engine::policy::Refusal;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Wire {
+        code: String,
+    }
+
+    pub(super) fn serialize<S: Serializer>(refusal: &Refusal, s: S) -> Result<S::Ok, S::Error> {
+        refusal.serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Refusal, D::Error> {
+        let wire = Wire::deserialize(d)?;
+        Refusal::from_code(&wire.code)
+            .ok_or_else(|| serde::de::Error::custom("`code` is not one of annal's refusal codes"))
+    }
+}
+
 /// Why reading or writing a frame failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -866,6 +920,42 @@ mod tests {
         }
         for name in ["limit", "session_id", "since_sequence", "until_sequence"] {
             assert!(FIELD_NAMES.contains(&name));
+        }
+    }
+
+    /// The tool reply's wire shape is the one `docs/protocol.md` gives, every refusal code
+    /// reads back as itself, and nothing else reads as a reply.
+    #[test]
+    fn tool_replies_keep_their_wire_shape_and_refuse_anything_else() {
+        use annal_engine::policy::{CursorRefusal, DenyReason, Refusal};
+        let answer = ToolReply::Answer(serde_json::json!({"events": [], "health": "ready"}));
+        assert_eq!(
+            answer.to_value(),
+            serde_json::json!({"answer": {"events": [], "health": "ready"}})
+        );
+        assert_eq!(ToolReply::from_value(answer.to_value()), Some(answer));
+        let refusals = DenyReason::ALL
+            .into_iter()
+            .map(Refusal::Denied)
+            .chain(CursorRefusal::ALL.into_iter().map(Refusal::Cursor))
+            .chain(annal_schema::ErrorCode::ALL.into_iter().map(Refusal::Contract));
+        for refusal in refusals {
+            let reply = ToolReply::Refusal(refusal);
+            assert_eq!(
+                reply.to_value(),
+                serde_json::json!({"refusal": {"code": refusal.code()}})
+            );
+            assert_eq!(ToolReply::from_value(reply.to_value()), Some(reply));
+        }
+        for not_a_reply in [
+            serde_json::json!({}),
+            serde_json::json!({"answer": {}, "refusal": {"code": "revoked"}}),
+            serde_json::json!({"refusal": {"code": "made_up"}}),
+            serde_json::json!({"refusal": {"code": "revoked", "why": "x"}}),
+            serde_json::json!({"refusal": "revoked"}),
+            serde_json::json!({"status": {}}),
+        ] {
+            assert_eq!(ToolReply::from_value(not_a_reply.clone()), None, "{not_a_reply}");
         }
     }
 

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use annal_engine::capture::{ActionToken, Admission, CaptureHandle, CaptureSession};
 use annal_engine::policy::manifest::Manifest;
-use annal_engine::policy::{ActorId, GrantTerms, Operation, Principal};
+use annal_engine::policy::{ActorId, GrantTerms, Operation, Principal, Refusal};
 use annal_schema::AccessOperation;
 use annal_schema::tools::QueryRequest;
 use serde_json::{Value, json};
@@ -45,8 +45,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::protocol::{
-    DaemonError, DaemonErrorCode, FrameError, PROTOCOL_VERSION, Reply, Request, decode_request,
-    read_frame, write_frame,
+    DaemonError, DaemonErrorCode, FrameError, PROTOCOL_VERSION, Reply, Request, ToolReply,
+    decode_request, read_frame, write_frame,
 };
 use super::slots::{Registry, Slot, is_owner_operation};
 use crate::engine::{Engine, EngineError, QueryError};
@@ -393,13 +393,14 @@ impl Dispatcher {
                 self.set(Setting::Quota { bytes, on_quota }).await
             }
             Request::Query { arguments } => {
+                let refused = |code| Ok(ToolReply::Refusal(Refusal::Contract(code)).to_value());
                 let request = match QueryRequest::parse(&Value::Object(arguments)) {
                     Ok(request) => request,
-                    Err(code) => return Ok(json!({"refusal": {"code": code}})),
+                    Err(code) => return refused(code),
                 };
                 match engine.query_async(request, AccessOperation::LocalCli).await {
-                    Ok(response) => Ok(json!({"answer": response})),
-                    Err(QueryError::Refused(code)) => Ok(json!({"refusal": {"code": code}})),
+                    Ok(response) => Ok(ToolReply::Answer(json!(response)).to_value()),
+                    Err(QueryError::Refused(code)) => refused(code),
                     Err(QueryError::Engine(error)) => Err(failed(&error)),
                 }
             }
@@ -423,8 +424,8 @@ impl Dispatcher {
                     .call_tool_async(&principal, &tool, &Value::Object(arguments))
                     .await
                 {
-                    Ok(answer) => Ok(json!({"answer": answer.to_json()})),
-                    Err(refusal) => Ok(json!({"refusal": refusal})),
+                    Ok(answer) => Ok(ToolReply::Answer(answer.to_json()).to_value()),
+                    Err(refusal) => Ok(ToolReply::Refusal(refusal).to_value()),
                 }
             }
             Request::Preflight {

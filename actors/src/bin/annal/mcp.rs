@@ -28,7 +28,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use annal_actors::daemon::client::REPLY_DEADLINE_MS;
-use annal_actors::daemon::{Request, check_request_size};
+use annal_actors::daemon::{Request, ToolReply, check_request_size};
 use annal_engine::policy::manifest::MANIFEST_MAX_LEN_BYTES;
 use annal_engine::policy::{ActorId, Operation};
 use annal_schema::ErrorCode;
@@ -211,12 +211,10 @@ impl ServerHandler for HistoryServer {
             return Ok(failure(ErrorCode::InvalidHistoryQuery).into());
         }
         let answer = self.ask(call).await;
-        let result = match answer {
-            Ok(value) if value.get("answer").is_some() => result(value["answer"].clone(), false),
-            Ok(value) if value["refusal"].get("code").is_some() => {
-                result(value["refusal"].clone(), true)
-            }
-            Ok(_) | Err(_) => failure(ErrorCode::HistoryStorageUnavailable),
+        let result = match answer.ok().and_then(ToolReply::from_value) {
+            Some(ToolReply::Answer(answer)) => result(answer, false),
+            Some(ToolReply::Refusal(refusal)) => result(json!(refusal), true),
+            None => failure(ErrorCode::HistoryStorageUnavailable),
         };
         Ok(result.into())
     }

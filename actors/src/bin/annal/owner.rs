@@ -11,7 +11,7 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use annal_actors::daemon::Request;
+use annal_actors::daemon::{Request, ToolReply};
 use annal_engine::keys::{KEYUTILS_DURABILITY_WARNING, destroy_store_keys};
 use annal_engine::policy::manifest::parse_duration_secs;
 use annal_engine::storage::Access;
@@ -334,13 +334,20 @@ pub fn control(
 }
 
 /// An answer's events, or its refusal as an error (exit 1).
-fn events(value: &Value) -> Result<&Vec<Value>, CliError> {
-    if let Some(code) = value["refusal"]["code"].as_str() {
-        return Err(CliError::found(format!("the read was refused: {code}")));
+fn events(value: &Value) -> Result<Vec<Value>, CliError> {
+    match ToolReply::from_value(value.clone()) {
+        Some(ToolReply::Answer(answer)) => answer["events"]
+            .as_array()
+            .cloned()
+            .ok_or_else(|| CliError::unavailable("the daemon's answer holds no events")),
+        Some(ToolReply::Refusal(refusal)) => Err(CliError::found(format!(
+            "the read was refused: {}",
+            refusal.code()
+        ))),
+        None => Err(CliError::unavailable(
+            "the daemon's answer is neither an answer nor a refusal",
+        )),
     }
-    value["answer"]["events"]
-        .as_array()
-        .ok_or_else(|| CliError::unavailable("the daemon's answer holds no events"))
 }
 
 /// One event as a line: sequence, time, kind and the fields that say what happened.
@@ -403,7 +410,7 @@ fn read(
     finish(
         one(location, no_daemon, Request::Query { arguments }).and_then(|value| {
             let events = events(&value)?;
-            Ok(print(out, &value["answer"], || events_text(events)))
+            Ok(print(out, &value["answer"], || events_text(&events)))
         }),
     )
 }
@@ -434,14 +441,14 @@ pub fn show(location: &Location, no_daemon: bool, args: &ShowArgs) -> ExitCode {
     ]);
     finish(
         one(location, no_daemon, Request::Query { arguments }).and_then(|value| {
-            let event = events(&value)?.first().ok_or_else(|| {
+            let event = events(&value)?.into_iter().next().ok_or_else(|| {
                 CliError::found(format!(
                     "no event has sequence {} (retention may have removed it)",
                     args.sequence
                 ))
             })?;
-            Ok(print(&args.out, event, || {
-                serde_json::to_string_pretty(event).unwrap_or_default() + "\n"
+            Ok(print(&args.out, &event, || {
+                serde_json::to_string_pretty(&event).unwrap_or_default() + "\n"
             }))
         }),
     )
