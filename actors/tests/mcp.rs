@@ -416,3 +416,69 @@ fn preflight_never_fails_the_host() {
         json!({"verdict": "continue_without_history", "reason": "status_denied"})
     );
 }
+
+/// MCP conventions a host relies on: the server declares `listChanged`; each tool carries an
+/// `outputSchema` that every successful result validates against (a status, a page with its
+/// cursor, the last page), and annotations (read only, closed world, status idempotent); a
+/// revocation and a grant made from another process reach a running server's client as
+/// `notifications/tools/list_changed`, without any call from it.
+#[test]
+fn tools_carry_output_schemas_and_annotations_and_changes_are_announced() {
+    /// Longest the test waits for the bridge's poll to notice a policy change, in seconds (a
+    /// few of its intervals, generous under load).
+    const NOTICE_DEADLINE_SECS: u64 = 30;
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    sandbox.ok(&["grant", "agent-a", "status", "--expires-after", "1h"]);
+    sandbox.ok(&["grant", "agent-a", "query", "--expires-after", "1h"]);
+    let mut raw = Raw::connect(&sandbox.socket());
+    for _ in 0..7 {
+        raw.action(json!({"capability": "window.focus"}));
+    }
+    drop(raw);
+    let mut a = Mcp::start(&sandbox, "agent-a", &[]);
+    assert_eq!(
+        a.init["result"]["capabilities"]["tools"]["listChanged"], true,
+        "{}",
+        a.init
+    );
+    let tools = a.tools();
+    let schema_of = |name: &str| {
+        let tool = tools.iter().find(|t| t["name"] == name).unwrap();
+        jsonschema::validator_for(&tool["outputSchema"]).unwrap()
+    };
+    for tool in &tools {
+        let hints = &tool["annotations"];
+        assert_eq!(hints["readOnlyHint"], true, "{tool}");
+        assert_eq!(hints["openWorldHint"], false, "{tool}");
+        let idempotent = tool["name"] == "history_status";
+        assert_eq!(hints["idempotentHint"] == true, idempotent, "{tool}");
+    }
+    let status = a.answered("history_status", json!({}));
+    assert!(schema_of("history_status").is_valid(&status), "{status}");
+    let first = a.answered("history_query", json!({"limit": 3}));
+    assert_eq!(first["has_more"], true, "{first}");
+    assert!(schema_of("history_query").is_valid(&first), "{first}");
+    let last = a.answered("history_query", json!({"limit": 200}));
+    assert!(schema_of("history_query").is_valid(&last), "{last}");
+    // The schema is not a blank check: a result with a field it does not name fails it.
+    let mut forged = last.clone();
+    forged["window_title"] = json!("Inbox - Mail");
+    assert!(!schema_of("history_query").is_valid(&forged));
+
+    // A revocation from the owner's shell: the client hears of it without asking.
+    let deadline = Duration::from_secs(NOTICE_DEADLINE_SECS);
+    sandbox.ok(&["revoke", "agent-a"]);
+    assert!(
+        a.wait_notification("notifications/tools/list_changed", deadline),
+        "no list_changed after the revocation"
+    );
+    assert!(a.tools().is_empty());
+    // A grant again: announced too.
+    sandbox.ok(&["grant", "agent-a", "status", "--expires-after", "1h"]);
+    assert!(
+        a.wait_notification("notifications/tools/list_changed", deadline),
+        "no list_changed after the grant"
+    );
+    assert_eq!(a.tool_names(), ["history_status"]);
+}

@@ -71,6 +71,27 @@ impl ErrorCode {
         }
     }
 
+    /// A short fixed sentence for a person or a model reading the error (clients branch on the
+    /// code; this text may change). It never holds a value the caller chose.
+    pub const fn message(self) -> &'static str {
+        match self {
+            Self::InvalidHistoryQuery => "the arguments do not match the tool's input schema",
+            Self::InvalidHistoryQueryRange => "since_sequence is greater than until_sequence",
+            Self::HistoryPreviewNotAdmitted => "history is not admitted on this machine",
+            Self::HistoryKeyUnavailable => "the history key cannot be loaded",
+            Self::HistoryKeyLocked => "the credential store holding the history key is locked",
+            Self::HistoryKeyCorrupt => "the history key is invalid",
+            Self::HistoryStorageUnavailable => "the history store cannot be read right now",
+            Self::HistoryStorageCorrupt => "the history store failed validation",
+            Self::HistoryQuotaReached => "history reached its storage quota",
+            Self::HistoryEventsDropped => "history dropped events",
+            Self::HistoryWriterStopped => "the history writer is stopped",
+            Self::UnknownTool => {
+                "no such tool: the history tools are history_status and history_query"
+            }
+        }
+    }
+
     /// The error code a tool returns when the store is in a failing health category, or `None`
     /// when that category does not fail a read (ready, disabled, paused, and the capture-side
     /// categories, which leave reads working).

@@ -215,6 +215,56 @@ pub fn history_status_input_schema() -> Value {
     })
 }
 
+/// The output schema of `history_status` (MCP `outputSchema`): exactly the contract's 11
+/// fields of [`StatusResponse`], each typed, `health` one of the fixed categories.
+pub fn history_status_output_schema() -> Value {
+    let health: Vec<&str> = HealthCategory::ALL.iter().map(|h| h.as_str()).collect();
+    serde_json::json!({
+        "type": "object",
+        "properties": {
+            "supported": { "type": "boolean" },
+            "admitted": { "type": "boolean" },
+            "enabled": { "type": "boolean" },
+            "paused": { "type": "boolean" },
+            "encrypted": { "type": "boolean" },
+            "profile": { "type": "string" },
+            "retention_days": { "type": "integer", "minimum": 0 },
+            "quota_bytes": { "type": "integer", "minimum": 0 },
+            "bytes_used": { "type": "integer", "minimum": 0 },
+            "dropped_events": { "type": "integer", "minimum": 0 },
+            "health": { "enum": health }
+        },
+        "required": [
+            "supported", "admitted", "enabled", "paused", "encrypted", "profile",
+            "retention_days", "quota_bytes", "bytes_used", "dropped_events", "health"
+        ],
+        "additionalProperties": false
+    })
+}
+
+/// The output schema of `history_query` as the contract has it ([`QueryResponse`]): the events
+/// (the contract's CloudEvents objects, oldest first) and the two disclosure flags, always
+/// `true`.
+pub fn history_query_output_schema() -> Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {
+            "events": {
+                "type": "array",
+                "maxItems": QUERY_LIMIT_MAX_EVENTS,
+                "items": {
+                    "type": "object",
+                    "required": ["specversion", "id", "source", "type", "subject", "time", "data"]
+                }
+            },
+            "metadata_only": { "const": true },
+            "model_context_disclosure": { "const": true }
+        },
+        "required": ["events", "metadata_only", "model_context_disclosure"],
+        "additionalProperties": false
+    })
+}
+
 /// The closed input schema of `history_query`.
 pub fn history_query_input_schema() -> Value {
     serde_json::json!({

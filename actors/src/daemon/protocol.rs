@@ -938,7 +938,11 @@ mod tests {
             .into_iter()
             .map(Refusal::Denied)
             .chain(CursorRefusal::ALL.into_iter().map(Refusal::Cursor))
-            .chain(annal_schema::ErrorCode::ALL.into_iter().map(Refusal::Contract));
+            .chain(
+                annal_schema::ErrorCode::ALL
+                    .into_iter()
+                    .map(Refusal::Contract),
+            );
         for refusal in refusals {
             let reply = ToolReply::Refusal(refusal);
             assert_eq!(
@@ -955,7 +959,11 @@ mod tests {
             serde_json::json!({"refusal": "revoked"}),
             serde_json::json!({"status": {}}),
         ] {
-            assert_eq!(ToolReply::from_value(not_a_reply.clone()), None, "{not_a_reply}");
+            assert_eq!(
+                ToolReply::from_value(not_a_reply.clone()),
+                None,
+                "{not_a_reply}"
+            );
         }
     }
 

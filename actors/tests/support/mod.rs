@@ -154,6 +154,10 @@ pub struct Mcp {
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
     next_id: u64,
+    /// The `initialize` answer.
+    pub init: Value,
+    /// Notifications that arrived while an answer was awaited, oldest first.
+    notifications: Vec<Value>,
 }
 
 impl Mcp {
@@ -188,6 +192,8 @@ impl Mcp {
             stdin: Some(stdin),
             lines,
             next_id: 1,
+            init: Value::Null,
+            notifications: Vec::new(),
         };
         let init = mcp.rpc(
             "initialize",
@@ -198,6 +204,7 @@ impl Mcp {
             }),
         );
         assert_eq!(init["result"]["serverInfo"]["name"], "annal", "{init}");
+        mcp.init = init;
         mcp.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         mcp
     }
@@ -240,6 +247,36 @@ impl Mcp {
             if message["id"] == id {
                 return message;
             }
+            if message.get("id").is_none() {
+                self.notifications.push(message);
+            }
+        }
+    }
+
+    /// Waits up to `deadline` for a notification named `method` (one that arrived earlier
+    /// counts, and is taken); whether it came.
+    pub fn wait_notification(&mut self, method: &str, deadline: Duration) -> bool {
+        if let Some(at) = self
+            .notifications
+            .iter()
+            .position(|n| n["method"] == method)
+        {
+            self.notifications.remove(at);
+            return true;
+        }
+        let until = Instant::now() + deadline;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let Ok(line) = self.lines.recv_timeout(left) else {
+                return false;
+            };
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["method"] == method {
+                return true;
+            }
+            if message.get("id").is_none() {
+                self.notifications.push(message);
+            }
         }
     }
 
@@ -278,8 +315,18 @@ impl Mcp {
             serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
         assert_eq!(text, result["structuredContent"], "{result}");
         let object = result["structuredContent"].as_object().unwrap();
-        assert_eq!(object.len(), 1, "a failure carries only its code: {result}");
-        object["code"].as_str().unwrap().to_owned()
+        assert_eq!(
+            object.len(),
+            2,
+            "a failure carries its code and message: {result}"
+        );
+        let code = object["code"].as_str().unwrap();
+        // The message is the code's fixed sentence: nothing the caller sent.
+        let fixed = annal_engine::policy::Refusal::from_code(code)
+            .map(|refusal| refusal.message())
+            .unwrap_or_else(|| panic!("{code} is not one of annal's codes"));
+        assert_eq!(object["message"], fixed, "{result}");
+        code.to_owned()
     }
 
     /// The structured content of a successful call.

@@ -263,6 +263,18 @@ impl DenyReason {
     pub fn from_code(code: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|r| r.code() == code)
     }
+
+    /// A short fixed sentence saying why (never a value the caller chose).
+    pub fn message(self) -> &'static str {
+        match self {
+            Self::NotAdmitted => "history is not admitted for agents on this machine",
+            Self::AgentsDisabled => "the owner has switched every agent off",
+            Self::NotGranted => "this agent holds no grant for this tool",
+            Self::Expired => "this agent's grant has expired",
+            Self::IdleTimeout => "this agent's grant lapsed unused",
+            Self::Revoked => "the owner revoked this agent",
+        }
+    }
 }
 
 /// Why a paging cursor was refused: a fixed code. None of them says more than its name.
@@ -310,6 +322,18 @@ impl CursorRefusal {
     pub fn from_code(code: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|r| r.code() == code)
     }
+
+    /// A short fixed sentence saying why (never a value the caller chose).
+    pub fn message(self) -> &'static str {
+        match self {
+            Self::Invalid => "the cursor is not one annal issued",
+            Self::Expired => "the cursor expired: query again without it",
+            Self::Replayed => "the cursor was used already",
+            Self::ForeignActor => "the cursor was issued to another agent",
+            Self::FilterMismatch => "the cursor was issued for other filters",
+            Self::Stale => "the cursor is from an earlier run: query again without it",
+        }
+    }
 }
 
 /// Why a gated call returned nothing: the code a tool failure carries (`{"code": "..."}`).
@@ -330,6 +354,16 @@ impl Refusal {
             Self::Denied(reason) => reason.code(),
             Self::Cursor(refusal) => refusal.code(),
             Self::Contract(code) => code.as_str(),
+        }
+    }
+
+    /// A short fixed sentence saying why (never a value the caller chose; clients branch on
+    /// [`Refusal::code`]).
+    pub fn message(self) -> &'static str {
+        match self {
+            Self::Denied(reason) => reason.message(),
+            Self::Cursor(refusal) => refusal.message(),
+            Self::Contract(code) => code.message(),
         }
     }
 
@@ -408,6 +442,21 @@ pub fn query_input_schema() -> serde_json::Value {
                 "description": "The `cursor` of the previous page's result, to read the next \
                     page (single use, valid 60 s, only with the same filters)."
             }),
+        );
+    }
+    schema
+}
+
+/// The output schema of `history_query` with the paging extension: the contract's
+/// ([`annal_schema::tools::history_query_output_schema`]) plus `has_more: true` and the next
+/// page's `cursor` when another page exists.
+pub fn query_output_schema() -> serde_json::Value {
+    let mut schema = annal_schema::tools::history_query_output_schema();
+    if let Some(properties) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        properties.insert("has_more".into(), serde_json::json!({ "const": true }));
+        properties.insert(
+            "cursor".into(),
+            serde_json::json!({ "type": "string", "maxLength": CURSOR_ARGUMENT_MAX_LEN_CHARS }),
         );
     }
     schema

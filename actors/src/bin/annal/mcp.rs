@@ -4,11 +4,15 @@
 //! - `tools/list` asks the gate each time which tools this actor may call now: none when history
 //!   is not admitted, agents are disabled, or the actor holds no live grant. Each tool has its
 //!   closed input schema (`additionalProperties: false`; `history_query` with the paging
-//!   `cursor`).
+//!   `cursor`), its `outputSchema`, and annotations (read only, closed world; status
+//!   idempotent). The server declares `listChanged` and sends `notifications/tools/list_changed`
+//!   when the gate's answer differs from what the client was last listed (polled over the open
+//!   link every `TOOLS_WATCH_INTERVAL_MS`).
 //! - `tools/call` hands the name and the raw arguments to the gate, which validates them (rmcp
 //!   does not), decides, audits and answers (a name that is neither tool: `unknown_tool`).
 //!   Results come back as `structuredContent` with the contract's fields and the same JSON as
-//!   text; failures as a result with `isError: true` and only the fixed `code`.
+//!   text; failures as a result with `isError: true`, the fixed `code` and its fixed short
+//!   `message` (never a value the caller chose).
 //! - `--manifest FILE` approves a bounded-mode manifest for this actor when the server starts
 //!   (passing it is the owner's approval: the owner writes the agent's MCP configuration).
 //! - A call whose request would not fit one socket frame is answered `invalid_history_query`
@@ -30,11 +34,12 @@ use std::sync::Arc;
 use annal_actors::daemon::client::REPLY_DEADLINE_MS;
 use annal_actors::daemon::{Request, ToolReply, check_request_size};
 use annal_engine::policy::manifest::MANIFEST_MAX_LEN_BYTES;
-use annal_engine::policy::{ActorId, Operation};
+use annal_engine::policy::{ActorId, Operation, Refusal};
 use annal_schema::ErrorCode;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -84,7 +89,13 @@ pub struct McpArgs {
     pub reapprove: bool,
 }
 
+/// How often the bridge asks the gate, over its open link, which tools this actor may call,
+/// to send `notifications/tools/list_changed` when that differs from what the client was last
+/// listed, in milliseconds. The poll never opens a link (or starts a daemon) itself.
+const TOOLS_WATCH_INTERVAL_MS: u64 = 1_000;
+
 /// The MCP server of one actor.
+#[derive(Clone)]
 struct HistoryServer {
     /// The actor's id, as the gate knows it.
     actor: String,
@@ -94,6 +105,8 @@ struct HistoryServer {
     no_daemon: bool,
     /// The way to the store, opened on first use and again after it failed.
     link: Arc<tokio::sync::Mutex<Option<Link>>>,
+    /// The tools the client was last listed (`None`: not listed yet).
+    listed: Arc<std::sync::Mutex<Option<Vec<Operation>>>>,
 }
 
 impl HistoryServer {
@@ -126,24 +139,130 @@ impl HistoryServer {
         }
         Err(CliError::unavailable("no link to the store"))
     }
+
+    /// The tools this actor may call now, from the gate; none when the gate does not answer
+    /// (fail closed).
+    async fn allowed_tools(&self) -> Vec<Operation> {
+        let answer = self
+            .ask(Request::ToolsFor {
+                actor: self.actor.clone(),
+            })
+            .await;
+        answer
+            .ok()
+            .map(|value| tools_in(&value))
+            .unwrap_or_default()
+    }
+
+    /// The tools this actor may call now, asked over the link only if one is open (never
+    /// opening one); `None` without an open link or an answer (a lost link is dropped, so the
+    /// next call reconnects).
+    async fn allowed_tools_if_linked(&self) -> Option<Vec<Operation>> {
+        let mut link = self.link.lock().await;
+        let open = link.as_mut()?;
+        let request = Request::ToolsFor {
+            actor: self.actor.clone(),
+        };
+        match open.request_or_lost(request).await {
+            Ok(value) => Some(tools_in(&value)),
+            Err((_, error)) => {
+                if error.exit == crate::EXIT_UNAVAILABLE
+                    && let Some(failed) = link.take()
+                {
+                    failed.close().await;
+                }
+                None
+            }
+        }
+    }
+
+    /// Records what the client was listed.
+    fn remember_listed(&self, tools: &[Operation]) {
+        let mut listed = self
+            .listed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *listed = Some(tools.to_vec());
+    }
+
+    /// Whether `now` differs from what the client was last listed (then remembered as listed:
+    /// the client lists again on the notification).
+    fn listing_changed(&self, now: &[Operation]) -> bool {
+        let mut listed = self
+            .listed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match listed.as_deref() {
+            Some(before) if before != now => {
+                *listed = Some(now.to_vec());
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
+/// The operations a `tools_for` answer names, in its order.
+fn tools_in(value: &Value) -> Vec<Operation> {
+    value["tools"]
+        .as_array()
+        .map(|names| {
+            names
+                .iter()
+                .filter_map(|name| name.as_str().and_then(Operation::from_tool))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Tells the client when the tools this actor may call change (a grant, a revocation, the
+/// agents switch, an expiry), by polling the gate every [`TOOLS_WATCH_INTERVAL_MS`]; ends when
+/// the client is gone.
+async fn watch_tools(server: HistoryServer, peer: rmcp::Peer<RoleServer>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(TOOLS_WATCH_INTERVAL_MS));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        let Some(now) = server.allowed_tools_if_linked().await else {
+            continue;
+        };
+        if server.listing_changed(&now) && peer.notify_tool_list_changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A JSON Schema value as the object MCP carries.
+fn schema_object(schema: Value) -> Arc<serde_json::Map<String, Value>> {
+    Arc::new(match schema {
+        Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    })
+}
+
+/// A tool as `tools/list` shows it: its closed input schema, its output schema (what a
+/// successful result's `structuredContent` holds) and its annotations: both read only and
+/// closed world (they read this machine's history and nothing else); status is idempotent
+/// (a query is not: each page it returns is recorded by an `access` event).
 fn tool(operation: Operation) -> Tool {
-    let (schema, description) = match operation {
+    let (input, output, description, annotations) = match operation {
         Operation::Status => (
             annal_schema::tools::history_status_input_schema(),
+            annal_schema::tools::history_status_output_schema(),
             STATUS_DESCRIPTION,
+            ToolAnnotations::new().idempotent(true),
         ),
         Operation::Query => (
             annal_engine::policy::query_input_schema(),
+            annal_engine::policy::query_output_schema(),
             QUERY_DESCRIPTION,
+            ToolAnnotations::new(),
         ),
     };
-    let schema = match schema {
-        Value::Object(map) => map,
-        _ => serde_json::Map::new(),
-    };
-    Tool::new(operation.tool(), description, Arc::new(schema))
+    let mut tool = Tool::new(operation.tool(), description, schema_object(input));
+    tool.output_schema = Some(schema_object(output));
+    tool.annotations = Some(annotations.read_only(true).open_world(false));
+    tool
 }
 
 /// A structured result: `value` as `structuredContent` and as text.
@@ -158,19 +277,32 @@ fn result(value: Value, is_error: bool) -> CallToolResult {
     result
 }
 
+/// A failed call: the fixed code and its fixed short message (never a value the caller chose).
+fn refused(refusal: Refusal) -> CallToolResult {
+    result(
+        json!({"code": refusal.code(), "message": refusal.message()}),
+        true,
+    )
+}
+
 fn failure(code: ErrorCode) -> CallToolResult {
-    result(json!({"code": code}), true)
+    refused(Refusal::Contract(code))
 }
 
 impl ServerHandler for HistoryServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("annal", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Local computer-use history (metadata only). Use history_status, then \
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("annal", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Local computer-use history (metadata only). Use history_status, then \
                  history_query, only when earlier actions on this machine matter; continue \
                  without history when it is absent, denied or failing.",
-            )
+        )
     }
 
     async fn list_tools(
@@ -178,21 +310,12 @@ impl ServerHandler for HistoryServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let allowed = self
-            .ask(Request::ToolsFor {
-                actor: self.actor.clone(),
-            })
-            .await;
         // Fail closed: no answer from the gate lists nothing.
-        let tools = allowed
-            .ok()
-            .and_then(|value| value["tools"].as_array().cloned())
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|name| name.as_str().and_then(Operation::from_tool))
-            .map(tool)
-            .collect();
-        Ok(ListToolsResult::with_all_items(tools))
+        let allowed = self.allowed_tools().await;
+        self.remember_listed(&allowed);
+        Ok(ListToolsResult::with_all_items(
+            allowed.into_iter().map(tool).collect(),
+        ))
     }
 
     async fn call_tool(
@@ -213,7 +336,7 @@ impl ServerHandler for HistoryServer {
         let answer = self.ask(call).await;
         let result = match answer.ok().and_then(ToolReply::from_value) {
             Some(ToolReply::Answer(answer)) => result(answer, false),
-            Some(ToolReply::Refusal(refusal)) => result(json!(refusal), true),
+            Some(ToolReply::Refusal(refusal)) => refused(refusal),
             None => failure(ErrorCode::HistoryStorageUnavailable),
         };
         Ok(result.into())
@@ -249,6 +372,7 @@ async fn serve_mcp(location: &Location, no_daemon: bool, args: &McpArgs) -> Resu
         location: location.clone(),
         no_daemon,
         link: Arc::clone(&link),
+        listed: Arc::new(std::sync::Mutex::new(None)),
     };
     if let Some(path) = &args.manifest {
         let manifest = read_manifest(path)?;
@@ -260,11 +384,14 @@ async fn serve_mcp(location: &Location, no_daemon: bool, args: &McpArgs) -> Resu
             })
             .await?;
     }
+    let watched = server.clone();
     let running = server
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| CliError::unavailable(format!("MCP initialization failed: {e}")))?;
+    let watcher = tokio::spawn(watch_tools(watched, running.peer().clone()));
     let _ = running.waiting().await;
+    watcher.abort();
     // Only an in-process engine has anything to drain: it waits for a call still holding the
     // link, at most the deadline. A daemon link is let go at once, even by a call stuck on it
     // (dropped with the runtime; nothing could carry its answer any more).
