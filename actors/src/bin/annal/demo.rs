@@ -45,12 +45,23 @@ const DEMO_SESSIONS: usize = 8;
 /// `history_query` calls timed for the latency figures.
 const DEMO_TIMED_QUERIES: usize = 200;
 
+/// Fewest actions `--actions` takes: enough that the checks (a page of the newest 50, each of
+/// the [`DEMO_SESSIONS`] sessions holding actions) can hold.
+const DEMO_ACTIONS_MIN: u64 = 100;
+
+/// Most actions `--actions` takes (a demo, not a load test: `bench/` has those).
+const DEMO_ACTIONS_MAX: u64 = 1_000_000;
+
 /// `annal demo` arguments.
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// How many actions the simulated runtime captures.
-    #[arg(long, default_value_t = 3_000)]
-    pub actions: usize,
+    /// How many actions the simulated runtime captures (100..=1000000).
+    #[arg(
+        long,
+        default_value_t = 3_000,
+        value_parser = clap::value_parser!(u64).range(DEMO_ACTIONS_MIN..=DEMO_ACTIONS_MAX)
+    )]
+    pub actions: u64,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -231,7 +242,7 @@ fn demo(args: &DemoArgs) -> Result<(Vec<Check>, Figures), String> {
 
     // 1. The simulated runtime captures through the real hook.
     let started = Instant::now();
-    let mut timings = capture(&engine, args.actions)?;
+    let mut timings = capture(&engine, usize::try_from(args.actions).unwrap_or(usize::MAX))?;
     let status = engine.flush().map_err(|e| format!("flush: {e}"))?;
     let elapsed = started.elapsed();
     timings.sort_unstable();
@@ -239,7 +250,7 @@ fn demo(args: &DemoArgs) -> Result<(Vec<Check>, Figures), String> {
     figures.capture_p99_ns = quantile(&timings, 0.99);
     figures.dropped_events = status.dropped_events;
     let sessions_events = 2 * DEMO_SESSIONS as u64;
-    figures.events_captured = 2 * args.actions as u64 + sessions_events;
+    figures.events_captured = 2 * args.actions + sessions_events;
     figures.durable_events_per_sec =
         (figures.events_captured as f64 / elapsed.as_secs_f64().max(1e-9)) as u64;
     checks.push(Check {

@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 
 use annal_actors::daemon::{Request, ToolReply};
 use annal_engine::keys::{KEYUTILS_DURABILITY_WARNING, destroy_store_keys};
+use annal_engine::policy::Refusal;
 use annal_engine::policy::manifest::parse_duration_secs;
 use annal_engine::storage::Access;
 use annal_engine::store::{delete_store_files, open_store, plan_store_delete};
+use annal_schema::ErrorCode;
 use serde_json::{Value, json};
 
 use crate::link::Link;
@@ -41,7 +43,13 @@ pub struct OutputArgs {
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {
     /// How many of the newest events (1..=200).
-    #[arg(default_value_t = LIST_DEFAULT_EVENTS)]
+    #[arg(
+        default_value_t = LIST_DEFAULT_EVENTS,
+        value_parser = clap::value_parser!(u8).range(
+            i64::from(annal_schema::tools::QUERY_LIMIT_MIN_EVENTS)
+                ..=i64::from(annal_schema::tools::QUERY_LIMIT_MAX_EVENTS)
+        )
+    )]
     pub count: u8,
     #[command(flatten)]
     pub out: OutputArgs,
@@ -60,7 +68,13 @@ pub struct ShowArgs {
 #[derive(Debug, clap::Args)]
 pub struct QueryArgs {
     /// Newest events to keep (1..=200, default 50).
-    #[arg(long)]
+    #[arg(
+        long,
+        value_parser = clap::value_parser!(u64).range(
+            u64::from(annal_schema::tools::QUERY_LIMIT_MIN_EVENTS)
+                ..=u64::from(annal_schema::tools::QUERY_LIMIT_MAX_EVENTS)
+        )
+    )]
     pub limit: Option<u64>,
     /// A session: its opaque id or its raw label.
     #[arg(long)]
@@ -340,6 +354,17 @@ fn events(value: &Value) -> Result<Vec<Value>, CliError> {
             .as_array()
             .cloned()
             .ok_or_else(|| CliError::unavailable("the daemon's answer holds no events")),
+        // The owner's own arguments out of bounds are bad input (exit 2), as the help states
+        // the bounds; any other refusal is a refused read (exit 1).
+        Some(ToolReply::Refusal(
+            refusal @ Refusal::Contract(
+                ErrorCode::InvalidHistoryQuery | ErrorCode::InvalidHistoryQueryRange,
+            ),
+        )) => Err(CliError::usage(format!(
+            "{}: {} (see `annal query --help` for the bounds)",
+            refusal.code(),
+            refusal.message()
+        ))),
         Some(ToolReply::Refusal(refusal)) => Err(CliError::found(format!(
             "the read was refused: {}",
             refusal.code()

@@ -1,0 +1,133 @@
+//! Every exit code `docs/cli.md` documents, each clause of its table provoked through the real
+//! binary: 0 success, 1 found a problem or refused, 2 bad usage or input (nothing changed), 3
+//! history unavailable. (141, a closed pipe, has its own test over every printing command:
+//! `a_closed_pipe_ends_every_printing_command_quietly`.) A bad-input case also checks that
+//! stderr names the field or the value's bounds, and that nothing was changed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+
+use support::Sandbox;
+
+/// Runs `args` and asserts its exit code; returns stderr.
+fn exits(sandbox: &Sandbox, args: &[&str], code: i32) -> String {
+    let output = sandbox.run(args);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "annal {args:?}: stdout {} stderr {stderr}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    stderr
+}
+
+#[test]
+fn bad_usage_and_input_exit_2_and_name_what_is_wrong_and_change_nothing() {
+    let sandbox = Sandbox::new();
+    // Before the first enable: a grant and the agents switch say to enable, and grant nothing.
+    let said = exits(&sandbox, &["grant", "agent-a", "query"], 2);
+    assert!(said.contains("annal enable"), "{said}");
+    exits(&sandbox, &["agents", "enable"], 2);
+    sandbox.ok(&["enable"]);
+    // (arguments, what stderr must name)
+    let cases: [(&[&str], &str); 14] = [
+        (&["list", "--bogus"], "--bogus"),
+        (&["list", "0"], "1..=200"),
+        (&["list", "201"], "1..=200"),
+        (
+            &["query", "--since-sequence", "5", "--until-sequence", "2"],
+            "until",
+        ),
+        (
+            &["grant", "agent-a", "query", "--expires-after", "31d"],
+            "expires",
+        ),
+        (
+            &["grant", "agent-a", "query", "--idle-timeout", "2h"],
+            "idle",
+        ),
+        (&["grant", "agent a", "query"], "actor"),
+        (&["grant", "agent-a", "delete"], "operation"),
+        (&["retention", "0"], "1..=3650"),
+        (&["retention", "3651"], "1..=3650"),
+        (&["quota", "1KiB"], "quota"),
+        (&["revoke", "nobody-ever"], "annal grants"),
+        (&["demo", "--actions", "10"], "--actions"),
+        (&["delete"], "--yes"),
+    ];
+    for (args, named) in cases {
+        let said = exits(&sandbox, args, 2);
+        assert!(
+            said.to_lowercase().contains(&named.to_lowercase()),
+            "annal {args:?} does not name {named:?}: {said}"
+        );
+    }
+    // Nothing above changed anything: no grant, the default retention and quota, the store
+    // still there.
+    let grants = sandbox.json(&["grants"]);
+    assert_eq!(grants["grants"], serde_json::json!([]), "{grants}");
+    let status = sandbox.json(&["status"]);
+    assert_eq!(status["status"]["retention_days"], 7, "{status}");
+    assert_eq!(status["status"]["enabled"], true, "{status}");
+
+    // Offline: not a store, and a key file others may read.
+    let empty = sandbox.path("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let key = sandbox.path("key.hex");
+    std::fs::write(&key, "00".repeat(32)).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (empty, key) = (empty.to_str().unwrap(), key.to_str().unwrap());
+    exits(&sandbox, &["inspect", empty, "--key-hex-file", key], 2);
+    let store = sandbox.path("state").join("annal").join(&sandbox.namespace);
+    let store = store.to_str().unwrap();
+    std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let said = exits(&sandbox, &["verify", store, "--key-hex-file", key], 2);
+    assert!(said.contains(key), "{said}");
+}
+
+#[test]
+fn a_found_problem_or_a_refusal_exits_1_and_success_exits_0() {
+    let sandbox = Sandbox::new();
+    exits(&sandbox, &["enable"], 0);
+    exits(&sandbox, &["status"], 0);
+    exits(&sandbox, &["list", "5"], 0);
+    // No event with that sequence.
+    let said = exits(&sandbox, &["show", "999999"], 1);
+    assert!(said.contains("999999"), "{said}");
+    // A verify finding: one flipped byte in a chunk.
+    sandbox.ok(&["stop"]);
+    let chunks = sandbox
+        .path("state")
+        .join("annal")
+        .join(&sandbox.namespace)
+        .join("computer-history")
+        .join("chunks");
+    let chunk = std::fs::read_dir(&chunks)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 200))
+        .expect("a chunk with records");
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    std::fs::write(&chunk, bytes).unwrap();
+    exits(&sandbox, &["verify"], 1);
+}
+
+#[test]
+fn unavailable_history_exits_3() {
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    // The store is locked by the running daemon: an in-process engine is refused.
+    let said = exits(&sandbox, &["--no-daemon", "status"], 3);
+    assert!(!said.is_empty());
+    // The socket's directory is open to others: not the user's daemon, nothing is sent.
+    sandbox.ok(&["stop"]);
+    let run = sandbox.path("run").join("annal");
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let said = exits(&sandbox, &["status"], 3);
+    assert!(said.contains("chmod 700"), "{said}");
+}
