@@ -512,11 +512,35 @@ pub fn decode_request(body: &[u8]) -> Result<Request, DaemonError> {
             ),
         ));
     };
-    serde_json::from_value(value).map_err(|e| {
+    serde_json::from_value(value.clone()).map_err(|e| {
+        let problem = field_problem(&e).unwrap_or_else(|| match wrong_field(&value) {
+            Some(name) => format!(
+                "{} has the wrong type or is out of range",
+                field_name(&name)
+            ),
+            None => "a field has the wrong type or is out of range".to_owned(),
+        });
         DaemonError::new(
             DaemonErrorCode::InvalidRequest,
-            format!("invalid \"{op}\" request: {}", field_problem(&e)),
+            format!("invalid \"{op}\" request: {problem}"),
         )
+    })
+}
+
+/// The top-level field of `request` (an object that does not decode) whose value has the wrong
+/// type or is out of range: the first whose removal makes that error go (a request without it
+/// decodes, or only misses it). A type error is met while the fields are read, before any
+/// missing field is noticed, so the field it goes with is the culprit.
+fn wrong_field(request: &serde_json::Value) -> Option<String> {
+    let object = request.as_object()?;
+    object.keys().filter(|key| *key != "op").find_map(|key| {
+        let mut without = object.clone();
+        without.remove(key);
+        match serde_json::from_value::<Request>(serde_json::Value::Object(without)) {
+            Ok(_) => Some(key.clone()),
+            Err(error) if field_problem(&error).is_some() => Some(key.clone()),
+            Err(_) => None,
+        }
     })
 }
 
@@ -675,11 +699,12 @@ pub const KNOWN_OPS: [&str; 24] = [
 /// What serde says is wrong, without any value or name the caller chose: a missing field is
 /// named (serde names it from the schema), an unknown one is "an unknown field", anything else
 /// is a field of the wrong type or out of range.
-fn field_problem(error: &serde_json::Error) -> String {
+fn field_problem(error: &serde_json::Error) -> Option<String> {
     let text = error.to_string();
     if text.starts_with("unknown field") {
-        return "an unknown field is given; see docs/protocol.md for this request's fields"
-            .to_owned();
+        return Some(
+            "an unknown field is given; see docs/protocol.md for this request's fields".to_owned(),
+        );
     }
     for prefix in ["missing field", "duplicate field"] {
         if let Some(rest) = text.strip_prefix(prefix) {
@@ -694,10 +719,10 @@ fn field_problem(error: &serde_json::Error) -> String {
             } else {
                 "is given twice"
             };
-            return format!("{} {what}", field_name(&name));
+            return Some(format!("{} {what}", field_name(&name)));
         }
     }
-    "a field has the wrong type or is out of range".to_owned()
+    None
 }
 
 #[cfg(test)]
@@ -841,8 +866,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn every_field_of_the_schema_is_a_known_field_name() {
+    /// One request of every kind that has fields, each field given.
+    fn sample_requests() -> Vec<Request> {
         let application = WireApplication {
             bundle_id: Some("b".into()),
             display_name: Some("d".into()),
@@ -855,7 +880,7 @@ mod tests {
             evidence_kinds: Vec::new(),
             escalation_kind: Some(EscalationKind::RefreshPageState),
         };
-        let requests = [
+        vec![
             Request::Grant {
                 actor: "a".into(),
                 operation: "query".into(),
@@ -898,7 +923,12 @@ mod tests {
             Request::SessionEnded {
                 session: "s".into(),
             },
-        ];
+        ]
+    }
+
+    #[test]
+    fn every_field_of_the_schema_is_a_known_field_name() {
+        let requests = sample_requests();
         fn keys(value: &serde_json::Value, out: &mut Vec<String>) {
             if let Some(object) = value.as_object() {
                 for (key, inner) in object {
@@ -921,6 +951,53 @@ mod tests {
         for name in ["limit", "session_id", "since_sequence", "until_sequence"] {
             assert!(FIELD_NAMES.contains(&name));
         }
+    }
+
+    /// Every `invalid_request` names its field: each field of every kind of request, given a
+    /// value of the wrong type, or left out when it is required, is refused with a message that
+    /// names that field by its schema name (and quotes nothing the caller sent). Before
+    /// `wrong_field`, a wrong type said only "a field has the wrong type".
+    #[test]
+    fn every_invalid_request_names_its_field() {
+        let mut checked = 0;
+        for request in sample_requests() {
+            let value = serde_json::to_value(&request).unwrap_or_default();
+            let Some(object) = value.as_object() else {
+                panic!("{request:?} is not an object");
+            };
+            for field in object.keys().filter(|k| *k != "op") {
+                let mut wrong = object.clone();
+                wrong.insert(field.clone(), serde_json::json!([["planted-value"]]));
+                let body = serde_json::to_vec(&wrong).unwrap_or_default();
+                let error = decode_request(&body).expect_err(field);
+                assert_eq!(error.code, DaemonErrorCode::InvalidRequest, "{field}");
+                assert!(
+                    error.message.contains(&format!("\"{field}\"")),
+                    "{field}: {}",
+                    error.message
+                );
+                assert!(
+                    !error.message.contains("planted-value"),
+                    "{}",
+                    error.message
+                );
+                // Left out: decodes (an optional field) or names it as missing.
+                let mut without = object.clone();
+                without.remove(field);
+                let body = serde_json::to_vec(&without).unwrap_or_default();
+                if let Err(error) = decode_request(&body) {
+                    assert_eq!(
+                        error.message,
+                        format!(
+                            "invalid \"{}\" request: the field \"{field}\" is missing",
+                            object["op"].as_str().unwrap_or_default()
+                        )
+                    );
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 20, "only {checked} fields checked");
     }
 
     /// The tool reply's wire shape is the one `docs/protocol.md` gives, every refusal code
