@@ -405,6 +405,30 @@ fn one_daemon_per_store_and_no_daemon_refuses_while_one_runs() {
     assert!(String::from_utf8_lossy(&in_process.stderr).contains("a daemon serves this store"));
 }
 
+/// `status` for a person: sizes in binary units (exact bytes stay in `--json`), the next step
+/// that fits the state (before the first `enable`, to enable), and the kernel keyring's caveat
+/// once, when `enable` makes the key, not on every status.
+#[test]
+fn status_says_the_next_step_in_human_units_and_the_key_caveat_once() {
+    let sandbox = Sandbox::new();
+    let before = sandbox.ok(&["status"]);
+    assert!(before.contains("run `annal enable`"), "{before}");
+    assert!(!before.contains("annal verify"), "{before}");
+    assert!(before.contains("of 100.0 MiB"), "{before}");
+    let enabled = sandbox.ok(&["enable"]);
+    let caveat = "the kernel keyring keeps keys in memory only";
+    assert!(enabled.contains(caveat), "{enabled}");
+    let status = sandbox.ok(&["status"]);
+    assert!(!status.contains(caveat), "{status}");
+    assert!(status.contains("health: ready\n"), "{status}");
+    assert!(status.contains("with annal's journal: "), "{status}");
+    sandbox.ok(&["pause"]);
+    let paused = sandbox.ok(&["status"]);
+    assert!(paused.contains("run `annal resume`"), "{paused}");
+    let json = sandbox.json(&["status"]);
+    assert_eq!(json["status"]["quota_bytes"], 104_857_600u64, "{json}");
+}
+
 /// `annal retention` and `annal quota` through the daemon: durable, in status, kept by the
 /// next daemon; out-of-bounds values and malformed sizes are usage errors (exit 2) that
 /// change nothing, and a raw request out of bounds is an invalid request.
@@ -419,9 +443,15 @@ fn the_owner_sets_retention_and_quota_from_the_cli() {
     assert_eq!(set["status"]["quota_bytes"], 2 * 1_048_576);
     let text = sandbox.ok(&["quota", "3MiB"]);
     assert!(
-        text.contains("quota set to 3145728 bytes; at it, capture stops."),
+        text.contains("quota set to 3.0 MiB; at it, capture stops."),
         "{text}"
     );
+    // Sizes as people write them: binary units with iB, decimal ones without, fractions.
+    let set = sandbox.json(&["quota", "1.5GiB"]);
+    assert_eq!(set["status"]["quota_bytes"], 1_610_612_736u64);
+    let set = sandbox.json(&["quota", "500MB"]);
+    assert_eq!(set["status"]["quota_bytes"], 500_000_000u64);
+    sandbox.ok(&["quota", "3MiB"]);
     for refused in [
         &["retention", "0"][..],
         &["retention", "3651"],

@@ -105,7 +105,7 @@ pub struct RetentionArgs {
 /// Arguments of `annal quota`.
 #[derive(Debug, clap::Args)]
 pub struct QuotaArgs {
-    /// The quota: bytes, or a number with KiB, MiB, GiB or TiB (1MiB..=1TiB).
+    /// The quota: bytes, or a number with a unit, like 100MiB, 1.5GiB or 500MB (1MiB..=1TiB).
     #[arg(value_parser = parse_quota_bytes)]
     pub size: u64,
     /// At the quota, evict the oldest sealed chunks instead of stopping capture.
@@ -115,27 +115,17 @@ pub struct QuotaArgs {
     pub out: OutputArgs,
 }
 
-/// Binary size units `annal quota` takes, with their multipliers.
-const SIZE_UNITS: [(&str, u64); 4] = [
-    ("KiB", 1 << 10),
-    ("MiB", 1 << 20),
-    ("GiB", 1 << 30),
-    ("TiB", 1 << 40),
-];
-
-/// `123`, `100MiB`, `2GiB` as bytes, within the quota's bounds.
+/// `123`, `100MiB`, `1.5GiB`, `500 MB` as bytes (the `bytesize` crate reads them: binary
+/// units with `iB`, decimal ones without), within the quota's bounds.
 fn parse_quota_bytes(text: &str) -> Result<u64, String> {
     use annal_engine::journal::{QUOTA_MAX_BYTES, QUOTA_MIN_BYTES};
-    let (digits, unit) = SIZE_UNITS
-        .iter()
-        .find_map(|(suffix, unit)| text.strip_suffix(suffix).map(|d| (d, *unit)))
-        .unwrap_or((text, 1));
-    let bytes = digits
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(unit))
-        .ok_or_else(|| {
-            format!("`{text}` is not a size (bytes, or a number with KiB, MiB, GiB or TiB)")
+    let bytes = text
+        .trim()
+        .parse::<bytesize::ByteSize>()
+        .map(|size| size.as_u64())
+        .map_err(|_| {
+            "not a size: bytes, or a number with a unit (KiB, MiB, GiB, TiB, or KB, MB, GB, TB)"
+                .to_owned()
         })?;
     if (QUOTA_MIN_BYTES..=QUOTA_MAX_BYTES).contains(&bytes) {
         Ok(bytes)
@@ -144,6 +134,11 @@ fn parse_quota_bytes(text: &str) -> Result<u64, String> {
             "the quota must be 1MiB..=1TiB ({QUOTA_MIN_BYTES}..={QUOTA_MAX_BYTES} bytes)"
         ))
     }
+}
+
+/// `bytes` for a person: `0 B`, `12.3 KiB`, `100.0 MiB` (exact figures are in `--json`).
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    bytesize::ByteSize::b(bytes).display().iec().to_string()
 }
 
 /// Arguments of `annal grant`.
@@ -274,6 +269,9 @@ pub(crate) fn finish(result: Result<ExitCode, CliError>) -> ExitCode {
     result.unwrap_or_else(|error| report_error(&error))
 }
 
+/// What `enable` says first.
+const ENABLED_HEADLINE: &str = "history enabled.";
+
 /// A status result as text: what happened, what is recorded, where the key is.
 fn status_text(location: &Location, headline: &str, value: &Value) -> String {
     let status = &value["status"];
@@ -296,31 +294,51 @@ fn status_text(location: &Location, headline: &str, value: &Value) -> String {
     text.push_str(&format!("store: {}\n", location.dir.display()));
     let key_store = value["key_store"].as_str().unwrap_or("unknown");
     text.push_str(&format!("key: in the {key_store} credential store\n"));
-    if key_store == annal_engine::keys::KeyStoreKind::Keyutils.as_str() {
+    // The kernel keyring's caveat is said when the key is made (`enable`) and by `doctor`, not
+    // on every status.
+    if headline == ENABLED_HEADLINE
+        && key_store == annal_engine::keys::KeyStoreKind::Keyutils.as_str()
+    {
         text.push_str(&format!("note: {KEYUTILS_DURABILITY_WARNING}\n"));
     }
+    let bytes = |v: &Value| human_bytes(v.as_u64().unwrap_or(0));
+    let counted = match value["usage"]["quota_counted_bytes"].as_u64() {
+        Some(counted) => format!(" (with annal's journal: {})", human_bytes(counted)),
+        None => String::new(),
+    };
     text.push_str(&format!(
-        "used: {} of {} bytes; retention {} days; dropped events: {}\n",
-        status["bytes_used"],
-        status["quota_bytes"],
+        "used: {} of {}{counted}; retention {} days; dropped events: {}\n",
+        bytes(&status["bytes_used"]),
+        bytes(&status["quota_bytes"]),
         status["retention_days"],
         status["dropped_events"]
     ));
-    if let Some(counted) = value["usage"]["quota_counted_bytes"].as_u64() {
-        text.push_str(&format!(
-            "the quota counts {counted} bytes: the history's {} and annal's journal {}\n",
-            value["usage"]["history_bytes"], value["usage"]["journal_bytes"]
-        ));
-    }
     let health = status["health"].as_str().unwrap_or("unknown");
-    if health == annal_schema::HealthCategory::Ready.as_str() {
-        text.push_str("health: ready\n");
-    } else {
-        text.push_str(&format!(
-            "health: {health} (`annal doctor` checks the credential stores; `annal verify` the files)\n"
-        ));
-    }
+    text.push_str(&format!("health: {health}{}\n", next_step(health)));
     text
+}
+
+/// The next step that fits a health category, for a person reading `status`.
+fn next_step(health: &str) -> &'static str {
+    use annal_schema::HealthCategory as H;
+    let Some(category) = H::ALL.into_iter().find(|h| h.as_str() == health) else {
+        return "";
+    };
+    match category {
+        H::Ready => "",
+        H::Disabled => " (run `annal enable` to start recording)",
+        H::Paused => " (run `annal resume` to record again)",
+        H::NotAdmitted => " (the runtime that embeds annal does not admit history)",
+        H::KeyUnavailable | H::KeyLocked | H::KeyCorrupt | H::KeyDestroyFailed => {
+            " (`annal doctor` checks the credential stores)"
+        }
+        H::QuotaReached => {
+            " (raise it with `annal quota SIZE`, or `annal quota SIZE --evict-oldest`)"
+        }
+        H::EventsDropped => " (capture dropped events under load: each is counted above)",
+        H::StorageUnavailable | H::StorageCorrupt => " (`annal verify` checks the files)",
+        _ => " (`annal doctor` checks the credential stores; `annal verify` the files)",
+    }
 }
 
 /// `enable`, `disable`, `pause`, `resume`, `flush`, `status`.
@@ -331,7 +349,7 @@ pub fn control(
     out: &OutputArgs,
 ) -> ExitCode {
     let (request, headline) = match control {
-        Control::Enable => (Request::Enable {}, "history enabled."),
+        Control::Enable => (Request::Enable {}, ENABLED_HEADLINE),
         Control::Disable => (
             Request::Disable {},
             "history disabled; what was recorded stays.",
@@ -521,7 +539,10 @@ pub fn quota(location: &Location, no_daemon: bool, args: &QuotaArgs) -> ExitCode
     } else {
         "capture stops"
     };
-    let headline = format!("quota set to {} bytes; at it, {at_quota}.", args.size);
+    let headline = format!(
+        "quota set to {}; at it, {at_quota}.",
+        human_bytes(args.size)
+    );
     finish(one(location, no_daemon, request).map(|value| {
         print(&args.out, &value, || {
             status_text(location, &headline, &value)
