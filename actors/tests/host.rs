@@ -178,7 +178,7 @@ fn host_held(
 ) -> Value {
     let hold = sandbox.path(&format!("hold-{step}"));
     let hold_arg = hold.to_str().unwrap().to_owned();
-    let child = host_command(
+    let mut child = host_command(
         python,
         sandbox,
         config,
@@ -189,6 +189,13 @@ fn host_held(
     let ready = hold.with_file_name(format!("hold-{step}.ready"));
     let deadline = Instant::now() + Duration::from_secs(HOST_DEADLINE_SECS);
     while !ready.exists() {
+        if child.try_wait().unwrap().is_some() {
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "the host ended before {step}: {}",
+                String::from_utf8_lossy(&output.stdout)
+            );
+        }
         assert!(Instant::now() < deadline, "the host never reached {step}");
         std::thread::sleep(Duration::from_millis(20));
     }
