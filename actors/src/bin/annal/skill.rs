@@ -283,32 +283,36 @@ mod tests {
             .join(" ")
     }
 
-    #[test]
-    fn the_skill_and_the_tool_descriptions_state_the_same_rules() {
-        let skill = normalized(SKILL_TEXT);
-        let tools = normalized(&format!(
-            "{STATUS_DESCRIPTION} {QUERY_DESCRIPTION} {SERVER_INSTRUCTIONS}"
-        ));
-        for (rule, phrase) in CONSULTATION_RULES {
-            let phrase = normalized(phrase);
-            assert!(
-                skill.contains(&phrase),
-                "the skill lacks '{rule}': {phrase}"
-            );
-            assert!(
-                tools.contains(&phrase),
-                "the tool descriptions lack '{rule}': {phrase}"
-            );
-        }
+    /// The rules of [`CONSULTATION_RULES`] whose phrase `text` lacks.
+    fn missing_rules(text: &str) -> Vec<&'static str> {
+        let text = normalized(text);
+        CONSULTATION_RULES
+            .iter()
+            .filter(|(_, phrase)| !text.contains(&normalized(phrase)))
+            .map(|(rule, _)| *rule)
+            .collect()
     }
 
     #[test]
-    fn the_normalization_does_not_hide_a_missing_rule() {
-        // The comparison must fail for a text that lacks a phrase: drop one rule's phrase from
-        // the skill and the check finds it missing.
-        let (_, phrase) = CONSULTATION_RULES[3];
-        let skill = normalized(SKILL_TEXT).replace(&normalized(phrase), "");
-        assert!(!skill.contains(&normalized(phrase)));
+    fn the_skill_and_the_tool_descriptions_state_the_same_rules() {
+        assert_eq!(missing_rules(SKILL_TEXT), Vec::<&str>::new(), "the skill");
+        let tools = format!("{STATUS_DESCRIPTION} {QUERY_DESCRIPTION} {SERVER_INSTRUCTIONS}");
+        assert_eq!(missing_rules(&tools), Vec::<&str>::new(), "the tools");
+    }
+
+    #[test]
+    fn a_text_that_drops_or_rewords_a_rule_is_caught() {
+        // The skill with its denial rule reworded, and the query description without its
+        // verification rule: each check names exactly the rule that went.
+        let reworded = SKILL_TEXT.replace("surface a denial", "mention a refusal");
+        assert_eq!(missing_rules(&reworded), ["surface a denial"]);
+        let dropped = QUERY_DESCRIPTION.replace(
+            "Use a returned application or capability as a lead and verify the current state \
+             through the least intrusive source.",
+            "",
+        );
+        let tools = format!("{STATUS_DESCRIPTION} {dropped} {SERVER_INSTRUCTIONS}");
+        assert_eq!(missing_rules(&tools), ["a lead, verified"]);
     }
 
     #[test]
