@@ -43,6 +43,12 @@ const SKILL_FILE: &str = concat!(
     "/../skills/annal-history/SKILL.md"
 );
 
+/// The system-instruction text, as the repository holds it.
+const INSTRUCTION_FILE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../skills/system-instruction.txt"
+);
+
 /// The `PATH` the host runs with (what a desktop session gives a client, no more).
 const HOST_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
@@ -968,6 +974,10 @@ fn the_skill_is_shown_as_shipped_and_installs_into_a_folder_a_host_loads() {
     let sandbox = Sandbox::new();
     let shipped = std::fs::read_to_string(SKILL_FILE).unwrap();
     assert_eq!(sandbox.ok(&["skill", "show"]), shipped);
+    assert_eq!(
+        sandbox.ok(&["skill", "instruction"]),
+        std::fs::read_to_string(INSTRUCTION_FILE).unwrap()
+    );
     let skills = sandbox.path("home").join(".agent").join("skills");
     let said = sandbox.ok(&["skill", "install", skills.to_str().unwrap()]);
     let file = skills.join("annal-history").join("SKILL.md");

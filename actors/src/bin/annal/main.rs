@@ -15,7 +15,8 @@
 //! - `mcp.rs`: `annal mcp`, the MCP stdio server over the policy gate.
 //! - `mcp_config.rs`: `annal mcp-config`, the server entry a host's MCP client reads, and a
 //!   starter bounded-mode manifest.
-//! - `skill.rs`: `annal skill show | install`, the bundled agent skill.
+//! - `skill.rs`: `annal skill show | instruction | install`, the bundled agent skill and
+//!   system-instruction text.
 //! - `demo.rs`: `annal demo`, the whole pipeline on a temporary store with a short report.
 //! - `inspect.rs`, `verify.rs`: the offline read-only decoder and checker (`keyfile.rs` reads
 //!   their key file).
@@ -174,7 +175,8 @@ enum Command {
     /// Print the MCP server entry for an agent host's client (claude, cursor, vscode,
     /// generic), with this binary's absolute path; optionally write a starter manifest.
     McpConfig(mcp_config::McpConfigArgs),
-    /// The bundled agent skill: `show` prints it, `install DIR` writes DIR/annal-history/SKILL.md.
+    /// The bundled agent skill: `show` prints it, `instruction` the system-instruction text,
+    /// `install DIR` writes DIR/annal-history/SKILL.md.
     Skill(skill::SkillArgs),
     /// Run the whole pipeline on a temporary store and print a short report (no set-up).
     Demo(demo::DemoArgs),

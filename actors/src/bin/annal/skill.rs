@@ -1,17 +1,19 @@
-//! `annal skill show` and `annal skill install DIR [--force]`: the bundled agent skill
-//! (`skills/annal-history/SKILL.md`, embedded at build time) that tells a model when and how to
-//! consult history (seed 000, "Consultation behavior").
+//! `annal skill show`, `annal skill instruction` and `annal skill install DIR [--force]`: the
+//! bundled agent skill (`skills/annal-history/SKILL.md`) and system-instruction text
+//! (`skills/system-instruction.txt`), both embedded at build time, that tell a model when and
+//! how to consult history (seed 000, "Consultation behavior").
 //!
-//! - `show` prints the skill as it is.
+//! - `show` prints the skill as it is; `instruction` prints the system-instruction paragraph,
+//!   for a host that puts its guidance in the system prompt instead of loading skills.
 //! - `install DIR` writes `DIR/annal-history/SKILL.md`, the Agent Skills layout a host loads from
 //!   its skills folder. Directories it creates are 0700 and the file 0600, like every file annal
 //!   creates. An existing `SKILL.md` with the same bytes is left as it is; one with other bytes
 //!   is refused ([`InstallError::Differs`], exit 2) unless `--force`. The file is written beside
 //!   its place and renamed into it, so a host never loads half a skill.
 //!
-//! The skill and the MCP tool descriptions (`mcp.rs`) state the same consultation rules:
-//! `CONSULTATION_RULES` lists the phrases both must contain, and a test checks both, so one
-//! cannot be edited to say something the other does not.
+//! The skill, the system instruction and the MCP tool descriptions (`mcp.rs`) state the same
+//! consultation rules: `CONSULTATION_RULES` lists the phrases each must contain, and a test
+//! checks all three, so none can be edited to say something the others do not.
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -25,6 +27,9 @@ use crate::{CliError, EXIT_UNAVAILABLE, EXIT_USAGE};
 
 /// The skill, as shipped in `skills/annal-history/SKILL.md`.
 pub const SKILL_TEXT: &str = include_str!("../../../../skills/annal-history/SKILL.md");
+
+/// The system-instruction text, as shipped in `skills/system-instruction.txt`.
+pub const SYSTEM_INSTRUCTION_TEXT: &str = include_str!("../../../../skills/system-instruction.txt");
 
 /// The skill's folder name (the `name` in its front matter).
 pub const SKILL_DIR_NAME: &str = "annal-history";
@@ -88,6 +93,8 @@ pub struct SkillArgs {
 pub enum SkillAction {
     /// Print the bundled skill (SKILL.md).
     Show,
+    /// Print the system-instruction text (the skill's rules in one paragraph).
+    Instruction,
     /// Write the skill into a host's skills folder: DIR/annal-history/SKILL.md.
     Install(InstallArgs),
 }
@@ -244,6 +251,10 @@ pub fn run(args: &SkillArgs) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(code) => code,
         },
+        SkillAction::Instruction => match crate::write_out(SYSTEM_INSTRUCTION_TEXT) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(code) => code,
+        },
         SkillAction::Install(install_args) => finish(
             install(&install_args.dir, install_args.force)
                 .map_err(CliError::from)
@@ -296,6 +307,11 @@ mod tests {
     #[test]
     fn the_skill_and_the_tool_descriptions_state_the_same_rules() {
         assert_eq!(missing_rules(SKILL_TEXT), Vec::<&str>::new(), "the skill");
+        assert_eq!(
+            missing_rules(SYSTEM_INSTRUCTION_TEXT),
+            Vec::<&str>::new(),
+            "the system instruction"
+        );
         let tools = format!("{STATUS_DESCRIPTION} {QUERY_DESCRIPTION} {SERVER_INSTRUCTIONS}");
         assert_eq!(missing_rules(&tools), Vec::<&str>::new(), "the tools");
     }
