@@ -796,6 +796,47 @@ fn a_normal_resume_gets_a_metadata_evidence_card() {
     assert_eq!(sandbox.access_events("agent_query"), 2);
 }
 
+#[test]
+fn gaps_in_a_session_slice_are_named_on_the_card() {
+    let Some(python) = python("gaps_in_a_session_slice_are_named_on_the_card") else {
+        return;
+    };
+    let sandbox = enabled(0);
+    // Two sessions whose actions alternate: one session's slice skips the other's sequences.
+    let mut raw = Raw::connect(&sandbox.socket());
+    for label in ["session-alpha", "session-beta"] {
+        assert!(raw.ask(json!({"op": "session_started", "session": label}))["ok"].is_object());
+    }
+    for _ in 0..3 {
+        for label in ["session-alpha", "session-beta"] {
+            raw.action(json!({"capability": "input.pointer.click", "session": label}));
+        }
+    }
+    assert!(raw.ask(json!({"op": "flush"}))["ok"].is_object());
+    grant(&sandbox, "host", &["status", "query"]);
+    let config = config(&sandbox, "host", &[]);
+    for path in [&[][..], &["--preflight"]] {
+        let mut args = path.to_vec();
+        args.extend(["--session", "session-alpha"]);
+        let history = host(&python, &sandbox, &config, &args);
+        assert_eq!(history["decision"], "use_with_caveats", "{history}");
+        assert_eq!(history["caveats"], json!(["gaps"]), "{history}");
+        let gaps = history["gaps"].as_array().unwrap();
+        assert!(!gaps.is_empty(), "{history}");
+        let card = history["evidence_card"].to_string();
+        for gap in gaps {
+            let named = format!("gap: sequence {}-{} missing", gap[0], gap[1]);
+            assert!(card.contains(&named), "{named}: {card}");
+        }
+        assert!(!card.contains("session-alpha") && !card.contains("session-beta"));
+    }
+    let entries = audit(&sandbox, "host");
+    assert_eq!(entries.len(), 4, "{entries:?}");
+    assert_status_then_read(&entries[..2]);
+    assert_status_then_read(&entries[2..]);
+    assert_eq!(sandbox.access_events("agent_query"), 2);
+}
+
 /// Issue 32's acceptance: the block `annal mcp-config --client claude` prints, written to a
 /// config file, is what the SDK's stdio launcher starts (with its bare environment), and the
 /// server lists the tools of a granted actor; the vscode block starts the same server.
