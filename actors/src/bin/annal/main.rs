@@ -13,6 +13,10 @@
 //!   stopped first).
 //! - `serve.rs`: `annal serve`, the daemon.
 //! - `mcp.rs`: `annal mcp`, the MCP stdio server over the policy gate.
+//! - `mcp_config.rs`: `annal mcp-config`, the server entry a host's MCP client reads, and a
+//!   starter bounded-mode manifest.
+//! - `skill.rs`: `annal skill show | instruction | install`, the bundled agent skill and
+//!   system-instruction text.
 //! - `demo.rs`: `annal demo`, the whole pipeline on a temporary store with a short report.
 //! - `inspect.rs`, `verify.rs`: the offline read-only decoder and checker (`keyfile.rs` reads
 //!   their key file).
@@ -42,10 +46,12 @@ mod keyfile;
 mod link;
 mod location;
 mod mcp;
+mod mcp_config;
 mod own_key;
 mod owner;
 mod repair;
 mod serve;
+mod skill;
 mod verify;
 mod views;
 
@@ -166,6 +172,12 @@ enum Command {
     Socket(owner::OutputArgs),
     /// Serve history_status and history_query to one agent over MCP on stdio.
     Mcp(mcp::McpArgs),
+    /// Print the MCP server entry for an agent host's client (claude, cursor, vscode,
+    /// generic), with this binary's absolute path; optionally write a starter manifest.
+    McpConfig(mcp_config::McpConfigArgs),
+    /// The bundled agent skill: `show` prints it, `instruction` the system-instruction text,
+    /// `install DIR` writes DIR/annal-history/SKILL.md.
+    Skill(skill::SkillArgs),
     /// Run the whole pipeline on a temporary store and print a short report (no set-up).
     Demo(demo::DemoArgs),
     /// Decode a store offline for forensics and interop (read-only; never writes).
@@ -287,6 +299,8 @@ fn main() -> ExitCode {
         Command::Stop(out) => with_location(&|l| owner::stop(l, out)),
         Command::Socket(out) => with_location(&|l| owner::socket(l, out)),
         Command::Mcp(args) => with_location(&|l| mcp::run(l, no_daemon, args)),
+        Command::McpConfig(args) => with_location(&|l| mcp_config::run(l, args)),
+        Command::Skill(args) => skill::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Doctor(args) => doctor::run(args, cli.key_store, location().ok().as_ref()),

@@ -49,23 +49,33 @@ use crate::link::{Link, Lost};
 use crate::location::Location;
 use crate::{CliError, report_error};
 
-/// How an agent should use `history_status` (seed 000's consultation policy).
-const STATUS_DESCRIPTION: &str = "Reports whether this machine keeps a local history of \
-     computer-use agent actions, and whether it is enabled, paused, encrypted and healthy. Call \
-     it before history_query when you need to know whether history can help. Its result enters \
-     your context. If history is absent, disabled, denied or failing, continue your task \
-     without it.";
+/// How an agent should use `history_status` (seed 000's consultation policy; the rules it
+/// shares with the bundled skill are checked by `skill::CONSULTATION_RULES`).
+pub(crate) const STATUS_DESCRIPTION: &str = "Reports whether this machine keeps a local \
+     history of computer-use agent actions, and whether it is enabled, paused, encrypted and \
+     healthy. Call it before history_query when you need to know whether history can help, and \
+     keep what it says: disabled, paused, unhealthy or dropped events mean history is \
+     incomplete or unusable. Its result enters your context. If history is absent, disabled, \
+     denied or failing, continue without history.";
 
-/// How an agent should use `history_query` (seed 000's consultation policy).
-const QUERY_DESCRIPTION: &str = "Reads metadata about earlier computer-use actions on this \
-     machine: which capability ran, in which application and session, and what effect was \
-     confirmed. Consult it when resuming interrupted work, recalling what was already done, \
+/// How an agent should use `history_query` (seed 000's consultation policy; the rules it
+/// shares with the bundled skill are checked by `skill::CONSULTATION_RULES`).
+pub(crate) const QUERY_DESCRIPTION: &str = "Reads metadata about earlier computer-use actions \
+     on this machine: which capability ran, in which application and session, and what effect \
+     was confirmed. Consult it when resuming interrupted work, recalling what was already done, \
      explaining a prior run, or finding where a workflow stopped; not otherwise. Events are \
      metadata evidence, not a transcript: no screenshots, typed text, window titles, URLs or \
-     tool arguments are kept, and anything omitted stays unknown: do not guess it. The result \
-     enters your context. Filters: limit (1-200, newest kept, returned oldest first), \
-     session_id, since_sequence, until_sequence (inclusive); pass the result's cursor to read \
-     the next page. On absence, denial or failure, continue without history.";
+     tool arguments are kept, and anything omitted stays unknown: do not guess it. Use a \
+     returned application or capability as a lead and verify the current state through the \
+     least intrusive source. The result enters your context. Filters: limit (1-200, newest \
+     kept, returned oldest first), session_id, since_sequence, until_sequence (inclusive); pass \
+     the result's cursor to read the next page. On absence or failure, continue without \
+     history; surface a denial to the user and continue without history.";
+
+/// What the server tells a host at initialization (the consultation policy in brief).
+pub(crate) const SERVER_INSTRUCTIONS: &str = "Local computer-use history (metadata only). Use \
+     history_status, then history_query, only when earlier actions on this machine matter; \
+     continue without history when it is absent, denied or failing.";
 
 /// Longest a `--no-daemon` bridge waits, once stdin has closed, for a call still holding its
 /// in-process engine before it exits without draining it, in milliseconds: the longest one
@@ -298,11 +308,7 @@ impl ServerHandler for HistoryServer {
                 .build(),
         )
         .with_server_info(Implementation::new("annal", env!("CARGO_PKG_VERSION")))
-        .with_instructions(
-            "Local computer-use history (metadata only). Use history_status, then \
-                 history_query, only when earlier actions on this machine matter; continue \
-                 without history when it is absent, denied or failing.",
-        )
+        .with_instructions(SERVER_INSTRUCTIONS)
     }
 
     async fn list_tools(
