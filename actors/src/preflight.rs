@@ -131,7 +131,12 @@ impl Engine {
             Err(Refusal::Denied(_)) => (StatusSeen::Denied, None),
             // A store never enabled has no journal, so the gate refuses every call: the
             // engine's own state says which (it picks the reason, never an answer).
+            // A key or storage failure also leaves no journal to audit in: said as such, not as
+            // "disabled".
             Ok(ToolAnswer::Query { .. }) | Err(_) => match self.status_async().await {
+                Ok(own) if annal_engine::consultation::is_unreadable(own.health) => {
+                    (StatusSeen::Unreadable, None)
+                }
                 Ok(own) if !own.enabled => (StatusSeen::NeverEnabled, None),
                 _ => (StatusSeen::Failed, None),
             },

@@ -792,7 +792,11 @@ fn a_closed_pipe_ends_every_printing_command_quietly() {
     let sandbox = Sandbox::new();
     sandbox.ok(&["enable"]);
     sandbox.ok(&["grant", "host", "query"]);
-    let commands: [&[&str]; 10] = [
+    let commands: [&[&str]; 14] = [
+        &["completions", "bash"],
+        &["man"],
+        &["skill", "show"],
+        &["mcp-config", "--actor", "host"],
         &["status"],
         &["status", "--json"],
         &["list", "200"],

@@ -131,3 +131,43 @@ fn unavailable_history_exits_3() {
     let said = exits(&sandbox, &["status"], 3);
     assert!(said.contains("chmod 700"), "{said}");
 }
+
+/// `annal completions SHELL` and `annal man` come from the same clap definition the command
+/// line is parsed with: bash accepts the completion script (`bash -n`), it completes the
+/// subcommands, the manual page is roff that names them, and `--help` opens with what annal is
+/// (not the actor crate's description). An unknown shell is bad usage.
+#[test]
+fn completions_and_the_manual_page_are_generated_from_the_command_line() {
+    let sandbox = Sandbox::new();
+    let script = sandbox.ok(&["completions", "bash"]);
+    for subcommand in ["enable", "grants", "preflight", "completions"] {
+        assert!(script.contains(subcommand), "{subcommand}");
+    }
+    let file = sandbox.path("annal.bash");
+    std::fs::write(&file, &script).unwrap();
+    let checked = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&file)
+        .output();
+    match checked {
+        Ok(output) => assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        ),
+        Err(_) => println!("bash -n: SKIPPED: no bash on PATH"),
+    }
+    for shell in ["zsh", "fish"] {
+        assert!(!sandbox.ok(&["completions", shell]).is_empty(), "{shell}");
+    }
+    exits(&sandbox, &["completions", "tcsh"], 2);
+    let page = sandbox.ok(&["man"]);
+    assert!(page.contains(".TH annal 1"), "{page}");
+    assert!(page.contains("preflight"), "the subcommands are listed");
+    let help = sandbox.ok(&["--help"]);
+    assert!(
+        help.starts_with("An encrypted, append-only local history"),
+        "{help}"
+    );
+    assert!(!help.contains("imperative shell"), "{help}");
+}

@@ -24,6 +24,9 @@ pub enum StatusSeen {
     /// History was never enabled on this store: there is no journal to audit a call in, so
     /// the gate refuses every call, and the reason is that history is off.
     NeverEnabled,
+    /// The gate could not answer, and the engine's own health names a key or storage failure
+    /// ([`is_unreadable`]): nothing can be read (not "disabled": the owner turned nothing off).
+    Unreadable,
     /// The status.
     Answered(Box<StatusResponse>),
 }
@@ -131,6 +134,11 @@ const UNREADABLE: [HealthCategory; 5] = [
     HealthCategory::StorageCorrupt,
 ];
 
+/// Whether nothing can be read under `health` (a key or storage failure).
+pub fn is_unreadable(health: HealthCategory) -> bool {
+    UNREADABLE.contains(&health)
+}
+
 /// The verdict for what a preflight saw (module doc). Whatever the input, it is one of the
 /// three; every failure, denial, absence and empty result continues without history.
 pub fn consult(status: &StatusSeen, query: QuerySeen) -> Consultation {
@@ -140,16 +148,19 @@ pub fn consult(status: &StatusSeen, query: QuerySeen) -> Consultation {
         StatusSeen::Denied => return Without(WithoutHistory::StatusDenied),
         StatusSeen::Failed => return Without(WithoutHistory::Failed),
         StatusSeen::NeverEnabled => return Without(WithoutHistory::Disabled),
+        StatusSeen::Unreadable => return Without(WithoutHistory::Unreadable),
         StatusSeen::Answered(status) => status,
     };
     if !status.admitted {
         return Without(WithoutHistory::NotAdmitted);
     }
+    // A key or storage failure says more than `enabled: false` (a store whose key cannot load
+    // reports itself not enabled): the reason is that history cannot be read.
+    if is_unreadable(status.health) {
+        return Without(WithoutHistory::Unreadable);
+    }
     if !status.enabled {
         return Without(WithoutHistory::Disabled);
-    }
-    if UNREADABLE.contains(&status.health) {
-        return Without(WithoutHistory::Unreadable);
     }
     let missing = match query {
         QuerySeen::NotGranted => return Without(WithoutHistory::QueryNotGranted),
@@ -278,6 +289,21 @@ mod tests {
             (
                 "storage unavailable",
                 status(|s| s.health = HealthCategory::StorageUnavailable),
+                SOME,
+                without(W::Unreadable),
+            ),
+            (
+                "key corrupt, reported not enabled",
+                status(|s| {
+                    s.enabled = false;
+                    s.health = HealthCategory::KeyCorrupt;
+                }),
+                SOME,
+                without(W::Unreadable),
+            ),
+            (
+                "the gate could not answer, the key cannot load",
+                StatusSeen::Unreadable,
                 SOME,
                 without(W::Unreadable),
             ),

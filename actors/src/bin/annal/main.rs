@@ -17,6 +17,7 @@
 //!   starter bounded-mode manifest.
 //! - `skill.rs`: `annal skill show | instruction | install`, the bundled agent skill and
 //!   system-instruction text.
+//! - `shell.rs`: `annal completions SHELL` and `annal man`, generated from the clap definition.
 //! - `demo.rs`: `annal demo`, the whole pipeline on a temporary store with a short report.
 //! - `inspect.rs`, `verify.rs`: the offline read-only decoder and checker (`keyfile.rs` reads
 //!   their key file).
@@ -51,6 +52,7 @@ mod own_key;
 mod owner;
 mod repair;
 mod serve;
+mod shell;
 mod skill;
 mod verify;
 mod views;
@@ -84,9 +86,9 @@ const EXIT_CODES_HELP: &str = "Exit codes: 0 success; 1 the command ran and foun
      was refused; 2 bad usage or input; 3 history unavailable (no daemon, store or key); 141 the \
      reader of the output went away (a closed pipe). See docs/cli.md.";
 
-/// annal: an encrypted, append-only local history of what computer-use agents did.
+/// An encrypted, append-only local history of what computer-use agents did.
 #[derive(Debug, Parser)]
-#[command(name = "annal", version, about, after_help = EXIT_CODES_HELP)]
+#[command(name = "annal", version, after_help = EXIT_CODES_HELP)]
 struct Cli {
     /// The store directory (default: `$XDG_STATE_HOME/annal/<namespace>`, else
     /// `~/.local/state/annal/<namespace>`).
@@ -178,6 +180,10 @@ enum Command {
     /// The bundled agent skill: `show` prints it, `instruction` the system-instruction text,
     /// `install DIR` writes DIR/annal-history/SKILL.md.
     Skill(skill::SkillArgs),
+    /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    Completions(shell::CompletionsArgs),
+    /// Print the manual page (roff), for `man -l -` or a man directory.
+    Man,
     /// Run the whole pipeline on a temporary store and print a short report (no set-up).
     Demo(demo::DemoArgs),
     /// Decode a store offline for forensics and interop (read-only; never writes).
@@ -301,6 +307,8 @@ fn main() -> ExitCode {
         Command::Mcp(args) => with_location(&|l| mcp::run(l, no_daemon, args)),
         Command::McpConfig(args) => with_location(&|l| mcp_config::run(l, args)),
         Command::Skill(args) => skill::run(args),
+        Command::Completions(args) => shell::completions::<Cli>(args),
+        Command::Man => shell::man::<Cli>(),
         Command::Demo(args) => demo::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Doctor(args) => doctor::run(args, cli.key_store, location().ok().as_ref()),
