@@ -1,0 +1,579 @@
+//! Stores the real reference implementation wrote (trycua/cua, crate cua-driver-core, driven
+//! through its public API by a harness; `engine/tests/fixtures/*/README.md` say exactly how),
+//! read and written by annal through the Engine API (issue 28, item 6). Each test works on a
+//! copy in a temp dir, never on the committed files.
+//!
+//! - `reference-disabled`: an annal store the reference disabled: annal says disabled and
+//!   admits nothing until the owner enables it again ("narrowing wins", docs/design.md).
+//! - `reference-stock-key`: a store the reference created under its stock key naming: annal
+//!   reads it with the key under that name, and writes on under it.
+//! - `reference-appended`: chunks the reference appended to an annal store, two of them the
+//!   header-only chunks its `status` leaves: every event reads, verify is clean, no gap, and
+//!   annal goes on appending.
+//!
+//! These replace, where they can, the emulation in `interop.rs` (annal's own codec writing what
+//! the reference would) with the reference's own bytes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use annal_actors::{Engine, EngineConfig};
+use annal_engine::capture::Admission;
+use annal_engine::clock::ManualClock;
+use annal_engine::entropy::SeededEntropy;
+use annal_engine::journal::{ContractSource, Journal, JournalEvent, State};
+use annal_engine::keys::{
+    HistoryKeys, InMemoryProvider, JournalKeys, KeyProvider, KeyReference, Namespace, OpenMode,
+    ReferenceKind, RootKey, open_store_key,
+};
+use annal_engine::profile::ChunkVerdict;
+use annal_engine::seal::{
+    CheckpointReading, CheckpointStore, CredentialCheckpoints, SealKey, StoreFinding, VerifyReport,
+};
+use annal_engine::storage::{Access, Storage, StoreLayout};
+use annal_engine::store::{
+    History, StateMirror, StoreReader, StoreReport, key_scope, open_store, read_state_mirror,
+};
+use annal_schema::{Capability, ControlOperation, Event, HealthCategory, Payload};
+
+/// Every engine in these tests reads this wall clock: 2026-12-04T18:00:00Z, after every
+/// fixture's events (all written 2026-12-04) and within the default 7-day retention of them,
+/// so the tests do not start failing a week after the fixtures were made.
+const FIXTURE_CLOCK: Duration = Duration::from_secs(1_796_407_200);
+
+/// `engine/tests/fixtures/<name>`.
+fn fixture_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../engine/tests/fixtures")
+        .join(name)
+}
+
+/// Copies `from` to `to` with the modes a store has (git keeps no modes, nor empty
+/// directories: the sidecar's empty `tmp/` and `quarantine/` are made by the caller).
+fn copy_tree(from: &Path, to: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(to).unwrap();
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+    }
+}
+
+fn unhex(text: &str) -> Vec<u8> {
+    let text = text.trim();
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// A fixture copied into a temp dir, with its key in an in-memory credential store under the
+/// reference's stock name (`com.trycua.<namespace>.computer-history.v1`).
+struct Fixture {
+    /// Removed with the copy.
+    _dir: tempfile::TempDir,
+    /// The fixture's committed folder (read only).
+    source: PathBuf,
+    layout: StoreLayout,
+    namespace: Namespace,
+    key: [u8; 32],
+    provider: Arc<InMemoryProvider>,
+    clock: Arc<ManualClock>,
+}
+
+impl Fixture {
+    /// `name`'s `store/` copied as the namespace directory `<tmp>/<namespace>` (an annal store:
+    /// contract store and sidecar).
+    fn annal_store(name: &str, namespace: &str) -> Self {
+        let fixture = Self::new(name, namespace);
+        let dir = fixture.layout.history_root().parent().unwrap().to_owned();
+        copy_tree(&fixture.source.join("store"), &dir);
+        for empty in ["tmp", "quarantine"] {
+            std::fs::create_dir_all(dir.join("engine").join(empty)).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(
+                dir.join("engine").join(empty),
+                std::fs::Permissions::from_mode(0o700),
+            )
+            .unwrap();
+        }
+        fixture
+    }
+
+    fn new(name: &str, namespace: &str) -> Self {
+        let source = fixture_dir(name);
+        let dir = tempfile::tempdir().unwrap();
+        let layout = StoreLayout::in_namespace_dir(&dir.path().join(namespace));
+        let namespace = Namespace::new(namespace).unwrap();
+        let key: [u8; 32] = unhex(&std::fs::read_to_string(source.join("key.hex")).unwrap())
+            .try_into()
+            .unwrap();
+        let provider = Arc::new(InMemoryProvider::new(Box::new(SeededEntropy::new(28))).unwrap());
+        provider
+            .put_raw(&namespace, &namespace.primary_reference(), &key)
+            .unwrap();
+        Self {
+            _dir: dir,
+            source,
+            layout,
+            namespace,
+            key,
+            provider,
+            clock: Arc::new(ManualClock::new(FIXTURE_CLOCK)),
+        }
+    }
+
+    /// Puts the seal checkpoint annal kept when it wrote the fixture's store (a credential,
+    /// outside the directory, so not in `store/`) into the credential store.
+    fn plant_checkpoint(&self) {
+        let value =
+            unhex(&std::fs::read_to_string(self.source.join("annal_checkpoint.hex")).unwrap());
+        let id = key_scope(&self.layout).unwrap().id;
+        self.provider
+            .put_raw_checkpoint(&self.namespace, id.as_ref(), &value)
+            .unwrap();
+    }
+
+    /// What the reference's own reader returned for the fixture's store (its `query`, on a
+    /// copy): one event a line, the compact JSON it encrypts.
+    fn reference_reader(&self) -> Vec<String> {
+        std::fs::read_to_string(self.source.join("reference_reader.jsonl"))
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// `annal inspect <contract store> --key-hex-file <key> --json` (offline, read-only) on the
+    /// copy: its report, as printed.
+    fn inspect(&self) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        let key_file = self._dir.path().join("key.hex");
+        std::fs::copy(self.source.join("key.hex"), &key_file).unwrap();
+        std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_annal"))
+            .arg("inspect")
+            .arg(self.layout.history_root())
+            .arg("--key-hex-file")
+            .arg(&key_file)
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn start(&self) -> Engine {
+        Engine::start_with(
+            EngineConfig::new(self.layout.clone(), self.namespace.clone()),
+            Arc::clone(&self.provider) as Arc<dyn KeyProvider>,
+            Arc::clone(&self.clock) as Arc<dyn annal_engine::clock::Clock>,
+            None,
+        )
+        .unwrap()
+    }
+
+    fn storage(&self) -> Arc<dyn Storage> {
+        Arc::new(open_store(&self.layout, Access::Read).unwrap())
+    }
+
+    /// The history stream as annal's reader classifies it, with the fixture's key.
+    fn report(&self) -> StoreReport<Event> {
+        StoreReader::<History>::new(self.storage())
+            .read(&HistoryKeys::from_root(RootKey::from_bytes(self.key)))
+            .unwrap()
+    }
+
+    fn events(&self) -> Vec<Event> {
+        let report = self.report();
+        assert!(!report.has_corruption(), "{report:#?}");
+        assert!(!report.has_unreadable(), "{report:#?}");
+        report.records().map(|r| r.event.clone()).collect()
+    }
+
+    fn journal(&self) -> Vec<JournalEvent> {
+        let report = StoreReader::<Journal>::new(self.storage())
+            .read(&JournalKeys::from_namespace_root(&RootKey::from_bytes(
+                self.key,
+            )))
+            .unwrap();
+        assert!(!report.has_corruption(), "{report:#?}");
+        report.records().map(|r| r.event.event.clone()).collect()
+    }
+
+    fn state_file(&self) -> Option<StateMirror> {
+        read_state_mirror(&open_store(&self.layout, Access::Read).unwrap()).unwrap()
+    }
+
+    /// `annal verify`'s check, with the key the store's chunks name and the checkpoint the
+    /// credential store holds for it.
+    fn verify(&self) -> VerifyReport {
+        let scope = key_scope(&self.layout).unwrap();
+        let custody = open_store_key(
+            self.provider.as_ref(),
+            &self.namespace,
+            &scope,
+            OpenMode::Read,
+        )
+        .unwrap();
+        let checkpoint =
+            CredentialCheckpoints::new(self.provider.as_ref(), &self.namespace, scope.id.as_ref())
+                .load()
+                .unwrap();
+        annal_engine::seal::verify(
+            &self.storage(),
+            &custody.history_keys(),
+            &SealKey::from_custody(&custody),
+            CheckpointReading::Read(checkpoint),
+        )
+        .unwrap()
+    }
+}
+
+fn click() -> Capability {
+    Capability::new("input.pointer.click").unwrap()
+}
+
+fn capture_one(engine: &Engine) -> Admission {
+    engine
+        .capture()
+        .action_started(click(), None, None)
+        .admission()
+}
+
+fn sequences(events: &[Event]) -> Vec<u64> {
+    events.iter().map(|e| e.data.sequence.get()).collect()
+}
+
+fn control_of(event: &Event) -> Option<ControlOperation> {
+    match event.data.payload {
+        Payload::Control { operation } => Some(operation),
+        _ => None,
+    }
+}
+
+/// The stream ids (`source` minus its URN prefix) of `events`, in order of first appearance.
+fn sources(events: &[Event]) -> Vec<String> {
+    let mut seen = Vec::new();
+    for event in events {
+        let source = event.source.stream_id().to_owned();
+        if !seen.contains(&source) {
+            seen.push(source);
+        }
+    }
+    seen
+}
+
+/// Every record of the store is byte-identical to what the reference's reader returned for it,
+/// in the same (sequence) order, none missing and none added.
+fn assert_byte_identical_to_the_reference_reader(fixture: &Fixture) {
+    let report = fixture.report();
+    assert!(!report.has_corruption(), "{report:#?}");
+    let ours: Vec<String> = report
+        .records()
+        .map(|r| String::from_utf8(r.plaintext.clone()).unwrap())
+        .collect();
+    let theirs = fixture.reference_reader();
+    assert_eq!(ours.len(), theirs.len());
+    for (i, (ours, theirs)) in ours.iter().zip(&theirs).enumerate() {
+        assert_eq!(ours, theirs, "record {i}");
+    }
+}
+
+/// `annal inspect` returns every event as the reference's reader did, byte for byte (as raw JSON
+/// text inside its report), and every chunk `complete`; returns the chunks' record counts.
+fn assert_inspect_returns_what_the_reference_read(fixture: &Fixture) -> Vec<u64> {
+    #[derive(serde::Deserialize)]
+    struct Shape<'a> {
+        #[serde(borrow)]
+        events: Vec<&'a serde_json::value::RawValue>,
+        chunks: Vec<serde_json::Value>,
+    }
+    let report = fixture.inspect();
+    let shape: Shape<'_> = serde_json::from_str(&report).unwrap();
+    let theirs = fixture.reference_reader();
+    assert_eq!(shape.events.len(), theirs.len());
+    for (i, (ours, theirs)) in shape.events.iter().zip(&theirs).enumerate() {
+        assert_eq!(ours.get(), theirs, "event {i}");
+    }
+    shape
+        .chunks
+        .iter()
+        .map(|c| {
+            assert_eq!(c["verdict"], "complete", "{c}");
+            c["records"].as_u64().unwrap()
+        })
+        .collect()
+}
+
+/// Every chunk reads complete (header-only ones included) and names the stock key reference.
+fn assert_every_chunk_complete_under_the_stock_name(fixture: &Fixture) -> usize {
+    let report = fixture.report();
+    let mut header_only = 0;
+    for chunk in &report.chunks {
+        let ChunkVerdict::Complete { records } = &chunk.verdict else {
+            panic!("{}: {:?}", chunk.file_name, chunk.verdict);
+        };
+        let header = chunk.header.as_ref().unwrap();
+        assert_eq!(
+            fixture
+                .namespace
+                .kind_of(&KeyReference::new(header.header.key_reference()).unwrap()),
+            ReferenceKind::ReferenceNamed,
+            "{}",
+            chunk.file_name
+        );
+        if records.is_empty() {
+            header_only += 1;
+        }
+    }
+    header_only
+}
+
+// --- (a) a store the reference disabled after annal wrote to it ------------------------------
+
+#[test]
+fn a_store_the_real_reference_disabled_says_disabled_and_admits_nothing_until_enabled() {
+    let f = Fixture::annal_store("reference-disabled", "work");
+    f.plant_checkpoint();
+
+    // The fixture as the reference left it: both places of the contract say disabled, and the
+    // newest event is the reference's `disable`, in a stream of its own.
+    assert_eq!(
+        f.state_file(),
+        Some(StateMirror {
+            enabled: false,
+            paused: false
+        })
+    );
+    let before = f.events();
+    assert_eq!(sequences(&before), (1..=10).collect::<Vec<_>>());
+    let reference_disable = before.last().unwrap();
+    assert_eq!(
+        control_of(reference_disable),
+        Some(ControlOperation::Disable)
+    );
+    let streams = sources(&before);
+    assert_eq!(streams.len(), 2, "annal's stream and the reference's");
+    assert_eq!(reference_disable.source.stream_id(), streams[1]);
+    assert_byte_identical_to_the_reference_reader(&f);
+    assert_every_chunk_complete_under_the_stock_name(&f);
+    // Before annal runs again, verify is clean: the reference's chunk is the newest of its
+    // stream, unsealed and `ok`.
+    let report = f.verify();
+    assert!(report.is_clean(), "{report:#?}");
+
+    // annal on it: disabled, nothing admitted, nothing dropped, and no storage fault.
+    let engine = f.start();
+    let status = engine.status().unwrap();
+    assert!(!status.enabled, "{status:?}");
+    assert!(!status.paused, "{status:?}");
+    assert_eq!(status.health, HealthCategory::Disabled);
+    for _ in 0..3 {
+        assert_eq!(capture_one(&engine), Admission::NotAdmitted);
+    }
+    let status = engine.status().unwrap();
+    assert_eq!(status.dropped_events, 0, "not admitted is not dropped");
+    assert!(engine.shutdown().drained);
+    // Nothing reached the history: the store holds exactly what the reference left.
+    assert_eq!(f.events(), before);
+    assert_eq!(
+        f.state_file(),
+        Some(StateMirror {
+            enabled: false,
+            paused: false
+        })
+    );
+    // annal journaled what it observed, and where: the reference's event, by its sequence, once.
+    let observed: Vec<JournalEvent> = f
+        .journal()
+        .into_iter()
+        .filter(|e| matches!(e, JournalEvent::ContractObserved { .. }))
+        .collect();
+    assert_eq!(
+        observed,
+        [JournalEvent::ContractObserved {
+            operation: ControlOperation::Disable,
+            source: ContractSource::ControlEvent,
+            sequence: reference_disable.data.sequence.get(),
+        }]
+    );
+
+    // Started again without the owner's word: still disabled, still nothing admitted.
+    let engine = f.start();
+    assert!(!engine.status().unwrap().enabled);
+    assert_eq!(capture_one(&engine), Admission::NotAdmitted);
+
+    // The owner enables it again, through annal: capture resumes, both places say enabled.
+    let status = engine.enable().unwrap();
+    assert!(status.enabled && !status.paused, "{status:?}");
+    assert_eq!(capture_one(&engine), Admission::Accepted);
+    engine.flush().unwrap();
+    assert_eq!(engine.status().unwrap().health, HealthCategory::Ready);
+    assert!(engine.shutdown().drained);
+    assert_eq!(
+        f.state_file(),
+        Some(StateMirror {
+            enabled: true,
+            paused: false
+        })
+    );
+    let after = f.events();
+    assert_eq!(
+        &after[..before.len()],
+        &before[..],
+        "history is append-only"
+    );
+    let added = &after[before.len()..];
+    assert_eq!(control_of(&added[0]), Some(ControlOperation::Enable));
+    assert!(
+        added
+            .iter()
+            .any(|e| matches!(e.data.payload, Payload::ActionStarted)),
+        "{added:#?}"
+    );
+    assert_eq!(
+        sequences(&after),
+        (1..=after.len() as u64).collect::<Vec<_>>(),
+        "annal goes on right above the reference's disable: no gap"
+    );
+    // The disable was taken once: the next start stays enabled.
+    let engine = f.start();
+    assert!(engine.status().unwrap().enabled);
+    assert_eq!(capture_one(&engine), Admission::Accepted);
+    assert!(engine.shutdown().drained);
+    let observed = f
+        .journal()
+        .into_iter()
+        .filter(|e| matches!(e, JournalEvent::ContractObserved { .. }))
+        .count();
+    assert_eq!(observed, 1);
+    let report = f.verify();
+    assert!(report.is_clean(), "{report:#?}");
+}
+
+// --- (c) chunks the reference appended to an annal store --------------------------------------
+
+#[test]
+fn chunks_the_real_reference_appended_read_whole_verify_clean_and_annal_appends_on() {
+    let f = Fixture::annal_store("reference-appended", "work");
+
+    // Every event, annal's and the reference's, byte-identical to what the reference read.
+    let before = f.events();
+    // annal's nine (enable, a session of three actions) and the reference's nine (a session of
+    // three actions, its flush).
+    assert_eq!(before.len(), 18);
+    assert_byte_identical_to_the_reference_reader(&f);
+    // The owner's offline tool says the same: annal's chunk, the appending run's, and the two
+    // header-only chunks, each complete.
+    let mut records = assert_inspect_returns_what_the_reference_read(&f);
+    records.sort_unstable();
+    assert_eq!(records, [0, 0, 9, 9]);
+    // Two header-only chunks (the reference's `status`, before and after its appending run),
+    // every chunk complete and under the stock key name.
+    assert_eq!(assert_every_chunk_complete_under_the_stock_name(&f), 2);
+    let report = f.report();
+    assert_eq!(report.chunks.len(), 4);
+    // Three streams hold records or headers of their own: annal's, and one per reference
+    // process (the two `status` runs and the appending run: four chunks, four streams).
+    let streams: BTreeSet<&str> = report
+        .chunks
+        .iter()
+        .map(|c| c.header.as_ref().unwrap().header.stream_id())
+        .collect();
+    assert_eq!(streams.len(), 4);
+    // No gap: the reference went on at annal's highest sequence plus one.
+    assert_eq!(sequences(&before), (1..=18).collect::<Vec<_>>());
+    let event_streams = sources(&before);
+    assert_eq!(event_streams.len(), 2);
+    assert!(
+        before[..9]
+            .iter()
+            .all(|e| e.source.stream_id() == event_streams[0])
+    );
+    assert!(
+        before[9..]
+            .iter()
+            .all(|e| e.source.stream_id() == event_streams[1])
+    );
+    assert_eq!(control_of(&before[8]), None);
+    assert_eq!(control_of(&before[17]), Some(ControlOperation::Flush));
+
+    // Verify, with no checkpoint in this credential store: exactly `checkpoint_missing` (annal's
+    // seal is there, its checkpoint is not) and every chunk ok.
+    let report = f.verify();
+    assert!(report.chunks.iter().all(|c| c.is_ok()), "{report:#?}");
+    assert!(
+        matches!(
+            report.store.as_slice(),
+            [StoreFinding::CheckpointMissing { newest }] if newest.ordinal == 1
+        ),
+        "{report:#?}"
+    );
+    assert_eq!(report.seals, 1);
+    // With the checkpoint annal kept when it wrote the store: clean.
+    f.plant_checkpoint();
+    let report = f.verify();
+    assert!(report.is_clean(), "{report:#?}");
+
+    // annal opens it: enabled (the reference changed nothing about on and off), healthy, and
+    // appends on.
+    let engine = f.start();
+    let status = engine.status().unwrap();
+    assert!(status.enabled && !status.paused, "{status:?}");
+    assert_eq!(status.health, HealthCategory::Ready);
+    for _ in 0..3 {
+        assert_eq!(capture_one(&engine), Admission::Accepted);
+    }
+    engine.flush().unwrap();
+    let status = engine.status().unwrap();
+    assert_eq!(status.health, HealthCategory::Ready);
+    assert_eq!(status.dropped_events, 0);
+    assert!(engine.shutdown().drained);
+
+    let after = f.events();
+    assert_eq!(
+        &after[..before.len()],
+        &before[..],
+        "history is append-only"
+    );
+    assert_eq!(
+        after.len(),
+        before.len() + 3,
+        "{:#?}",
+        &after[before.len()..]
+    );
+    assert_eq!(
+        sequences(&after),
+        (1..=after.len() as u64).collect::<Vec<_>>(),
+        "no gap: annal goes on above the reference's last sequence"
+    );
+    // And no gap to account for: nothing skipped, nothing lost, nothing observed.
+    let journal = f.journal();
+    let state = State::replay(&journal);
+    assert!(state.skipped.is_empty(), "{:?}", state.skipped);
+    assert!(state.lost.is_empty(), "{:?}", state.lost);
+    assert!(
+        !journal
+            .iter()
+            .any(|e| matches!(e, JournalEvent::ContractObserved { .. })),
+        "a flush says nothing about on and off"
+    );
+    let report = f.verify();
+    assert!(report.is_clean(), "{report:#?}");
+}
