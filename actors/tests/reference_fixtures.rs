@@ -56,19 +56,7 @@ fn fixture_dir(name: &str) -> PathBuf {
 /// Copies `from` to `to` with the modes a store has (git keeps no modes, nor empty
 /// directories: the sidecar's empty `tmp/` and `quarantine/` are made by the caller).
 fn copy_tree(from: &Path, to: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(to).unwrap();
-    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700)).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
-        }
-    }
+    annal_engine::test_support::copy_tree(from, to).unwrap();
 }
 
 fn unhex(text: &str) -> Vec<u8> {
@@ -269,6 +257,18 @@ fn sequences(events: &[Event]) -> Vec<u64> {
     events.iter().map(|e| e.data.sequence.get()).collect()
 }
 
+/// `after` holds `before` unchanged, then what was added, every sequence from 1 with no gap:
+/// returns what was added.
+fn appended<'a>(before: &[Event], after: &'a [Event]) -> &'a [Event] {
+    assert_eq!(&after[..before.len()], before, "history is append-only");
+    assert_eq!(
+        sequences(after),
+        (1..=after.len() as u64).collect::<Vec<_>>(),
+        "no gap: what was added goes on right above the highest sequence before it"
+    );
+    &after[before.len()..]
+}
+
 fn control_of(event: &Event) -> Option<ControlOperation> {
     match event.data.payload {
         Payload::Control { operation } => Some(operation),
@@ -443,23 +443,13 @@ fn a_store_the_real_reference_disabled_says_disabled_and_admits_nothing_until_en
         })
     );
     let after = f.events();
-    assert_eq!(
-        &after[..before.len()],
-        &before[..],
-        "history is append-only"
-    );
-    let added = &after[before.len()..];
+    let added = appended(&before, &after);
     assert_eq!(control_of(&added[0]), Some(ControlOperation::Enable));
     assert!(
         added
             .iter()
             .any(|e| matches!(e.data.payload, Payload::ActionStarted)),
         "{added:#?}"
-    );
-    assert_eq!(
-        sequences(&after),
-        (1..=after.len() as u64).collect::<Vec<_>>(),
-        "annal goes on right above the reference's disable: no gap"
     );
     // The disable was taken once: the next start stays enabled.
     let engine = f.start();
@@ -556,22 +546,8 @@ fn chunks_the_real_reference_appended_read_whole_verify_clean_and_annal_appends_
     assert!(engine.shutdown().drained);
 
     let after = f.events();
-    assert_eq!(
-        &after[..before.len()],
-        &before[..],
-        "history is append-only"
-    );
-    assert_eq!(
-        after.len(),
-        before.len() + 3,
-        "{:#?}",
-        &after[before.len()..]
-    );
-    assert_eq!(
-        sequences(&after),
-        (1..=after.len() as u64).collect::<Vec<_>>(),
-        "no gap: annal goes on above the reference's last sequence"
-    );
+    let added = appended(&before, &after);
+    assert_eq!(added.len(), 3, "{added:#?}");
     // And no gap to account for: nothing skipped, nothing lost, nothing observed.
     let journal = f.journal();
     let state = State::replay(&journal);
@@ -685,12 +661,9 @@ fn a_store_the_real_reference_created_with_its_stock_key_naming_reads_and_writes
         })
     );
     let written_back = f.events();
-    assert_eq!(&written_back[..before.len()], &before[..]);
-    assert_eq!(written_back.len(), before.len() + 1);
-    assert_eq!(
-        control_of(&written_back[before.len()]),
-        Some(ControlOperation::Disable)
-    );
+    let added = appended(&before, &written_back);
+    assert_eq!(added.len(), 1, "{added:#?}");
+    assert_eq!(control_of(&added[0]), Some(ControlOperation::Disable));
     assert_eq!(
         f.journal()
             .into_iter()
@@ -731,18 +704,10 @@ fn a_store_the_real_reference_created_with_its_stock_key_naming_reads_and_writes
         "annal claimed the unowned stock key for this store"
     );
     let after = f.events();
-    assert_eq!(
-        &after[..before.len()],
-        &before[..],
-        "history is append-only"
-    );
-    assert_eq!(
-        sequences(&after),
-        (1..=after.len() as u64).collect::<Vec<_>>(),
-        "annal goes on above the reference's last sequence"
-    );
+    let added = appended(&before, &after);
+    assert!(!added.is_empty());
     assert!(
-        after[before.len()..]
+        added
             .iter()
             .all(|e| e.source.stream_id() != before[0].source.stream_id())
     );
