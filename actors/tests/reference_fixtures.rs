@@ -213,8 +213,24 @@ impl Fixture {
         report.records().map(|r| r.event.event.clone()).collect()
     }
 
-    fn state_file(&self) -> Option<StateMirror> {
-        read_state_mirror(&open_store(&self.layout, Access::Read).unwrap()).unwrap()
+    /// `state.json` says enabled (or not) and not paused.
+    fn assert_state_file(&self, enabled: bool) {
+        let state = read_state_mirror(&open_store(&self.layout, Access::Read).unwrap()).unwrap();
+        assert_eq!(
+            state,
+            Some(StateMirror {
+                enabled,
+                paused: false
+            })
+        );
+    }
+
+    /// The journal's `contract_observed` records.
+    fn observed(&self) -> Vec<JournalEvent> {
+        self.journal()
+            .into_iter()
+            .filter(|e| matches!(e, JournalEvent::ContractObserved { .. }))
+            .collect()
     }
 
     /// `annal verify`'s check, with the key the store's chunks name and the checkpoint the
@@ -251,6 +267,19 @@ fn capture_one(engine: &Engine) -> Admission {
         .capture()
         .action_started(click(), None, None)
         .admission()
+}
+
+/// The owner's enable through annal, then `actions` captured (each admitted), flushed, the
+/// engine ready throughout and stopped cleanly.
+fn enable_and_capture(engine: Engine, actions: usize) {
+    let status = engine.enable().unwrap();
+    assert!(status.enabled && !status.paused, "{status:?}");
+    for _ in 0..actions {
+        assert_eq!(capture_one(&engine), Admission::Accepted);
+    }
+    engine.flush().unwrap();
+    assert_eq!(engine.status().unwrap().health, HealthCategory::Ready);
+    assert!(engine.shutdown().drained);
 }
 
 fn sequences(events: &[Event]) -> Vec<u64> {
@@ -363,13 +392,7 @@ fn a_store_the_real_reference_disabled_says_disabled_and_admits_nothing_until_en
 
     // The fixture as the reference left it: both places of the contract say disabled, and the
     // newest event is the reference's `disable`, in a stream of its own.
-    assert_eq!(
-        f.state_file(),
-        Some(StateMirror {
-            enabled: false,
-            paused: false
-        })
-    );
+    f.assert_state_file(false);
     let before = f.events();
     assert_eq!(sequences(&before), (1..=10).collect::<Vec<_>>());
     let reference_disable = before.last().unwrap();
@@ -401,21 +424,10 @@ fn a_store_the_real_reference_disabled_says_disabled_and_admits_nothing_until_en
     assert!(engine.shutdown().drained);
     // Nothing reached the history: the store holds exactly what the reference left.
     assert_eq!(f.events(), before);
-    assert_eq!(
-        f.state_file(),
-        Some(StateMirror {
-            enabled: false,
-            paused: false
-        })
-    );
+    f.assert_state_file(false);
     // annal journaled what it observed, and where: the reference's event, by its sequence, once.
-    let observed: Vec<JournalEvent> = f
-        .journal()
-        .into_iter()
-        .filter(|e| matches!(e, JournalEvent::ContractObserved { .. }))
-        .collect();
     assert_eq!(
-        observed,
+        f.observed(),
         [JournalEvent::ContractObserved {
             operation: ControlOperation::Disable,
             source: ContractSource::ControlEvent,
@@ -429,19 +441,8 @@ fn a_store_the_real_reference_disabled_says_disabled_and_admits_nothing_until_en
     assert_eq!(capture_one(&engine), Admission::NotAdmitted);
 
     // The owner enables it again, through annal: capture resumes, both places say enabled.
-    let status = engine.enable().unwrap();
-    assert!(status.enabled && !status.paused, "{status:?}");
-    assert_eq!(capture_one(&engine), Admission::Accepted);
-    engine.flush().unwrap();
-    assert_eq!(engine.status().unwrap().health, HealthCategory::Ready);
-    assert!(engine.shutdown().drained);
-    assert_eq!(
-        f.state_file(),
-        Some(StateMirror {
-            enabled: true,
-            paused: false
-        })
-    );
+    enable_and_capture(engine, 1);
+    f.assert_state_file(true);
     let after = f.events();
     let added = appended(&before, &after);
     assert_eq!(control_of(&added[0]), Some(ControlOperation::Enable));
@@ -456,12 +457,7 @@ fn a_store_the_real_reference_disabled_says_disabled_and_admits_nothing_until_en
     assert!(engine.status().unwrap().enabled);
     assert_eq!(capture_one(&engine), Admission::Accepted);
     assert!(engine.shutdown().drained);
-    let observed = f
-        .journal()
-        .into_iter()
-        .filter(|e| matches!(e, JournalEvent::ContractObserved { .. }))
-        .count();
-    assert_eq!(observed, 1);
+    assert_eq!(f.observed().len(), 1);
     let report = f.verify();
     assert!(report.is_clean(), "{report:#?}");
 }
@@ -553,12 +549,7 @@ fn chunks_the_real_reference_appended_read_whole_verify_clean_and_annal_appends_
     let state = State::replay(&journal);
     assert!(state.skipped.is_empty(), "{:?}", state.skipped);
     assert!(state.lost.is_empty(), "{:?}", state.lost);
-    assert!(
-        !journal
-            .iter()
-            .any(|e| matches!(e, JournalEvent::ContractObserved { .. })),
-        "a flush says nothing about on and off"
-    );
+    assert_eq!(f.observed(), [], "a flush says nothing about on and off");
     let report = f.verify();
     assert!(report.is_clean(), "{report:#?}");
 }
@@ -653,22 +644,13 @@ fn a_store_the_real_reference_created_with_its_stock_key_naming_reads_and_writes
     assert_eq!(status.health, HealthCategory::Disabled);
     assert_eq!(capture_one(&engine), Admission::NotAdmitted);
     assert!(engine.shutdown().drained);
-    assert_eq!(
-        f.state_file(),
-        Some(StateMirror {
-            enabled: false,
-            paused: false
-        })
-    );
+    f.assert_state_file(false);
     let written_back = f.events();
     let added = appended(&before, &written_back);
     assert_eq!(added.len(), 1, "{added:#?}");
     assert_eq!(control_of(&added[0]), Some(ControlOperation::Disable));
     assert_eq!(
-        f.journal()
-            .into_iter()
-            .filter(|e| matches!(e, JournalEvent::ContractObserved { .. }))
-            .collect::<Vec<_>>(),
+        f.observed(),
         [JournalEvent::ContractObserved {
             operation: ControlOperation::Enable,
             source: ContractSource::ControlEvent,
@@ -680,14 +662,7 @@ fn a_store_the_real_reference_created_with_its_stock_key_naming_reads_and_writes
 
     // The owner enables it through annal: it writes on, under the stock name.
     let engine = f.start();
-    let status = engine.enable().unwrap();
-    assert!(status.enabled && !status.paused, "{status:?}");
-    for _ in 0..3 {
-        assert_eq!(capture_one(&engine), Admission::Accepted);
-    }
-    engine.flush().unwrap();
-    assert_eq!(engine.status().unwrap().health, HealthCategory::Ready);
-    assert!(engine.shutdown().drained);
+    enable_and_capture(engine, 3);
 
     let scope = key_scope(&f.layout).unwrap();
     assert!(scope.id.is_some());
@@ -726,12 +701,7 @@ fn enable_takes_over_a_store_the_real_reference_created() {
     let f = Fixture::contract_store("reference-stock-key", "stock");
     let contract_before = snapshot(f.layout.history_root());
     let engine = f.start();
-    let status = engine.enable().unwrap();
-    assert!(status.enabled && !status.paused, "{status:?}");
-    assert_eq!(capture_one(&engine), Admission::Accepted);
-    engine.flush().unwrap();
-    assert_eq!(engine.status().unwrap().health, HealthCategory::Ready);
-    assert!(engine.shutdown().drained);
+    enable_and_capture(engine, 1);
     assert!(f.layout.sidecar().unwrap().is_dir());
     // The reference's files are still there, byte for byte (annal only adds chunks and rewrites
     // `state.json`).
