@@ -3,8 +3,9 @@
 //! read and written by annal through the Engine API (issue 28, item 6). Each test works on a
 //! copy in a temp dir, never on the committed files.
 //!
-//! - `reference-disabled`: an annal store the reference disabled: annal says disabled and
-//!   admits nothing until the owner enables it again ("narrowing wins", docs/design.md).
+//! - `reference-disabled`, `reference-paused`: an annal store the reference disabled, or
+//!   paused: annal says so and admits nothing until the owner enables (resumes) it again
+//!   ("narrowing wins", docs/design.md).
 //! - `reference-stock-key`: a store the reference created under its stock key naming: annal
 //!   reads it with the key under that name (and under no other), and, adopted, writes on under
 //!   it. `annal enable` on it without an adoption fails: an ignored test says so.
@@ -213,16 +214,10 @@ impl Fixture {
         report.records().map(|r| r.event.event.clone()).collect()
     }
 
-    /// `state.json` says enabled (or not) and not paused.
-    fn assert_state_file(&self, enabled: bool) {
+    /// What `state.json` says.
+    fn assert_state_file(&self, enabled: bool, paused: bool) {
         let state = read_state_mirror(&open_store(&self.layout, Access::Read).unwrap()).unwrap();
-        assert_eq!(
-            state,
-            Some(StateMirror {
-                enabled,
-                paused: false
-            })
-        );
+        assert_eq!(state, Some(StateMirror { enabled, paused }));
     }
 
     /// The journal's `contract_observed` records.
@@ -383,83 +378,121 @@ fn assert_every_chunk_complete_under_the_stock_name(fixture: &Fixture) -> usize 
     header_only
 }
 
-// --- (a) a store the reference disabled after annal wrote to it ------------------------------
+// --- (a) a store the reference disabled (or paused) after annal wrote to it ------------------
 
-#[test]
-fn a_store_the_real_reference_disabled_says_disabled_and_admits_nothing_until_enabled() {
-    let f = Fixture::annal_store("reference-disabled", "work");
+/// The fixture `name`, where annal wrote events 1-9 and the reference then narrowed the store
+/// with `operation` (`state.json` first, then its `control` event, sequence 10, in a chunk of
+/// its own stream), checked as the reference left it; then annal started on it once, without a
+/// word from its owner: it says what the reference said, admits nothing, writes nothing, and
+/// journals the reference's event once. Returns the fixture and its events.
+fn narrowed_by_the_real_reference(
+    name: &str,
+    operation: ControlOperation,
+) -> (Fixture, Vec<Event>) {
+    let (enabled, paused, health) = match operation {
+        ControlOperation::Disable => (false, false, HealthCategory::Disabled),
+        ControlOperation::Pause => (true, true, HealthCategory::Paused),
+        other => panic!("not a narrowing: {other:?}"),
+    };
+    let f = Fixture::annal_store(name, "work");
     f.plant_checkpoint();
 
-    // The fixture as the reference left it: both places of the contract say disabled, and the
-    // newest event is the reference's `disable`, in a stream of its own.
-    f.assert_state_file(false);
+    // As the reference left it: both places of the contract narrowed, the newest event the
+    // reference's, in a stream of its own; every event byte-identical to the reference's
+    // reader; verify clean (the reference's chunk is the newest of its stream, unsealed, `ok`).
+    f.assert_state_file(enabled, paused);
     let before = f.events();
     assert_eq!(sequences(&before), (1..=10).collect::<Vec<_>>());
-    let reference_disable = before.last().unwrap();
-    assert_eq!(
-        control_of(reference_disable),
-        Some(ControlOperation::Disable)
-    );
+    let reference_event = before.last().unwrap();
+    assert_eq!(control_of(reference_event), Some(operation));
     let streams = sources(&before);
     assert_eq!(streams.len(), 2, "annal's stream and the reference's");
-    assert_eq!(reference_disable.source.stream_id(), streams[1]);
+    assert_eq!(reference_event.source.stream_id(), streams[1]);
     assert_byte_identical_to_the_reference_reader(&f);
-    assert_every_chunk_complete_under_the_stock_name(&f);
-    // Before annal runs again, verify is clean: the reference's chunk is the newest of its
-    // stream, unsealed and `ok`.
+    assert_eq!(assert_every_chunk_complete_under_the_stock_name(&f), 0);
     let report = f.verify();
     assert!(report.is_clean(), "{report:#?}");
 
-    // annal on it: disabled, nothing admitted, nothing dropped, and no storage fault.
-    let engine = f.start();
-    let status = engine.status().unwrap();
-    assert!(!status.enabled, "{status:?}");
-    assert!(!status.paused, "{status:?}");
-    assert_eq!(status.health, HealthCategory::Disabled);
-    for _ in 0..3 {
-        assert_eq!(capture_one(&engine), Admission::NotAdmitted);
-    }
-    let status = engine.status().unwrap();
-    assert_eq!(status.dropped_events, 0, "not admitted is not dropped");
-    assert!(engine.shutdown().drained);
-    // Nothing reached the history: the store holds exactly what the reference left.
+    // annal on it, twice (the second start without the owner's word either): it says so,
+    // admits nothing (not counted as dropped), and has no storage fault.
+    let says_narrowed = || {
+        let engine = f.start();
+        let status = engine.status().unwrap();
+        assert_eq!(
+            (status.enabled, status.paused, status.health),
+            (enabled, paused, health),
+            "{status:?}"
+        );
+        for _ in 0..3 {
+            assert_eq!(capture_one(&engine), Admission::NotAdmitted);
+        }
+        assert_eq!(engine.status().unwrap().dropped_events, 0);
+        assert!(engine.shutdown().drained);
+    };
+    says_narrowed();
+    // Nothing reached the history; both places still say what the reference said; annal
+    // journaled what it observed, and where: the reference's event, by its sequence, once.
     assert_eq!(f.events(), before);
-    f.assert_state_file(false);
-    // annal journaled what it observed, and where: the reference's event, by its sequence, once.
+    f.assert_state_file(enabled, paused);
     assert_eq!(
         f.observed(),
         [JournalEvent::ContractObserved {
-            operation: ControlOperation::Disable,
+            operation,
             source: ContractSource::ControlEvent,
-            sequence: reference_disable.data.sequence.get(),
+            sequence: reference_event.data.sequence.get(),
         }]
     );
 
-    // Started again without the owner's word: still disabled, still nothing admitted.
-    let engine = f.start();
-    assert!(!engine.status().unwrap().enabled);
-    assert_eq!(capture_one(&engine), Admission::NotAdmitted);
+    says_narrowed();
+    assert_eq!(f.events(), before);
+    assert_eq!(f.observed().len(), 1);
+    (f, before)
+}
 
-    // The owner enables it again, through annal: capture resumes, both places say enabled.
-    enable_and_capture(engine, 1);
-    f.assert_state_file(true);
+/// After the owner widened through annal (`widening` the control event annal wrote): the
+/// store holds the fixture's events, then annal's `widening` and a captured action, with no
+/// gap; `state.json` says enabled and running; and a restart keeps it so, the reference's
+/// event taken once only. Verify is clean.
+fn widened_by_the_owner(f: &Fixture, before: &[Event], widening: ControlOperation) {
+    f.assert_state_file(true, false);
     let after = f.events();
-    let added = appended(&before, &after);
-    assert_eq!(control_of(&added[0]), Some(ControlOperation::Enable));
+    let added = appended(before, &after);
+    assert_eq!(control_of(&added[0]), Some(widening));
     assert!(
         added
             .iter()
             .any(|e| matches!(e.data.payload, Payload::ActionStarted)),
         "{added:#?}"
     );
-    // The disable was taken once: the next start stays enabled.
     let engine = f.start();
-    assert!(engine.status().unwrap().enabled);
+    let status = engine.status().unwrap();
+    assert!(status.enabled && !status.paused, "{status:?}");
     assert_eq!(capture_one(&engine), Admission::Accepted);
     assert!(engine.shutdown().drained);
     assert_eq!(f.observed().len(), 1);
     let report = f.verify();
     assert!(report.is_clean(), "{report:#?}");
+}
+
+#[test]
+fn a_store_the_real_reference_disabled_says_disabled_and_admits_nothing_until_enabled() {
+    let (f, before) =
+        narrowed_by_the_real_reference("reference-disabled", ControlOperation::Disable);
+    enable_and_capture(f.start(), 1);
+    widened_by_the_owner(&f, &before, ControlOperation::Enable);
+}
+
+#[test]
+fn a_store_the_real_reference_paused_says_paused_and_admits_nothing_until_resumed() {
+    let (f, before) = narrowed_by_the_real_reference("reference-paused", ControlOperation::Pause);
+    let engine = f.start();
+    let status = engine.resume().unwrap();
+    assert!(status.enabled && !status.paused, "{status:?}");
+    assert_eq!(capture_one(&engine), Admission::Accepted);
+    engine.flush().unwrap();
+    assert_eq!(engine.status().unwrap().health, HealthCategory::Ready);
+    assert!(engine.shutdown().drained);
+    widened_by_the_owner(&f, &before, ControlOperation::Resume);
 }
 
 // --- (c) chunks the reference appended to an annal store --------------------------------------
@@ -644,7 +677,7 @@ fn a_store_the_real_reference_created_with_its_stock_key_naming_reads_and_writes
     assert_eq!(status.health, HealthCategory::Disabled);
     assert_eq!(capture_one(&engine), Admission::NotAdmitted);
     assert!(engine.shutdown().drained);
-    f.assert_state_file(false);
+    f.assert_state_file(false, false);
     let written_back = f.events();
     let added = appended(&before, &written_back);
     assert_eq!(added.len(), 1, "{added:#?}");
