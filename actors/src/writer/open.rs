@@ -11,7 +11,7 @@ use annal_engine::history;
 use annal_engine::keys::KeyError;
 use annal_engine::storage::Access;
 use annal_engine::store::{
-    ControlRead, History, OpenState, StoreWriter, WriterConfig, create_store, open_store,
+    ControlRead, History, OpenState, StoreWriter, WriterConfig, create_or_adopt_store, open_store,
     read_state_mirror,
 };
 use annal_schema::{HealthCategory, Payload};
@@ -30,11 +30,9 @@ impl WriterState {
             return Ok(());
         }
         if self.storage.get().is_none() {
-            if create {
-                match create_store(&self.config.layout) {
-                    Ok(()) | Err(annal_engine::store::CreateStoreError::AlreadyExists { .. }) => {}
-                    Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
-                }
+            // The owner's enable creates the store, or adopts one the reference created.
+            if create && create_or_adopt_store(&self.config.layout).is_err() {
+                return Err(self.storage_fault(HealthCategory::StorageUnavailable));
             }
             match open_store(&self.config.layout, Access::Write) {
                 Ok(storage) => {

@@ -369,6 +369,20 @@ pub fn create_store(layout: &StoreLayout) -> Result<(), CreateStoreError> {
     Ok(())
 }
 
+/// What the owner's `enable` does to the store directory: creates the store when there is none,
+/// adopts a contract store that has no sidecar yet (one the reference created: [`adopt_store`]),
+/// and leaves a store annal already writes to as it is.
+pub fn create_or_adopt_store(layout: &StoreLayout) -> Result<(), CreateStoreError> {
+    match create_store(layout) {
+        Ok(()) => Ok(()),
+        Err(CreateStoreError::AlreadyExists { .. }) => match layout.sidecar() {
+            Some(sidecar) if sidecar.is_dir() => Ok(()),
+            _ => adopt_store(layout),
+        },
+        Err(other) => Err(other),
+    }
+}
+
 /// Adopts an existing contract store (for example one the reference wrote) so annal may write
 /// to it: creates the sidecar beside it, touching nothing inside the contract store.
 pub fn adopt_store(layout: &StoreLayout) -> Result<(), CreateStoreError> {
