@@ -1,16 +1,14 @@
 //! One truth about on and off across implementations, and no gap without a cause (issue 28,
 //! items 1 and 4), through the Engine API against a real store in a temp dir.
 //!
-//! The reference implementation's disable and pause are emulated with annal's own contract
-//! codec: `state.json` written as the reference writes it (`StateMirror`, the reference's exact
-//! bytes) and the contract's `control` event appended to the history stream by a
-//! `StoreWriter<History>` of its own generation (its own stream, unsealed, started above the
-//! highest sequence on disk, as the reference starts). What differs from a store the real
-//! reference left (building it is out of scope here): the reference's event ids are random
-//! (UUID-derived), not keyed; its `subject` and payload are the same; it names its key
-//! `com.trycua.<namespace>.computer-history.v1` on Linux where this test reuses annal's key
-//! reference; and it leaves the header-only chunk its `status` opens. None of that changes what
-//! annal reads: a control event, authenticated under the store's key, in a chunk no seal covers.
+//! The reference implementation's disable and pause are emulated here with annal's own contract
+//! codec (`state.json` as the reference writes it, and the contract's `control` event in a chunk
+//! of the emulated writer's own generation), because these tests need what the reference's public
+//! API cannot produce: a crash between its two writes (the file alone, the event alone), and
+//! narrowings at chosen points of annal's life. What the real reference left, built from its
+//! source, is tested against its own fixtures in `reference_fixtures.rs`
+//! (`engine/tests/fixtures/`: disabled, paused, a store with its stock key naming, chunks it
+//! appended).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod embedded;
