@@ -833,3 +833,23 @@ fn enabled_daemon(sandbox: &Sandbox) -> (Daemon, Raw) {
     );
     (daemon, raw)
 }
+
+/// Times for a person are local (the system's zone: here `TZ`, a POSIX string for UTC+9) with
+/// their offset; `--json` keeps the contract's exact UTC form.
+#[test]
+fn times_are_local_on_a_terminal_and_utc_in_json() {
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    let in_tokyo = |args: &[&str]| {
+        let output = sandbox.annal(args).env("TZ", "JST-9").output().unwrap();
+        assert!(output.status.success(), "{args:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let list = in_tokyo(&["list", "5"]);
+    assert!(list.contains(" +09:00  control enable"), "{list}");
+    let granted = in_tokyo(&["grant", "agent-a", "query"]);
+    assert!(granted.contains("+09:00"), "{granted}");
+    let json = sandbox.json(&["list", "5"]);
+    let time = json["events"][0]["time"].as_str().unwrap();
+    assert!(time.ends_with('Z'), "{time}");
+}

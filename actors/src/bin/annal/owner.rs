@@ -400,7 +400,9 @@ fn event_line(event: &Value) -> String {
     let mut line = format!(
         "{:>8}  {}  {}",
         data["sequence"].as_u64().unwrap_or_default(),
-        event["time"].as_str().unwrap_or("-"),
+        event["time"]
+            .as_str()
+            .map_or_else(|| "-".to_owned(), crate::views::local_rfc3339),
         payload["kind"].as_str().unwrap_or("-")
     );
     for field in ["operation", "phase", "category"] {

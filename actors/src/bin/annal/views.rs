@@ -12,11 +12,9 @@
 //! the epoch).
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use annal_actors::daemon::protocol::Request;
 use annal_actors::preflight::Preflight;
-use annal_schema::EventTime;
 use serde_json::Value;
 
 use crate::location::Location;
@@ -63,10 +61,27 @@ pub struct PreflightArgs {
     pub out: OutputArgs,
 }
 
-/// An instant given in ms since the epoch, as UTC RFC 3339 (`-` when it cannot be shown).
+/// An instant given in ms since the epoch, as [`local`] (`-` when it cannot be shown).
 pub fn time(ms: Option<u64>) -> String {
-    ms.and_then(|ms| EventTime::from_unix(Duration::from_millis(ms)).ok())
-        .map_or_else(|| "-".to_owned(), |t| t.as_str().to_owned())
+    ms.and_then(|ms| i64::try_from(ms).ok())
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map_or_else(|| "-".to_owned(), local)
+}
+
+/// An RFC 3339 event time (`2026-12-04T15:04:05.123Z`, the contract's `time`) as [`local`];
+/// the text as it is when it does not parse.
+pub fn local_rfc3339(text: &str) -> String {
+    text.parse::<jiff::Timestamp>()
+        .map_or_else(|_| text.to_owned(), local)
+}
+
+/// `at` in the system's time zone (`TZ`, else `/etc/localtime`, else UTC), to the second, with
+/// its offset: `2026-12-04 16:04:05 +01:00`. Only for a person: `--json` keeps the exact UTC
+/// form.
+pub fn local(at: jiff::Timestamp) -> String {
+    at.to_zoned(jiff::tz::TimeZone::system())
+        .strftime("%Y-%m-%d %H:%M:%S %:z")
+        .to_string()
 }
 
 /// `grants`.
