@@ -566,6 +566,62 @@ fn the_python_example_client_captures_through_the_socket() {
     assert_eq!(completed[0]["data"]["capability"], "input.pointer.click");
 }
 
+/// The Python client as an installable project (`examples/python/pyproject.toml`): `.ci/test`
+/// installs it into the host venv (`ANNAL_HOST_PYTHON`); here the installed module (not the
+/// source file) captures through a real daemon, and its console script runs the example.
+#[test]
+fn the_python_capture_package_installs_and_captures() {
+    let Some(python) = std::env::var_os("ANNAL_HOST_PYTHON") else {
+        assert!(
+            std::env::var("ANNAL_REQUIRE_HOST_PYTHON").as_deref() != Ok("1"),
+            "ANNAL_REQUIRE_HOST_PYTHON=1 but ANNAL_HOST_PYTHON is not set"
+        );
+        println!("python capture package: SKIPPED: no ANNAL_HOST_PYTHON");
+        return;
+    };
+    let python = std::path::PathBuf::from(python);
+    let sandbox = Sandbox::new();
+    let (_daemon, socket) = Daemon::start(&sandbox, &[]);
+    sandbox.ok(&["enable"]);
+    let script = r#"
+import sys, annal_client
+assert "site-packages" in annal_client.__file__, annal_client.__file__
+client = annal_client.AnnalClient(sys.argv[1])
+client.request("session_started", session="package session")
+started = client.request("action_started", capability="window.focus", session="package session")
+client.request("action_completed", action=started["action"],
+               outcome={"effect": "confirmed", "route": "accessibility"})
+print("captured", started["admission"])
+"#;
+    let output = Command::new(&python)
+        .arg("-c")
+        .arg(script)
+        .arg(&socket)
+        .current_dir(sandbox.path("home"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("captured accepted"), "{stdout}");
+    let example = python.with_file_name("annal-capture-example");
+    let output = Command::new(&example).arg(&socket).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let focus = sandbox
+        .events()
+        .iter()
+        .filter(|e| e["data"]["capability"] == "window.focus")
+        .count();
+    assert_eq!(focus, 2, "the package's capture (started and completed)");
+}
+
 #[test]
 fn verify_reads_the_key_from_its_credential_store_and_finds_a_corrupt_chunk() {
     let sandbox = Sandbox::new();
