@@ -171,3 +171,78 @@ fn completions_and_the_manual_page_are_generated_from_the_command_line() {
     );
     assert!(!help.contains("imperative shell"), "{help}");
 }
+
+/// `annal service`: the unit starts this store's daemon with the store options pinned and
+/// quoted for systemd (a store path with a space, `%` and `$` in it), `systemd-analyze verify`
+/// accepts it where systemd is installed, it is written 0600 and installed once (the same unit
+/// again changes nothing, a different one is refused without --force), and `uninstall` removes
+/// only a unit annal wrote.
+#[test]
+fn the_systemd_user_unit_starts_this_stores_daemon() {
+    let sandbox = Sandbox::new();
+    let store = sandbox.path("my store %h $HOME");
+    let store = store.to_str().unwrap();
+    let unit = sandbox.ok(&["--store", store, "service", "show"]);
+    assert!(
+        unit.starts_with("# Written by `annal service install`"),
+        "{unit}"
+    );
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .unwrap();
+    assert!(
+        exec.starts_with(&format!("\"{}\"", env!("CARGO_BIN_EXE_annal"))),
+        "{exec}"
+    );
+    assert!(
+        exec.contains(&format!("\"--namespace\" \"{}\"", sandbox.namespace)),
+        "{exec}"
+    );
+    let escaped = store.replace('%', "%%").replace('$', "$$");
+    assert!(
+        exec.contains(&format!("\"--store\" \"{escaped}\"")),
+        "{exec}"
+    );
+    assert!(exec.ends_with("\"serve\""), "{exec}");
+
+    let installed = sandbox.json(&["--store", store, "service", "install"]);
+    assert_eq!(installed["changed"], true, "{installed}");
+    let path = std::path::PathBuf::from(installed["path"].as_str().unwrap());
+    assert_eq!(
+        path,
+        sandbox
+            .path("home")
+            .join(".config/systemd/user")
+            .join(format!("annal-{}.service", sandbox.namespace))
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), unit);
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    match std::process::Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+    {
+        Ok(output) => assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        ),
+        Err(_) => println!("systemd-analyze verify: SKIPPED: not installed"),
+    }
+    let again = sandbox.json(&["--store", store, "service", "install"]);
+    assert_eq!(again["changed"], false);
+    // Another store's unit under the same name is the user's now: refused, then forced.
+    let said = exits(&sandbox, &["service", "install"], 2);
+    assert!(said.contains("--force"), "{said}");
+    sandbox.ok(&["service", "install", "--force"]);
+    // A unit the user wrote is never removed.
+    std::fs::write(&path, "[Unit]\nDescription=mine\n").unwrap();
+    exits(&sandbox, &["service", "uninstall"], 2);
+    assert!(path.exists());
+    sandbox.ok(&["service", "install", "--force"]);
+    let removed = sandbox.json(&["service", "uninstall"]);
+    assert_eq!(removed["removed"], true);
+    assert!(!path.exists());
+}

@@ -18,6 +18,8 @@
 //! - `skill.rs`: `annal skill show | instruction | install`, the bundled agent skill and
 //!   system-instruction text.
 //! - `shell.rs`: `annal completions SHELL` and `annal man`, generated from the clap definition.
+//! - `service.rs`: `annal service show | install | uninstall`, a systemd user unit for the daemon.
+//! - `private_file.rs`: writing one shipped file into a folder of the user's (skill, service).
 //! - `demo.rs`: `annal demo`, the whole pipeline on a temporary store with a short report.
 //! - `inspect.rs`, `verify.rs`: the offline read-only decoder and checker (`keyfile.rs` reads
 //!   their key file).
@@ -50,8 +52,10 @@ mod mcp;
 mod mcp_config;
 mod own_key;
 mod owner;
+mod private_file;
 mod repair;
 mod serve;
+mod service;
 mod shell;
 mod skill;
 mod verify;
@@ -184,6 +188,8 @@ enum Command {
     Completions(shell::CompletionsArgs),
     /// Print the manual page (roff), for `man -l -` or a man directory.
     Man,
+    /// A systemd user unit that starts this store's daemon at login: show, install, uninstall.
+    Service(service::ServiceArgs),
     /// Run the whole pipeline on a temporary store and print a short report (no set-up).
     Demo(demo::DemoArgs),
     /// Decode a store offline for forensics and interop (read-only; never writes).
@@ -309,6 +315,7 @@ fn main() -> ExitCode {
         Command::Skill(args) => skill::run(args),
         Command::Completions(args) => shell::completions::<Cli>(args),
         Command::Man => shell::man::<Cli>(),
+        Command::Service(args) => with_location(&|l| service::run(l, args)),
         Command::Demo(args) => demo::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Doctor(args) => doctor::run(args, cli.key_store, location().ok().as_ref()),

@@ -15,15 +15,13 @@
 //! consultation rules: `CONSULTATION_RULES` lists the phrases each must contain, and a test
 //! checks all three, so none can be edited to say something the others do not.
 
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde_json::json;
 
+use crate::CliError;
 use crate::owner::{OutputArgs, finish, print};
-use crate::{CliError, EXIT_UNAVAILABLE, EXIT_USAGE};
 
 /// The skill, as shipped in `skills/annal-history/SKILL.md`.
 pub const SKILL_TEXT: &str = include_str!("../../../../skills/annal-history/SKILL.md");
@@ -36,12 +34,6 @@ pub const SKILL_DIR_NAME: &str = "annal-history";
 
 /// The skill's file name in the Agent Skills layout.
 pub const SKILL_FILE_NAME: &str = "SKILL.md";
-
-/// Mode of the directories `install` creates.
-const SKILL_DIR_MODE: u32 = 0o700;
-
-/// Mode of the file `install` writes.
-const SKILL_FILE_MODE: u32 = 0o600;
 
 /// The consultation rules the skill and the tool descriptions both state, as phrases each must
 /// contain (compared in lower case, with runs of white space and Markdown's backquotes ignored):
@@ -112,136 +104,18 @@ pub struct InstallArgs {
     pub out: OutputArgs,
 }
 
-/// Why `install` wrote nothing.
-#[derive(Debug)]
-pub enum InstallError {
-    /// A `SKILL.md` with other bytes is already there.
-    Differs {
-        /// The file.
-        path: PathBuf,
-    },
-    /// Something that is not a directory stands where a directory must be, or not a file where
-    /// the skill goes.
-    NotADirectory {
-        /// The path.
-        path: PathBuf,
-    },
-    /// The file system refused.
-    Io {
-        /// The path it refused.
-        path: PathBuf,
-        /// What it said.
-        error: std::io::Error,
-    },
-}
-
-impl std::fmt::Display for InstallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Differs { path } => write!(
-                f,
-                "{} exists and differs from the bundled skill: compare it with `annal skill \
-                 show`, then pass --force to replace it",
-                path.display()
-            ),
-            Self::NotADirectory { path } => write!(
-                f,
-                "{} is in the way: the skill needs a directory there (and a file named \
-                 {SKILL_FILE_NAME} in it); move it aside or choose another DIR",
-                path.display()
-            ),
-            Self::Io { path, error } => write!(f, "{}: {error}", path.display()),
-        }
-    }
-}
-
-impl From<InstallError> for CliError {
-    fn from(error: InstallError) -> Self {
-        let exit = match &error {
-            InstallError::Differs { .. } | InstallError::NotADirectory { .. } => EXIT_USAGE,
-            InstallError::Io { .. } => EXIT_UNAVAILABLE,
-        };
-        Self {
-            exit,
-            message: error.to_string(),
-        }
-    }
-}
-
-/// What `install` did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Installed {
-    /// The file was written (new, or replaced with `--force`).
-    Written,
-    /// The same skill was already there.
-    Unchanged,
-}
-
-/// Creates `dir` (and its missing parents) with [`SKILL_DIR_MODE`]; an existing directory is
-/// left as it is.
-fn directory(dir: &Path) -> Result<(), InstallError> {
-    match std::fs::metadata(dir) {
-        Ok(meta) if meta.is_dir() => Ok(()),
-        Ok(_) => Err(InstallError::NotADirectory {
-            path: dir.to_path_buf(),
-        }),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(SKILL_DIR_MODE)
-            .create(dir)
-            .map_err(|error| InstallError::Io {
-                path: dir.to_path_buf(),
-                error,
-            }),
-        Err(error) => Err(InstallError::Io {
-            path: dir.to_path_buf(),
-            error,
-        }),
-    }
-}
+pub use crate::private_file::{InstallError, Installed};
 
 /// Writes the skill into `skills_dir` (module doc): the file's path and what was done.
 pub fn install(skills_dir: &Path, force: bool) -> Result<(PathBuf, Installed), InstallError> {
-    let folder = skills_dir.join(SKILL_DIR_NAME);
-    directory(skills_dir)?;
-    directory(&folder)?;
-    let path = folder.join(SKILL_FILE_NAME);
-    match std::fs::symlink_metadata(&path) {
-        Ok(meta) if meta.is_file() => {
-            let existing = std::fs::read(&path).map_err(|error| InstallError::Io {
-                path: path.clone(),
-                error,
-            })?;
-            if existing == SKILL_TEXT.as_bytes() {
-                return Ok((path, Installed::Unchanged));
-            }
-            if !force {
-                return Err(InstallError::Differs { path });
-            }
-        }
-        Ok(meta) if meta.is_dir() => return Err(InstallError::NotADirectory { path }),
-        // A symbolic link or another kind of file: replaced only when asked.
-        Ok(_) if !force => return Err(InstallError::Differs { path }),
-        Ok(_) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => return Err(InstallError::Io { path, error }),
-    }
-    let staging = folder.join(format!(".{SKILL_FILE_NAME}.{}.tmp", std::process::id()));
-    let written = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(SKILL_FILE_MODE)
-            .open(&staging)?;
-        file.write_all(SKILL_TEXT.as_bytes())?;
-        file.sync_all()?;
-        std::fs::rename(&staging, &path)
-    })();
-    if let Err(error) = written {
-        let _ = std::fs::remove_file(&staging);
-        return Err(InstallError::Io { path, error });
-    }
-    Ok((path, Installed::Written))
+    crate::private_file::directory(skills_dir)?;
+    crate::private_file::install(
+        &skills_dir.join(SKILL_DIR_NAME),
+        SKILL_FILE_NAME,
+        SKILL_TEXT.as_bytes(),
+        force,
+        "annal skill show",
+    )
 }
 
 /// Runs `annal skill`.
@@ -283,6 +157,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+    use crate::EXIT_USAGE;
     use crate::mcp::{QUERY_DESCRIPTION, SERVER_INSTRUCTIONS, STATUS_DESCRIPTION};
 
     /// Lower case, backquotes gone, every run of white space one space.
@@ -419,7 +294,7 @@ mod tests {
         // A host's own edit is not overwritten without --force, and is named.
         std::fs::write(&path, "edited by the owner").unwrap();
         let error = install(&skills, false).unwrap_err();
-        assert!(matches!(&error, InstallError::Differs { path: p } if *p == path));
+        assert!(matches!(&error, InstallError::Differs { path: p, .. } if *p == path));
         let message = CliError::from(error);
         assert_eq!(message.exit, EXIT_USAGE);
         assert!(message.message.contains(&path.display().to_string()));
