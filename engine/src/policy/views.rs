@@ -112,6 +112,15 @@ pub fn audit_entries<'a>(
     filter: &AuditFilter,
 ) -> Vec<AuditEntry> {
     let mut entries: BTreeMap<u64, AuditEntry> = BTreeMap::new();
+    let started = |audit: u64, at_ms: u64, principal: &Principal| AuditEntry {
+        audit,
+        at_ms,
+        principal: principal.clone(),
+        operation: None,
+        verdict: None,
+        outcome: None,
+        returned_events: 0,
+    };
     for event in events {
         match event {
             PolicyEvent::AuditStarted {
@@ -121,38 +130,25 @@ pub fn audit_entries<'a>(
                 operation,
                 verdict,
             } => {
-                entries.insert(
-                    *audit,
-                    AuditEntry {
-                        audit: *audit,
-                        at_ms: *at_ms,
-                        principal: principal.clone(),
-                        operation: Some(*operation),
-                        verdict: Some(*verdict),
-                        outcome: None,
-                        returned_events: 0,
-                    },
-                );
+                let entry = AuditEntry {
+                    operation: Some(*operation),
+                    verdict: Some(*verdict),
+                    ..started(*audit, *at_ms, principal)
+                };
+                entries.insert(*audit, entry);
             }
             PolicyEvent::UnknownToolRefused {
                 audit,
                 at_ms,
                 principal,
             } => {
-                entries.insert(
-                    *audit,
-                    AuditEntry {
-                        audit: *audit,
-                        at_ms: *at_ms,
-                        principal: principal.clone(),
-                        operation: None,
-                        verdict: None,
-                        outcome: Some(AuditOutcome::Refused(super::Refusal::Contract(
-                            annal_schema::ErrorCode::UnknownTool,
-                        ))),
-                        returned_events: 0,
-                    },
-                );
+                let entry = AuditEntry {
+                    outcome: Some(AuditOutcome::Refused(super::Refusal::Contract(
+                        annal_schema::ErrorCode::UnknownTool,
+                    ))),
+                    ..started(*audit, *at_ms, principal)
+                };
+                entries.insert(*audit, entry);
             }
             PolicyEvent::AuditFinished {
                 audit,

@@ -25,7 +25,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use annal_engine::keys::KeyStoreChoice;
-use annal_engine::policy::manifest::{MANIFEST_MAX_LEN_BYTES, Manifest, ManifestError};
+use annal_engine::policy::manifest::{
+    CONTRACT_EXAMPLE_MANIFEST, MANIFEST_MAX_LEN_BYTES, Manifest, ManifestError,
+};
 use annal_engine::policy::{ACTOR_ID_MAX_LEN_CHARS, ActorId};
 use serde_json::{Value, json};
 
@@ -39,23 +41,16 @@ pub const SERVER_NAME: &str = "annal-history";
 /// Mode of a manifest `--write-manifest` creates.
 const MANIFEST_FILE_MODE: u32 = 0o600;
 
-/// The starter manifest `--write-manifest` writes: the contract's bounded form, both
-/// operations, one hour, idle ten minutes (parsed by a test with [`Manifest::parse`]).
-pub const STARTER_MANIFEST: &str = "# annal bounded-mode manifest (docs/policy.md). Approved for \
-the actor when its `annal mcp --manifest` starts.
-version: 3
-expires_after: 1h
-idle_timeout: 10m
-resources:
-  computer_history:
-    operations:
-      - status
-      - query
-allow:
-  tools:
-    - history_status
-    - history_query
-";
+/// The comment line the starter manifest opens with.
+const STARTER_MANIFEST_HEADER: &str = "# annal bounded-mode manifest (docs/policy.md). Approved \
+     for the actor when its `annal mcp --manifest` starts.\n";
+
+/// The starter manifest `--write-manifest` writes: the contract's example bounded form
+/// ([`CONTRACT_EXAMPLE_MANIFEST`]: both operations, one hour, idle ten minutes) under a comment
+/// saying what it is (parsed by a test with [`Manifest::parse`]).
+pub fn starter_manifest() -> String {
+    format!("{STARTER_MANIFEST_HEADER}{CONTRACT_EXAMPLE_MANIFEST}")
+}
 
 /// The MCP clients whose configuration block this prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -199,7 +194,7 @@ fn checked_manifest(path: &Path) -> Result<(), ConfigError> {
         })
 }
 
-/// Writes [`STARTER_MANIFEST`] to a new file at `path` (0600).
+/// Writes [`starter_manifest`] to a new file at `path` (0600).
 fn write_starter(path: &Path) -> Result<(), ConfigError> {
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -218,7 +213,7 @@ fn write_starter(path: &Path) -> Result<(), ConfigError> {
                 }
             }
         })?;
-    file.write_all(STARTER_MANIFEST.as_bytes())
+    file.write_all(starter_manifest().as_bytes())
         .and_then(|()| file.sync_all())
         .map_err(|error| ConfigError::ManifestWrite {
             path: path.to_path_buf(),
@@ -304,7 +299,7 @@ mod tests {
 
     #[test]
     fn the_starter_manifest_is_one_annal_approves_for_both_tools() {
-        let manifest = Manifest::parse(STARTER_MANIFEST).unwrap();
+        let manifest = Manifest::parse(&starter_manifest()).unwrap();
         assert_eq!(
             manifest.operations(),
             [
