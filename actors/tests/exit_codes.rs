@@ -33,8 +33,13 @@ fn bad_usage_and_input_exit_2_and_name_what_is_wrong_and_change_nothing() {
     exits(&sandbox, &["agents", "enable"], 2);
     sandbox.ok(&["enable"]);
     // (arguments, what stderr must name)
-    let cases: [(&[&str], &str); 14] = [
+    let cases: [(&[&str], &str); 16] = [
         (&["list", "--bogus"], "--bogus"),
+        (
+            &["grant", "agent-a", "query", "--expires-after", "1.5s"],
+            "--expires-after",
+        ),
+        (&["audit", "--since", "soon"], "--since"),
         (&["list", "0"], "1..=200"),
         (&["list", "201"], "1..=200"),
         (
@@ -245,4 +250,28 @@ fn the_systemd_user_unit_starts_this_stores_daemon() {
     let removed = sandbox.json(&["service", "uninstall"]);
     assert_eq!(removed["removed"], true);
     assert!(!path.exists());
+}
+
+/// Durations as people write them (`90min`, `2 hours`, `2h 30m`) are read for the grant's
+/// terms, exactly: the listed grant expires that many seconds after it was issued.
+#[test]
+fn grant_durations_are_read_as_people_write_them() {
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    sandbox.ok(&[
+        "grant",
+        "agent-a",
+        "query",
+        "--expires-after",
+        "2 hours",
+        "--idle-timeout",
+        "1h 30min",
+    ]);
+    let grants = sandbox.json(&["grants"]);
+    let grant = &grants["grants"][0];
+    let expires = grant["expires_at_ms"].as_u64().unwrap();
+    let idle = grant["idle_deadline_ms"].as_u64().unwrap();
+    let used = grant["last_used_ms"].as_u64().unwrap();
+    assert_eq!(expires - used, 2 * 3_600_000, "{grants}");
+    assert_eq!(idle - used, 90 * 60_000, "{grants}");
 }

@@ -145,15 +145,22 @@ fn to_text(
     selected: Option<annal_engine::keys::KeyStoreKind>,
     reports: &[KeyStoreReport],
 ) -> String {
-    let mut out = String::from("credential stores:\n");
+    let mut table = comfy_table::Table::new();
+    table
+        .load_preset(comfy_table::presets::NOTHING)
+        .set_header(["store", "state", "category", "hint"]);
     for r in reports {
-        out.push_str(&format!(
-            "  {:<15} {:<8} {:<19} {}\n",
+        table.add_row([
             r.kind.as_str(),
             r.state.as_str(),
             r.category().map(|c| c.as_str()).unwrap_or("-"),
-            r.hint
-        ));
+            r.hint,
+        ]);
+    }
+    let mut out = String::from("credential stores:\n");
+    for line in table.lines() {
+        out.push_str(line.trim_end());
+        out.push('\n');
     }
     match selected {
         Some(kind) => {

@@ -7,7 +7,7 @@
 //! append the contract's `access` event when they return anything. `--json` prints the daemon's
 //! result object unchanged; the text form says what happened.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -499,13 +499,21 @@ pub fn show(location: &Location, no_daemon: bool, args: &ShowArgs) -> ExitCode {
     )
 }
 
+/// A duration flag in whole seconds, as people write it (the `humantime` crate reads it: `30m`,
+/// `90min`, `2h 30m`, `1day`, `2weeks`); the manifest's own form (`1h`, `10m`, `7d`) is a part
+/// of that. Fractions of a second are refused, as the policy counts whole seconds.
 pub(crate) fn duration(flag: &str, text: Option<&String>) -> Result<Option<u64>, CliError> {
     text.map(|text| {
-        parse_duration_secs(text).ok_or_else(|| {
-            CliError::usage(format!(
-                "{flag}: not a duration (a number and s, m, h or d, for example 30m)"
-            ))
-        })
+        humantime::parse_duration(text.trim())
+            .ok()
+            .filter(|d| d.subsec_nanos() == 0)
+            .map(|d| d.as_secs())
+            .or_else(|| parse_duration_secs(text))
+            .ok_or_else(|| {
+                CliError::usage(format!(
+                    "{flag}: not a duration in whole seconds (for example 30m, 90min, 2h 30m, 7d)"
+                ))
+            })
     })
     .transpose()
 }
@@ -682,16 +690,16 @@ fn confirmed(location: &Location) -> Result<(), CliError> {
             "delete destroys the key and every event; pass --yes to confirm",
         ));
     }
-    eprint!(
+    eprintln!(
         "This destroys the key of namespace {} and deletes {}. History there becomes \
-         unrecoverable.\nType the namespace to confirm: ",
+         unrecoverable.",
         location.namespace.as_str(),
         location.dir.display()
     );
-    let _ = std::io::stderr().flush();
-    let mut answer = String::new();
-    std::io::stdin()
-        .read_line(&mut answer)
+    let answer: String = dialoguer::Input::new()
+        .with_prompt("Type the namespace to confirm")
+        .allow_empty(true)
+        .interact_text()
         .map_err(|e| CliError::usage(format!("no confirmation: {e}")))?;
     if answer.trim() == location.namespace.as_str() {
         Ok(())
