@@ -532,6 +532,45 @@ fn unhealthy_storage_is_not_read_and_the_host_continues() {
     );
 }
 
+/// Unhealthy by its key: an enabled store whose key is gone from the kernel keyring (destroyed
+/// behind annal's back while its daemon was stopped) cannot be read. Both paths go on without
+/// history: preflight says `history_unreadable` (before, "disabled": the store reports itself
+/// not enabled when its key cannot load), the tool path finds no tools (the gate, failing
+/// closed, lists none). No planted value reaches the context.
+#[test]
+fn unhealthy_key_is_not_read_and_the_host_continues() {
+    use annal_engine::keys::{CredentialNaming, KeyProvider, KeyutilsProvider, Namespace};
+    let Some(python) = python("unhealthy_key_is_not_read_and_the_host_continues") else {
+        return;
+    };
+    let sandbox = enabled(3);
+    grant(&sandbox, "host", &["status", "query"]);
+    let config = config(&sandbox, "host", &[]);
+    sandbox.ok(&["stop"]);
+    let provider: std::sync::Arc<dyn KeyProvider> = std::sync::Arc::new(
+        KeyutilsProvider::open(
+            CredentialNaming::Annal,
+            Box::new(annal_engine::entropy::OsEntropy),
+        )
+        .unwrap(),
+    );
+    let namespace = Namespace::new(&sandbox.namespace).unwrap();
+    let destroyed = annal_engine::keys::destroy_namespace(provider.as_ref(), &namespace).unwrap();
+    assert!(!destroyed.destroyed().is_empty(), "{destroyed:?}");
+    let status = sandbox.json(&["status"]);
+    assert!(
+        status["status"]["health"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("key_")),
+        "{status}"
+    );
+    let history = host(&python, &sandbox, &config, &["--preflight"]);
+    assert_without(&history, "history_unreadable");
+    let history = host(&python, &sandbox, &config, &[]);
+    assert_eq!(history["decision"], "continue_without_history", "{history}");
+    assert!(history["evidence_card"].is_null(), "{history}");
+}
+
 /// Sends `count` captures on each of `connections` connections at once, without waiting for
 /// each reply (as a busy runtime would): more than the capture queue holds.
 fn flood(socket: &Path, connections: usize, count: usize) {

@@ -475,12 +475,20 @@ fn bytes_used_counts_the_contract_stores_chunks_as_the_reference_does() {
     let engine = s.start();
     let chunks = dir_bytes(&s.layout.history_root().join("chunks"));
     assert_eq!(engine.status().unwrap().bytes_used, chunks);
-    // annal's own total beside it: the journal too, which is what the quota counts.
+    // annal's own total beside it: the journal too, which is what the quota counts. The
+    // writer's figure is as it last read the journal, which only grows (its own ticks append),
+    // so it is at most what is on disk by the time this looks.
     let usage = engine.usage().unwrap();
     let journal = dir_bytes(&s.layout.sidecar().unwrap().join("journal"));
     assert_eq!(usage.history_bytes, chunks);
-    assert_eq!(usage.journal_bytes, journal);
-    assert_eq!(usage.quota_counted_bytes(), chunks + journal);
+    assert!(
+        usage.journal_bytes > 0 && usage.journal_bytes <= journal,
+        "{usage:?}, {journal} on disk"
+    );
+    assert_eq!(
+        usage.quota_counted_bytes(),
+        usage.history_bytes + usage.journal_bytes
+    );
     engine.shutdown();
 }
 

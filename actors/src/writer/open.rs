@@ -51,7 +51,16 @@ impl WriterState {
             annal_engine::clock::millis(self.config.key_call_deadline).saturating_add(1_000)
         ) {
             Ok(Ok(keys)) => keys,
-            Ok(Err(KeyError::NotFound)) if !create => return Ok(()),
+            // No key, and nothing to ask for one: a store that was never enabled (no journal
+            // yet) is simply off. One whose journal holds chunks was enabled, and lost its key
+            // (destroyed behind annal's back, a credential store reset): that is a key failure,
+            // never "disabled".
+            Ok(Err(KeyError::NotFound)) if !create => {
+                if journal_has_chunks(storage.as_ref()) {
+                    return Err(self.key_fault(HealthCategory::KeyUnavailable));
+                }
+                return Ok(());
+            }
             Ok(Err(error)) => return Err(self.key_fault(error.category())),
             Err(_) => return Err(self.key_fault(HealthCategory::KeyUnavailable)),
         };
@@ -205,4 +214,12 @@ impl WriterState {
             let _ = self.journal(events, true).await;
         }
     }
+}
+
+/// Whether the store's journal holds any chunk: the store was enabled at some time (its first
+/// enable journals before it answers).
+fn journal_has_chunks(storage: &dyn annal_engine::storage::Storage) -> bool {
+    storage
+        .list(annal_engine::storage::Area::Journal)
+        .is_ok_and(|entries| !entries.is_empty())
 }
