@@ -39,8 +39,14 @@ const DESCRIPTION_PREFIX: &str = "keyring:";
 /// The separator between account and service in a keyutils description.
 const DESCRIPTION_DIVIDER: char = '@';
 
-/// Description of the throw-away key the probe writes and removes.
+/// Description prefix of the throw-away key the probe writes and removes. Each probe's key is
+/// its own (`<prefix>:<pid>:<n>`): threads and processes share a session keyring, and adding a
+/// key under a description already there replaces it, so with one fixed name a probe could
+/// read, or invalidate, another's key and report the keyring missing.
 const PROBE_DESCRIPTION: &str = "annal:probe";
+
+/// Probes made by this process (part of each probe key's description).
+static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Makes sure this process (more exactly: this thread and the threads it spawns from now on) has
 /// a session keyring of its own, creating an anonymous one if it has none. Call once at
@@ -152,8 +158,13 @@ pub(crate) fn probe() -> Result<(), KeyError> {
     };
     let session = KeyRing::from_special_id(KeyRingIdentifier::Session, false)
         .map_err(|e| unavailable("session keyring", e))?;
+    let description = format!(
+        "{PROBE_DESCRIPTION}:{}:{}",
+        std::process::id(),
+        PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
     let key = session
-        .add_key(PROBE_DESCRIPTION, b"probe")
+        .add_key(&description, b"probe")
         .map_err(|e| unavailable("add", e))?;
     let read = key.read_to_vec();
     let removed = key.invalidate();
@@ -170,6 +181,38 @@ pub(crate) fn probe() -> Result<(), KeyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Probes made at once by many threads (as concurrent tests, or an MCP bridge and the CLI,
+    /// do) all find the keyring usable. With one fixed probe key, one probe read or invalidated
+    /// another's key and reported the keyring missing (seen in CI under load).
+    #[test]
+    fn concurrent_probes_never_meet_each_others_key() {
+        /// Threads probing at once.
+        const THREADS: usize = 8;
+        /// Probes per thread.
+        const ROUNDS: usize = 50;
+        if let Err(error) = probe() {
+            let required = std::env::var("ANNAL_REQUIRE_REAL_KEY_STORES").as_deref() == Ok("1");
+            assert!(!required, "the kernel keyring is required here: {error:?}");
+            eprintln!("concurrent_probes_never_meet_each_others_key: NOT RUN: {error:?}");
+            return;
+        }
+        let failures: usize = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..THREADS)
+                .map(|_| scope.spawn(|| (0..ROUNDS).filter(|_| probe().is_err()).count()))
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or(ROUNDS))
+                .sum()
+        });
+        assert_eq!(
+            failures,
+            0,
+            "{failures} of {} probes failed",
+            THREADS * ROUNDS
+        );
+    }
 
     #[test]
     fn proc_keys_parsing_finds_exact_service() {
