@@ -39,8 +39,10 @@ use crate::config::EngineConfig;
 use crate::journal::{JournalMsg, StorageSlot};
 use crate::key_custody::{KeyCustodyMsg, StreamKeys};
 use prune::StoreBytes;
+pub use prune::StoreUsage;
 use seal_job::SealWrite;
 
+mod flush;
 mod open;
 mod prune;
 mod seal_job;
@@ -154,24 +156,6 @@ impl WriterMsg {
 }
 
 pub use annal_engine::history::Setting;
-
-/// The store's encrypted bytes as annal counts them: the contract's part and annal's sidecar
-/// journal beside it. The quota counts both (`docs/design.md`, "Pruning"); the contract's
-/// `bytes_used` (what the reference reports) is the history's part alone.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StoreUsage {
-    /// The history's chunks (the contract store's `chunks/`): the contract's `bytes_used`.
-    pub history_bytes: u64,
-    /// annal's engine-journal chunks (the sidecar's `journal/`).
-    pub journal_bytes: u64,
-}
-
-impl StoreUsage {
-    /// What the quota counts: both.
-    pub fn quota_counted_bytes(self) -> u64 {
-        self.history_bytes.saturating_add(self.journal_bytes)
-    }
-}
 
 /// Why a control operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -704,25 +688,6 @@ impl WriterState {
         }
         synced?;
         self.update_capture();
-        Ok(self.status().await)
-    }
-}
-
-impl WriterState {
-    /// `WriterMsg::Flush`: the control operation when the writer is open (the rules decide
-    /// whether history is open for writing; `Refused` means it is not, and there is nothing to
-    /// record), else, or then, the sync.
-    async fn flush(&mut self) -> Result<StatusResponse, ControlError> {
-        if self.open.is_some() {
-            match self
-                .control(ControlOperation::Flush, CallerKind::Embedder)
-                .await
-            {
-                Err(ControlError::Refused) => {}
-                answered => return answered,
-            }
-        }
-        self.sync()?;
         Ok(self.status().await)
     }
 }

@@ -144,3 +144,21 @@ impl WriterState {
         }
     }
 }
+
+/// The store's encrypted bytes as annal counts them: the contract's part and annal's sidecar
+/// journal beside it. The quota counts both (`docs/design.md`, "Pruning"); the contract's
+/// `bytes_used` (what the reference reports) is the history's part alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreUsage {
+    /// The history's chunks (the contract store's `chunks/`): the contract's `bytes_used`.
+    pub history_bytes: u64,
+    /// annal's engine-journal chunks (the sidecar's `journal/`).
+    pub journal_bytes: u64,
+}
+
+impl StoreUsage {
+    /// What the quota counts: both.
+    pub fn quota_counted_bytes(self) -> u64 {
+        self.history_bytes.saturating_add(self.journal_bytes)
+    }
+}
