@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use annal_engine::boot::BootId;
+
 use annal_engine::capture::CAPTURE_QUEUE_CAPACITY_EVENTS;
 use annal_engine::keys::Namespace;
 use annal_engine::storage::StoreLayout;
@@ -76,6 +78,12 @@ pub struct EngineConfig {
     pub restart_policy: RestartPolicy,
     /// How long `shutdown` may drain.
     pub shutdown_deadline: Duration,
+    /// The boot of the machine this engine runs in (read from
+    /// [`annal_engine::boot::BOOT_ID_PATH`]; `None` when it cannot be read). Journaled with
+    /// each sequence reservation, so after a crash in the same boot the next writer releases
+    /// the reservation instead of skipping it (`docs/design.md`, "No gap without a cause").
+    /// Tests that simulate a power loss give the restarted engine another boot.
+    pub boot: Option<BootId>,
 }
 
 impl EngineConfig {
@@ -96,6 +104,14 @@ impl EngineConfig {
             key_choice: annal_engine::keys::KeyChoice::default(),
             restart_policy: RestartPolicy::default(),
             shutdown_deadline: Duration::from_millis(SHUTDOWN_DEADLINE_MS),
+            boot: current_boot(),
         }
     }
+}
+
+/// The boot id Linux publishes (`None` when it cannot be read or parsed: then no crash's
+/// reservation is released, and the skip stays as it was).
+pub fn current_boot() -> Option<BootId> {
+    let text = std::fs::read_to_string(annal_engine::boot::BOOT_ID_PATH).ok()?;
+    BootId::parse(&text).ok()
 }

@@ -727,6 +727,7 @@ impl Actor for WriterActor {
         let drafter = history::Drafter::new(args.config.platform, args.action_seed);
         let mut rules = history::State::default();
         rules.admit(args.config.admitted, !args.undrained);
+        rules.set_boot(args.config.boot);
         let mut state = WriterState {
             config: args.config,
             clock: args.clock,

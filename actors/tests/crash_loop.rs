@@ -1,7 +1,9 @@
 //! The real crash loop: `annal serve` killed with SIGKILL at random points, again and again,
 //! while this process streams capture through its socket and notes which events a `flush`
 //! acknowledged as durable. Afterwards every acknowledged event is there, no sequence repeats,
-//! and `verify` reports no damage but torn tails of the generations that were killed.
+//! none is missing (every kill is a crash in the same boot, whose reservation the next writer
+//! releases), and `verify` reports no damage but torn tails of the generations that were
+//! killed.
 //!
 //! A `harness = false` target so that its figure reaches `.ci/run`'s output:
 //! `FIGURE crash.kills_survived N`. `ANNAL_CRASH_KILLS` sets N (default `CRASH_KILLS`),
@@ -210,6 +212,17 @@ fn run(seed: u64, kills: u64) -> usize {
         .collect();
     let unique: HashSet<u64> = sequences.iter().copied().collect();
     assert_eq!(unique.len(), sequences.len(), "a sequence number repeated");
+    // Every kill was in this boot: each next writer released the reservation its killed
+    // predecessor left (the page cache kept what it wrote), so no kill left a gap.
+    let mut sorted = sequences.clone();
+    sorted.sort_unstable();
+    let gaps: Vec<(u64, u64)> = sorted
+        .windows(2)
+        .filter(|w| w[1] > w[0] + 1)
+        .map(|w| (w[0] + 1, w[1] - 1))
+        .collect();
+    assert!(gaps.is_empty(), "kills in one boot left gaps: {gaps:?}");
+    assert_eq!(sorted.first(), Some(&1), "the history starts at 1");
     let completed: BTreeSet<&str> = events
         .iter()
         .filter(|e| e["data"]["payload"]["kind"] == "action_completed")

@@ -17,6 +17,7 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use annal_actors::{Engine, EngineConfig};
+use annal_engine::boot::BootId;
 use annal_engine::capture::Admission;
 use annal_engine::clock::{Clock, SystemClock};
 use annal_engine::journal::{ContractSource, JournalEvent, State};
@@ -386,54 +387,112 @@ fn the_first_event_after_a_clean_restart_follows_the_last_one_before_it() {
     assert_eq!(sequences(&s.events()), vec![1, 2, 3]);
 }
 
+/// A boot of the machine, as a test names it.
+fn boot(n: u8) -> Option<BootId> {
+    Some(BootId::from_bytes([n; 16]))
+}
+
+/// Captures until a writer generation newer than the one that held `before` took an event and
+/// made it durable.
+fn capture_until_a_new_writer_wrote(s: &Setup, engine: &Engine, before: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let _ = capture_one(engine);
+        if engine.flush().is_ok() && sequences(&s.events()).iter().any(|&q| q > before + 1) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "no writer came back");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// The gaps in `sequences`, as `(first, last)` missing.
+fn gaps(sequences: &[u64]) -> Vec<(u64, u64)> {
+    sequences
+        .windows(2)
+        .filter(|w| w[1] > w[0] + 1)
+        .map(|w| (w[0] + 1, w[1] - 1))
+        .collect()
+}
+
 #[test]
-fn after_a_writer_crash_the_skip_is_recorded_and_accounts_for_the_only_gap() {
-    // A panic ends the writer without its clean stop (no release): the restarted writer starts
-    // above the reservation. That gap, and only that one, has a record saying why.
+fn after_a_writer_crash_in_the_same_boot_the_next_event_follows_with_no_gap() {
+    // A panic ends the writer without its clean stop (no release). The page cache survived
+    // (same boot): the restarted writer makes what it found durable and releases the rest of
+    // the reservation, so the next event follows the last one written.
     let s = setup();
-    let engine = s.start();
+    let mut config = s.config();
+    config.boot = boot(1);
+    let engine = s.start_with(config);
+    engine.enable().unwrap();
+    for _ in 0..3 {
+        assert_eq!(capture_one(&engine), Admission::Accepted);
+    }
+    engine.flush().unwrap();
+    let before = sequences(&s.events()).last().copied().unwrap();
+    engine.inject_writer_panic();
+    capture_until_a_new_writer_wrote(&s, &engine, before);
+    engine.shutdown();
+    let sequences = sequences(&s.events());
+    let expected: Vec<u64> = (1..=sequences.len() as u64).collect();
+    assert_eq!(sequences, expected, "no gap, no repeat");
+    let journal = s.journal();
+    let state = State::replay(&journal);
+    assert!(state.skipped.is_empty(), "{:?}", state.skipped);
+    assert!(state.lost.is_empty(), "{:?}", state.lost);
+    assert!(
+        journal.iter().any(|e| matches!(
+            e,
+            JournalEvent::SequenceReleased { high_water, .. } if *high_water >= before
+        )),
+        "the crashed writer's reservation was released at the next open"
+    );
+}
+
+/// An engine in `boot` whose writer is given up on at its first failure; it panics, so the
+/// engine stops with the writer's reservation never released (as a power loss leaves it).
+fn crash_the_writer_for_good(s: &Setup, in_boot: Option<BootId>) -> u64 {
+    let mut config = s.config();
+    config.boot = in_boot;
+    config.restart_policy = annal_engine::supervision::RestartPolicy {
+        max_restarts: 0,
+        window: std::time::Duration::from_secs(600),
+    };
+    let engine = s.start_with(config);
     engine.enable().unwrap();
     for _ in 0..3 {
         assert_eq!(capture_one(&engine), Admission::Accepted);
     }
     engine.flush().unwrap();
     engine.inject_writer_panic();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    // Until a new writer generation took an event and made it durable.
-    loop {
-        let _ = capture_one(&engine);
-        if engine.flush().is_ok() && sequences(&s.events()).iter().any(|&q| q > 4) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "no writer came back");
-        std::thread::sleep(std::time::Duration::from_millis(10));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while engine.status().unwrap().health != HealthCategory::WriterStopped {
+        assert!(std::time::Instant::now() < deadline, "never gave up");
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
+    engine.shutdown();
+    sequences(&s.events()).last().copied().unwrap()
+}
+
+#[test]
+fn after_a_crash_in_another_boot_the_skip_is_recorded_and_accounts_for_the_only_gap() {
+    // After another boot (a power loss), a reader may have seen records the disk lost: the
+    // reservation is skipped, and that gap, and only that one, has a record saying why.
+    let s = setup();
+    let last = crash_the_writer_for_good(&s, boot(1));
+    let mut config = s.config();
+    config.boot = boot(2);
+    let engine = s.start_with(config);
+    assert_eq!(capture_one(&engine), Admission::Accepted);
+    engine.flush().unwrap();
     engine.shutdown();
     let sequences = sequences(&s.events());
     let state = State::replay(&s.journal());
     assert_eq!(state.skipped.len(), 1, "{:?}", state.skipped);
-    // The skip starts right above the first generation's last event: at least 5 (the enable
-    // and the three actions), more when a capture of the loop below reached the old writer
-    // before its panic did.
-    let first_generation_last = sequences
-        .windows(2)
-        .find(|w| w[1] > w[0] + 1)
-        .map_or(0, |w| w[0]);
-    assert!(first_generation_last >= 4, "{sequences:?}");
-    assert_eq!(
-        *state.skipped[0].start(),
-        first_generation_last + 1,
-        "{:?}",
-        state.skipped
-    );
-    // A skip is not a loss: no record was reported lost (events the panic took with it are
-    // counted as drops, with their marker, and never had a sequence).
+    assert_eq!(*state.skipped[0].start(), last + 1, "{:?}", state.skipped);
+    // A skip is not a loss: no record was reported lost.
     assert!(state.lost.is_empty(), "{:?}", state.lost);
-    let gaps: Vec<(u64, u64)> = sequences
-        .windows(2)
-        .filter(|w| w[1] > w[0] + 1)
-        .map(|w| (w[0] + 1, w[1] - 1))
-        .collect();
+    let gaps = gaps(&sequences);
     assert_eq!(gaps.len(), 1, "{sequences:?}");
     let (first, last) = gaps[0];
     assert!(
@@ -445,6 +504,93 @@ fn after_a_writer_crash_the_skip_is_recorded_and_accounts_for_the_only_gap() {
         last - first < annal_actors::writer::SEQUENCE_RESERVE_BLOCK,
         "bounded by the reservation"
     );
+}
+
+#[test]
+fn the_same_crash_followed_by_the_same_boot_leaves_no_gap() {
+    // The control of the test above: only the boot differs.
+    let s = setup();
+    crash_the_writer_for_good(&s, boot(1));
+    let mut config = s.config();
+    config.boot = boot(1);
+    let engine = s.start_with(config);
+    assert_eq!(capture_one(&engine), Admission::Accepted);
+    engine.flush().unwrap();
+    engine.shutdown();
+    let sequences = sequences(&s.events());
+    assert!(gaps(&sequences).is_empty(), "{sequences:?}");
+    assert!(State::replay(&s.journal()).skipped.is_empty());
+}
+
+/// A writer crashed in this boot left records in the page cache only. The next writer of the
+/// same boot makes them durable before it releases the reservation: a power loss after that
+/// loses none of them, so no sequence the release let it hand out again was ever seen.
+#[test]
+fn a_recovering_writer_makes_the_crashed_writers_unsynced_records_durable_first() {
+    use annal_engine::storage::FaultyStorage;
+    let s = setup();
+    annal_engine::store::create_store(&s.layout).unwrap();
+    let storage = FaultyStorage::new(open_store(&s.layout, Access::Write).unwrap());
+    let start_in = |in_boot: Option<BootId>, restarts: u32| {
+        let mut config = EngineConfig::new(s.layout.clone(), s.namespace.clone());
+        config.boot = in_boot;
+        config.restart_policy.max_restarts = restarts;
+        // Appended on the drain tick, synced only by a flush.
+        config.sync_interval = std::time::Duration::from_secs(600);
+        Engine::start_with(
+            config,
+            Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
+            Arc::new(SystemClock),
+            Some(Arc::new(storage.clone())),
+        )
+        .unwrap()
+    };
+    // Life 1: three durable, then five appended and never synced; the writer crashes.
+    let engine = start_in(boot(1), 0);
+    engine.enable().unwrap();
+    for _ in 0..3 {
+        assert_eq!(capture_one(&engine), Admission::Accepted);
+    }
+    engine.flush().unwrap();
+    let durable = sequences(&s.events()).len();
+    for _ in 0..5 {
+        assert_eq!(capture_one(&engine), Admission::Accepted);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sequences(&s.events()).len() < durable + 5 {
+        assert!(std::time::Instant::now() < deadline, "never appended");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    engine.inject_writer_panic();
+    while engine.status().unwrap().health != HealthCategory::WriterStopped {
+        assert!(std::time::Instant::now() < deadline, "never gave up");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    engine.shutdown();
+    let seen = sequences(&s.events());
+    assert_eq!(
+        seen.len(),
+        durable + 5,
+        "a reader sees the unsynced records"
+    );
+    // Life 2, same boot: recovers (no gap) and writes on; then the power fails before its
+    // own next sync, keeping nothing unsynced.
+    let engine = start_in(boot(1), 0);
+    assert_eq!(capture_one(&engine), Admission::Accepted);
+    engine.flush().unwrap();
+    storage.crash(&mut |_| 0).unwrap();
+    drop(engine);
+    // Life 3, after the reboot: every record a reader saw before is still there.
+    let engine = start_in(boot(2), 0);
+    engine.shutdown();
+    drop(storage);
+    let after = sequences(&s.events());
+    assert!(
+        seen.iter().all(|q| after.contains(q)),
+        "records seen before the recovery were lost: saw {seen:?}, now {after:?}"
+    );
+    let expected: Vec<u64> = (1..=after.len() as u64).collect();
+    assert_eq!(after, expected, "no gap, no repeat");
 }
 
 /// Bytes of the regular files directly in `dir`.
@@ -499,9 +645,10 @@ fn missing(sequences: &[u64]) -> Vec<u64> {
     (1..=top).filter(|q| !present.contains(q)).collect()
 }
 
-/// A store walked through clean stops, a failed sync and a writer crash: every missing
-/// sequence has its cause in the journal (lost by the failed sync, or skipped after the
-/// crash), and the clean stops add none. (Drops of the capture queue never take a sequence;
+/// A store walked through clean stops, a failed sync, a writer crash in the same boot and one
+/// followed by another boot: every missing sequence has its cause in the journal (lost by the
+/// failed sync, or skipped after the other boot's crash), and the clean stops and the
+/// same-boot crash add none. (Drops of the capture queue never take a sequence;
 /// retention's gaps are the `chunk_pruned` chunks' ranges, tested in `engine.rs`.)
 #[test]
 fn every_gap_has_a_recorded_cause() {
@@ -509,8 +656,10 @@ fn every_gap_has_a_recorded_cause() {
     let s = setup();
     annal_engine::store::create_store(&s.layout).unwrap();
     let storage = FaultyStorage::new(open_store(&s.layout, Access::Write).unwrap());
-    let start = || {
+    let start_in = |in_boot: Option<BootId>, restarts: u32| {
         let mut config = EngineConfig::new(s.layout.clone(), s.namespace.clone());
+        config.boot = in_boot;
+        config.restart_policy.max_restarts = restarts;
         // Only a flush drains and syncs, so the failed sync below meets a known batch.
         config.sync_interval = std::time::Duration::from_secs(600);
         config.drain_tick = std::time::Duration::from_secs(600);
@@ -522,6 +671,12 @@ fn every_gap_has_a_recorded_cause() {
             Some(Arc::new(storage.clone())),
         )
         .unwrap()
+    };
+    let start = || {
+        start_in(
+            boot(1),
+            annal_engine::supervision::RestartPolicy::default().max_restarts,
+        )
     };
     let capture = |engine: &Engine, n: usize| {
         for _ in 0..n {
@@ -545,24 +700,31 @@ fn every_gap_has_a_recorded_cause() {
     capture(&engine, 2);
     engine.flush().unwrap();
     engine.shutdown();
-    // Life 3: the writer crashes (no clean stop) and comes back; then a clean stop.
+    // Life 3: the writer crashes (no clean stop) and comes back in the same boot; then a
+    // clean stop.
     let engine = start();
     capture(&engine, 2);
     engine.flush().unwrap();
     let before = s.events().last().unwrap().data.sequence.get();
     engine.inject_writer_panic();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let _ = capture_one(&engine);
-        if engine.flush().is_ok() && sequences(&s.events()).iter().any(|&q| q > before + 1) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "no writer came back");
-        std::thread::sleep(std::time::Duration::from_millis(10));
+    capture_until_a_new_writer_wrote(&s, &engine, before);
+    engine.shutdown();
+    // Life 4: the writer crashes for good (never released), and the machine reboots.
+    let engine = start_in(boot(1), 0);
+    capture(&engine, 2);
+    engine.flush().unwrap();
+    engine.inject_writer_panic();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while engine.status().unwrap().health != HealthCategory::WriterStopped {
+        assert!(std::time::Instant::now() < deadline, "never gave up");
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
     engine.shutdown();
-    // Life 4: clean.
-    let engine = start();
+    // Life 5: clean, in another boot.
+    let engine = start_in(
+        boot(2),
+        annal_engine::supervision::RestartPolicy::default().max_restarts,
+    );
     capture(&engine, 3);
     engine.flush().unwrap();
     engine.shutdown();
@@ -574,7 +736,12 @@ fn every_gap_has_a_recorded_cause() {
         !state.lost.is_empty(),
         "the failed sync's records were lost"
     );
-    assert_eq!(state.skipped.len(), 1, "one crash: {:?}", state.skipped);
+    assert_eq!(
+        state.skipped.len(),
+        1,
+        "one crash before another boot: {:?}",
+        state.skipped
+    );
     let unexplained: Vec<u64> = missing(&sequences)
         .into_iter()
         .filter(|&q| !state.is_lost(q) && !state.skipped.iter().any(|r| r.contains(&q)))
@@ -582,6 +749,12 @@ fn every_gap_has_a_recorded_cause() {
     assert!(
         unexplained.is_empty(),
         "gaps without a cause: {unexplained:?}"
+    );
+    // The same-boot crash left none: the only gaps are the lost batch and the skip.
+    assert_eq!(
+        gaps(&sequences).len(),
+        state.lost.len() + 1,
+        "{sequences:?}"
     );
     // The newest events, after the last clean restart, follow on with no gap.
     let tail = &sequences[sequences.len() - 4..];

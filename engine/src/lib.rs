@@ -17,7 +17,8 @@
 //!   no lock, I/O, syscall or wake; a bounded lock-free queue, counted drops, an admission gate,
 //!   a race-free close) and the drain side the Ingress actor empties (`CaptureDrain`, with drop
 //!   markers). Its concurrent core is loom-checked.
-//! - `clock`, `entropy`: the injected clock (wall and monotonic) and randomness.
+//! - `clock`, `entropy`: the injected clock (wall and monotonic) and randomness; `boot`: the
+//!   boot id the shell reads, journaled with sequence reservations.
 //! - `sync`: the `std::sync` / `loom::sync` facade that hand-written concurrency uses.
 //! - `test_support` (feature `simulation`): what the `harness = false` proof suites share.
 //! - `storage`: the filesystem seam. The `Storage` trait over held directory descriptors, the
@@ -59,6 +60,7 @@
 //!   proof only a decision mints) and single-use paging cursors (`docs/policy.md`). Pure.
 #![forbid(unsafe_code)]
 
+pub mod boot;
 pub mod capture;
 pub mod clock;
 pub mod consultation;

@@ -116,7 +116,14 @@ pub fn event() -> impl Strategy<Value = JournalEvent> {
         }),
         signal().prop_map(JournalEvent::SupervisorSignalled),
         (1..=u64::MAX).prop_map(|count| JournalEvent::DropsRecorded { count }),
-        (1..=u64::MAX).prop_map(|high_water| JournalEvent::SequenceMarked { high_water }),
+        (
+            1..=u64::MAX,
+            proptest::option::of(proptest::prelude::any::<[u8; 16]>())
+        )
+            .prop_map(|(high_water, boot)| JournalEvent::SequenceMarked {
+                high_water,
+                boot: boot.map(crate::boot::BootId::from_bytes),
+            }),
         (1..=u64::MAX, 0..=1_000u64).prop_map(|(first_sequence, more)| {
             JournalEvent::RecordsLost {
                 first_sequence,
@@ -280,7 +287,10 @@ pub fn command() -> impl Strategy<Value = Command> {
         )
             .prop_map(|(bytes, on_quota)| Command::SetQuota { bytes, on_quota }),
         (0..100u64).prop_map(|count| Command::RecordDrops { count }),
-        (0..100u64).prop_map(|high_water| Command::MarkSequence { high_water }),
+        (0..100u64).prop_map(|high_water| Command::MarkSequence {
+            high_water,
+            boot: None
+        }),
         (
             1..5u64,
             prop_oneof![Just("a.history.v1"), Just("b.history.v1")]

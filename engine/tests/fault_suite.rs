@@ -272,6 +272,7 @@ fn workload(
                     time_ms: 1,
                     event: JournalEvent::SequenceMarked {
                         high_water: high_water.get(),
+                        boot: None,
                     },
                 });
             }

@@ -126,7 +126,13 @@ fn the_journal_rebuilds_the_same_state_from_a_real_store() {
     shell.run(owner, Command::Pause);
     shell.run(owner, Command::Resume);
     shell.run(daemon, Command::RecordDrops { count: 3 });
-    shell.run(daemon, Command::MarkSequence { high_water: 41 });
+    shell.run(
+        daemon,
+        Command::MarkSequence {
+            high_water: 41,
+            boot: None,
+        },
+    );
     shell.run(owner, Command::Flush);
 
     // A new writer generation (a process restart): the state so far is read back first.
@@ -155,7 +161,13 @@ fn the_journal_rebuilds_the_same_state_from_a_real_store() {
             }),
         }
     }
-    shell.run(daemon, Command::MarkSequence { high_water: 97 });
+    shell.run(
+        daemon,
+        Command::MarkSequence {
+            high_water: 97,
+            boot: None,
+        },
+    );
     drop(shell.writer);
 
     // Read everything back from disk and rebuild.

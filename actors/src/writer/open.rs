@@ -1,6 +1,8 @@
 //! The writer's open: the store, the key, the journal's projection and the history writer
 //! above its sequence floor; then what the rules say of a crash's leftovers
-//! (`history::tears_to_record`, `history::leftovers_to_seal`, `history::State::record_skip`)
+//! (`history::tears_to_record`, `history::leftovers_to_seal`, the reservation it left:
+//! `history::State::recover_sequences` after a crash in this boot, else
+//! `history::State::record_skip`)
 //! and of the contract's on/off state (`history::State::observe_contract`). And the release of
 //! the reservation at a clean stop.
 
@@ -8,13 +10,14 @@ use std::sync::Arc;
 
 use annal_engine::health::SignalKind;
 use annal_engine::history;
+use annal_engine::journal::JournalEvent;
 use annal_engine::keys::KeyError;
 use annal_engine::storage::Access;
 use annal_engine::store::{
     ControlRead, History, OpenState, StoreWriter, WriterConfig, create_or_adopt_store, open_store,
     read_state_mirror,
 };
-use annal_schema::{HealthCategory, Payload};
+use annal_schema::{HealthCategory, Payload, Sequence};
 
 use super::prune::StoreBytes;
 use super::{CHILD_CALL_DEADLINE_MS, ControlError, Open, WriterState};
@@ -142,7 +145,6 @@ impl WriterState {
         })
         .unwrap_or_default();
         self.bytes = StoreBytes::read(storage.as_ref());
-        let journal_floor = projection.history_high_water;
         let open_state = history.open_state();
         self.rules.adopt(projection);
         self.rules.opened(reserved_through);
@@ -156,7 +158,8 @@ impl WriterState {
         if !leftovers.is_empty() {
             self.seal(&leftovers).await;
         }
-        self.record_skip(journal_floor, open_state);
+        self.recover_sequences(open_state).await;
+        self.record_skip(open_state);
         self.reconcile_contract(open_state.newest_control).await;
         self.prune().await;
         self.check_quota();
@@ -164,13 +167,49 @@ impl WriterState {
         Ok(())
     }
 
-    /// The sequences this writer skips: above what the store holds and through the journal's
-    /// mark, which only a writer that did not stop cleanly leaves above it (a clean stop
-    /// releases the rest of its reservation, `WriterState::release_sequences`). Recorded
-    /// once, so a reader tells this gap from drops (`State::skipped`).
-    fn record_skip(&mut self, journal_floor: Option<u64>, open_state: OpenState) {
+    /// A predecessor that did not stop cleanly left the journal's mark above what the store
+    /// holds. If it reserved in this boot (`history::State::recover_sequences`), the page
+    /// cache survived it: the files this open read are made durable, the release is
+    /// journaled durably, and only then is the floor lowered, so the next record follows the
+    /// last one on disk. Any failure on the way leaves the floor where it was (the skip is
+    /// recorded instead).
+    async fn recover_sequences(&mut self, open_state: OpenState) {
         let stored = open_state.stored_high_water.map(|s| s.get());
-        let skipped = self.rules.record_skip(journal_floor, stored);
+        let events = self.rules.recover_sequences(stored);
+        let Some(&JournalEvent::SequenceReleased { high_water, .. }) = events.first() else {
+            return;
+        };
+        let Some(open) = self.open.as_ref() else {
+            return;
+        };
+        if open.history.sync_chunks_read_at_open().is_err() {
+            return;
+        }
+        if self.journal(events, true).await.is_err() {
+            return;
+        }
+        if let Some(open) = self.open.as_mut()
+            && open.history.release_floor(Sequence::new(high_water))
+        {
+            self.rules.opened(high_water);
+        }
+    }
+
+    /// The sequences this writer skips: above what the store holds and through the floor its
+    /// history writer opened at (the journal's mark), which only a writer that did not stop
+    /// cleanly leaves above it, and only when it crashed in another boot (or the release
+    /// failed): a clean stop releases the rest of its reservation
+    /// (`WriterState::release_sequences`), a crash in this boot is recovered
+    /// (`WriterState::recover_sequences`). Recorded once, so a reader tells this gap from
+    /// drops (`State::skipped`).
+    fn record_skip(&mut self, open_state: OpenState) {
+        let stored = open_state.stored_high_water.map(|s| s.get());
+        let floor = self
+            .open
+            .as_ref()
+            .and_then(|open| open.history.high_water())
+            .map(|s| s.get());
+        let skipped = self.rules.record_skip(floor, stored);
         self.carry_out(skipped);
     }
 

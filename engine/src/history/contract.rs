@@ -221,6 +221,30 @@ impl State {
         Some(Effect::Record(events))
     }
 
+    /// An open after a writer that did not stop cleanly (the journal's mark is above
+    /// `stored_high_water`, the highest sequence the store's files hold): if the mark's
+    /// reservation was made in this writer's boot, the journal events (to make durable) that
+    /// release it down to what is on disk, or recorded lost or skipped
+    /// ([`Command::RecoverSequences`]). The page cache survived the crash, so nothing above
+    /// that was ever seen by a reader: the next record follows the last one, no gap. The
+    /// caller makes the files it read durable first, then the events, and only then lowers its
+    /// floor. Empty after another boot, with no boot known, or with nothing to release: the
+    /// skip is recorded instead ([`State::record_skip`]).
+    pub fn recover_sequences(&self, stored_high_water: Option<u64>) -> Vec<JournalEvent> {
+        let Some(boot) = self.boot else {
+            return Vec::new();
+        };
+        decide(
+            &self.projection,
+            Command::RecoverSequences {
+                boot,
+                on_disk: stored_high_water.unwrap_or(0),
+            },
+            CallerKind::Daemon,
+        )
+        .unwrap_or_default()
+    }
+
     /// A clean stop: the journal events (to make durable) that bring the journal's mark down
     /// from the reservation to `high_water`, the last sequence this writer handed out, so the
     /// next writer goes on at the one after it (no gap). Nothing above it was ever handed

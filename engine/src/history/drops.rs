@@ -119,6 +119,8 @@ pub struct AppendPlan {
     counted: u64,
     /// The journal's reservation must reach this sequence, durably, before the append.
     reserve_through: Option<u64>,
+    /// The boot the reservation is made in.
+    boot: Option<crate::boot::BootId>,
 }
 
 impl AppendPlan {
@@ -126,7 +128,10 @@ impl AppendPlan {
     /// reservation: appended durably before the history write, so no sequence is ever reused.
     pub fn reservation(&self) -> Option<JournalEvent> {
         self.reserve_through
-            .map(|high_water| JournalEvent::SequenceMarked { high_water })
+            .map(|high_water| JournalEvent::SequenceMarked {
+                high_water,
+                boot: self.boot,
+            })
     }
 
     /// If nothing of this batch is appended: its events and the drops its markers reported
@@ -164,6 +169,7 @@ impl State {
             markers,
             counted,
             reserve_through,
+            boot: self.boot,
         })
     }
 

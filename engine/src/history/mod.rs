@@ -17,8 +17,10 @@
 //!   check and its signals, what eviction and retention may prune, and the group-commit
 //!   tick ([`commit_tick`]).
 //! - [`contract`]: the owner's control operations ([`ControlPlan`]), one truth about on and
-//!   off at open ([`State::observe_contract`], [`State::contract_answer`]), the skip a crashed
-//!   predecessor left and the reservation a clean stop releases.
+//!   off at open ([`State::observe_contract`], [`State::contract_answer`]), the reservation a
+//!   crashed predecessor left, released when it crashed in this boot
+//!   ([`State::recover_sequences`]) and skipped otherwise ([`State::record_skip`]), and the
+//!   reservation a clean stop releases.
 //! - [`drafts`]: each drained capture becomes a v0 draft ([`Drafter`]: keyed session ids,
 //!   action ids from the channel's seed), with one drop marker before the first event after
 //!   any drops ([`State::drafts`]).
@@ -47,6 +49,7 @@ use std::ops::RangeInclusive;
 
 use annal_schema::HealthCategory;
 
+use crate::boot::BootId;
 use crate::health::{KeyFault, SignalKind, StorageFault};
 use crate::journal::{JournalEvent, State as Projection};
 
@@ -100,6 +103,8 @@ pub struct State {
     at_quota: bool,
     /// The newest seal (the chain's tip): the next closed chunk's seal links to it.
     chain_tip: Option<crate::seal::Seal>,
+    /// The boot this writer runs in (`None`: unknown), journaled with each reservation.
+    boot: Option<BootId>,
 }
 
 impl State {
@@ -123,6 +128,12 @@ impl State {
         self.reserved_through = reserved_through;
         self.open = true;
         self.at_quota = false;
+    }
+
+    /// The boot this writer runs in (`None`: unknown; then no crash's reservation is ever
+    /// released, [`State::recover_sequences`]).
+    pub fn set_boot(&mut self, boot: Option<BootId>) {
+        self.boot = boot;
     }
 
     /// Whether the history writer is open.

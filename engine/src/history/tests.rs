@@ -189,7 +189,8 @@ fn a_batch_past_the_reservation_reserves_a_block_above_its_last_sequence() {
     assert_eq!(
         plan.reservation(),
         Some(JournalEvent::SequenceMarked {
-            high_water: 11 + SEQUENCE_RESERVE_BLOCK
+            high_water: 11 + SEQUENCE_RESERVE_BLOCK,
+            boot: None,
         })
     );
 }
@@ -214,7 +215,8 @@ fn a_store_with_no_sequence_left_reserves_without_overflowing() {
     assert_eq!(
         plan.reservation(),
         Some(JournalEvent::SequenceMarked {
-            high_water: u64::MAX
+            high_water: u64::MAX,
+            boot: None,
         })
     );
 }
@@ -1017,8 +1019,48 @@ mod contract {
     }
 
     #[test]
+    fn a_writer_journals_its_boot_with_each_reservation_and_recovers_only_its_own_boots() {
+        use crate::boot::BootId;
+        let boot = BootId::from_bytes([1; 16]);
+        // Given a writer in a known boot, when a batch passes the reservation, then the
+        // reservation carries the boot.
+        let mut state = super::given_opened(10).state;
+        state.set_boot(Some(boot));
+        let reservation = super::plan(&state, &[super::event()], 0, 11).reservation();
+        assert_eq!(
+            reservation,
+            Some(JournalEvent::SequenceMarked {
+                high_water: 11 + SEQUENCE_RESERVE_BLOCK,
+                boot: Some(boot),
+            })
+        );
+        // Given that reservation and a crash, the next writer of the same boot releases it
+        // down to what is on disk; one of another boot, or of no known boot, releases nothing.
+        let reserved = [enabled(), reservation.unwrap()];
+        let mut next = given(&reserved);
+        next.set_boot(Some(boot));
+        assert_eq!(
+            next.recover_sequences(Some(11)),
+            [JournalEvent::SequenceReleased {
+                reserved: 11 + SEQUENCE_RESERVE_BLOCK,
+                high_water: 11,
+            }]
+        );
+        let mut other = given(&reserved);
+        other.set_boot(Some(BootId::from_bytes([2; 16])));
+        assert_eq!(other.recover_sequences(Some(11)), Vec::new());
+        assert_eq!(given(&reserved).recover_sequences(Some(11)), Vec::new());
+    }
+
+    #[test]
     fn a_clean_stop_releases_only_what_it_never_handed_out() {
-        let state = given(&[enabled(), JournalEvent::SequenceMarked { high_water: 100 }]);
+        let state = given(&[
+            enabled(),
+            JournalEvent::SequenceMarked {
+                high_water: 100,
+                boot: None,
+            },
+        ]);
         assert_eq!(
             state.release_sequences(42),
             [JournalEvent::SequenceReleased {

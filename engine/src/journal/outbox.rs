@@ -129,7 +129,10 @@ mod tests {
     use crate::journal::JournalEvent;
 
     fn marked(high_water: u64) -> JournalEvent {
-        JournalEvent::SequenceMarked { high_water }
+        JournalEvent::SequenceMarked {
+            high_water,
+            boot: None,
+        }
     }
 
     fn held_marks(outbox: &Outbox) -> Vec<u64> {
@@ -137,7 +140,7 @@ mod tests {
             .held()
             .iter()
             .map(|event| match event {
-                JournalEvent::SequenceMarked { high_water } => *high_water,
+                JournalEvent::SequenceMarked { high_water, .. } => *high_water,
                 _ => u64::MAX,
             })
             .collect()

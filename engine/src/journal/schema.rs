@@ -23,6 +23,7 @@ use std::time::Duration;
 use annal_schema::{ControlOperation, OpaqueId, Sequence, WriteRuleViolation};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::boot::BootId;
 use crate::health::{Child, FailureCategory, KeyFault, Signal, SignalKind, StorageFault};
 use crate::keys::{JournalKeys, KeyReference};
 use crate::policy::{
@@ -157,10 +158,15 @@ pub enum JournalEvent {
         /// How many (>= 1).
         count: u64,
     },
-    /// The history stream's sequences were handed out through `high_water` (burned or used).
+    /// The history stream's sequences were reserved through `high_water`: durable before any
+    /// history record uses one, so none is ever reused.
     SequenceMarked {
-        /// The highest sequence handed out (>= 1).
+        /// The highest sequence reserved (>= 1).
         high_water: u64,
+        /// The boot of the machine the reservation was made in (`None` in journals written
+        /// before boot ids were journaled): after a crash in the same boot, the next writer
+        /// may release what was not written ([`super::Command::RecoverSequences`]).
+        boot: Option<BootId>,
     },
     /// The history records of these sequences were reported lost by a failed append or sync,
     /// and counted as dropped. A failed sync may have left them on disk all the same: no query
@@ -215,9 +221,11 @@ pub enum JournalEvent {
         /// The control event's `data.sequence` (>= 1); 0 for `state_file`.
         sequence: u64,
     },
-    /// A clean stop: of the sequences reserved through `reserved`, only those through
-    /// `high_water` were handed out; the rest is released, so the next writer goes on at
-    /// `high_water + 1` (no gap). Applies only while the mark is still `reserved`.
+    /// Of the sequences reserved through `reserved`, none above `high_water` was handed out
+    /// (a clean stop), or none above it can have been seen (an open after a crash in the
+    /// reservation's boot, with the store's files made durable first); the rest is released,
+    /// so the next writer goes on at `high_water + 1` (no gap). Applies only while the mark is
+    /// still `reserved`.
     SequenceReleased {
         /// The reservation released (the mark it applies to).
         reserved: u64,
@@ -308,7 +316,7 @@ impl JournalEvent {
             }
             Self::SupervisorSignalled(signal) => check_signal(signal),
             Self::DropsRecorded { count } => ok_if(*count >= 1, BoundViolation::DropCount),
-            Self::SequenceMarked { high_water } => {
+            Self::SequenceMarked { high_water, .. } => {
                 ok_if(*high_water >= 1, BoundViolation::HighWater)
             }
             Self::RecordsLost {
@@ -636,6 +644,12 @@ enum WireEvent {
     },
     SequenceMarked {
         high_water: u64,
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "present_boot"
+        )]
+        boot: Option<BootId>,
     },
     RecordsLost {
         first_sequence: u64,
@@ -778,8 +792,9 @@ impl WireEvent {
                 signal: WireSignal::from_kind(signal.kind),
             },
             JournalEvent::DropsRecorded { count } => Self::DropsRecorded { count: *count },
-            JournalEvent::SequenceMarked { high_water } => Self::SequenceMarked {
+            JournalEvent::SequenceMarked { high_water, boot } => Self::SequenceMarked {
                 high_water: *high_water,
+                boot: *boot,
             },
             JournalEvent::RecordsLost {
                 first_sequence,
@@ -918,7 +933,9 @@ impl WireEvent {
                 })
             }
             Self::DropsRecorded { count } => JournalEvent::DropsRecorded { count },
-            Self::SequenceMarked { high_water } => JournalEvent::SequenceMarked { high_water },
+            Self::SequenceMarked { high_water, boot } => {
+                JournalEvent::SequenceMarked { high_water, boot }
+            }
             Self::RecordsLost {
                 first_sequence,
                 last_sequence,
@@ -1087,6 +1104,12 @@ mod key_reference_text {
 }
 
 /// A chunk id as 32 lower-case hex characters, validated on the way in.
+/// A `boot` that is present is a boot id (never `null`: the stored form leaves an unknown boot
+/// out).
+fn present_boot<'de, D: Deserializer<'de>>(d: D) -> Result<Option<BootId>, D::Error> {
+    BootId::deserialize(d).map(Some)
+}
+
 mod chunk_hex {
     use super::{ChunkId, Deserialize, Deserializer, Serializer};
 

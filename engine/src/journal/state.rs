@@ -17,11 +17,12 @@
 //! | `SetRetention { days }`      | owner CLI, embedder          | days outside 1..=3650               | unchanged            |
 //! | `SetQuota { bytes, .. }`     | owner CLI, embedder          | bytes outside 1 MiB..=1 TiB         | unchanged            |
 //! | `RecordDrops { count }`      | daemon                       |                                     | count 0              |
-//! | `MarkSequence { high_water }`| daemon                       | 0, or below the current mark        | equal to the mark    |
+//! | `MarkSequence { high_water, boot }`| daemon                       | 0, or below the current mark        | equal to the mark    |
 //! | `StartKeyEpoch { .. }`       | daemon                       | epoch not above the current one     | same epoch and name  |
 //! | `RecordSignal(signal)`       | daemon                       | signal out of bounds                |                      |
 //! | `ObserveContract { .. }`     | daemon                       | out of bounds                       | a control event at or below the one read last; a state file that does not narrow |
 //! | `ReleaseSequences { high_water }` | daemon                  |                                     | 0, or not below the mark |
+//! | `RecoverSequences { boot, on_disk }` | daemon               |                                     | the reservation not made in `boot`; nothing on disk, lost or skipped; not below the mark |
 //! | `RecordSkip { first, last }` | daemon                       | empty or starting at 0              | already recorded skipped or lost |
 //!
 //! An agent may never change engine state: every command from [`CallerKind::Agent`] is
@@ -42,14 +43,17 @@
 //! set once (its file may still be there after a crash: `store::prune` removes it then); a
 //! contract observation narrows (`disable`, `delete`: disabled; `pause`: paused while enabled)
 //! and never widens, and a control event's moves [`State::contract_read_through`] up; a
-//! `SequenceReleased` lowers the mark to its `high_water` only while the mark is still the
-//! reservation it names (so a release appended late, after a newer reservation, changes
+//! `SequenceMarked` at or above the mark takes it with its boot; a
+//! `SequenceReleased` lowers the mark to its `high_water` (and forgets the boot) only while the
+//! mark is still the reservation it names (so a release appended late, after a newer reservation, changes
 //! nothing); a skip adds its range to [`State::skipped`].
 
 use std::collections::BTreeSet;
 use std::num::NonZeroU64;
 
 use annal_schema::ControlOperation;
+
+use crate::boot::BootId;
 use annal_schema::tools::{DEFAULT_QUOTA_BYTES, DEFAULT_RETENTION_DAYS};
 
 use super::schema::{
@@ -91,6 +95,9 @@ pub struct State {
     /// The history sequences reserved (handed out or about to be) through this mark: a writer
     /// starts above it. Only a clean stop's release lowers it, to the last sequence handed out.
     pub history_high_water: Option<u64>,
+    /// The boot the reservation at [`State::history_high_water`] was made in (`None`: not
+    /// journaled, or the mark is no reservation, after a release).
+    pub history_mark_boot: Option<BootId>,
     /// The current key epoch, once one was recorded.
     pub key_epoch: Option<KeyEpoch>,
     /// Every supervision and store signal folded in, in journal order: health is this fold
@@ -135,6 +142,7 @@ impl Default for State {
             on_quota: OnQuota::StopCapture,
             dropped_total: 0,
             history_high_water: None,
+            history_mark_boot: None,
             key_epoch: None,
             health_fold: HealthFold::default(),
             restarts: RestartHistories::default(),
@@ -218,11 +226,11 @@ impl State {
             JournalEvent::DropsRecorded { count } => {
                 self.dropped_total = self.dropped_total.saturating_add(*count);
             }
-            JournalEvent::SequenceMarked { high_water } => {
-                self.history_high_water = Some(
-                    self.history_high_water
-                        .map_or(*high_water, |h| h.max(*high_water)),
-                );
+            JournalEvent::SequenceMarked { high_water, boot } => {
+                if self.history_high_water.is_none_or(|h| *high_water >= h) {
+                    self.history_high_water = Some(*high_water);
+                    self.history_mark_boot = *boot;
+                }
             }
             JournalEvent::RecordsLost {
                 first_sequence,
@@ -260,6 +268,7 @@ impl State {
             } => {
                 if self.history_high_water == Some(*reserved) {
                     self.history_high_water = Some(*high_water);
+                    self.history_mark_boot = None;
                 }
             }
             JournalEvent::SequencesSkipped {
@@ -439,10 +448,12 @@ pub enum Command {
         /// How many.
         count: u64,
     },
-    /// Record the history stream's high-water mark.
+    /// Reserve the history stream's sequences through `high_water`.
     MarkSequence {
-        /// The highest sequence handed out.
+        /// The highest sequence reserved.
         high_water: u64,
+        /// The boot the reservation is made in (`None`: unknown).
+        boot: Option<BootId>,
     },
     /// Record that a key epoch began.
     StartKeyEpoch {
@@ -468,6 +479,17 @@ pub enum Command {
     ReleaseSequences {
         /// The highest sequence handed out.
         high_water: u64,
+    },
+    /// An open after a writer that did not stop cleanly, in `boot`: if the reservation was
+    /// made in this boot, the page cache survived the crash, so every record the crashed
+    /// writer wrote is in the store's files (which the caller has made durable); `on_disk` is
+    /// the highest sequence they hold. The reservation is released down to it (or to the
+    /// highest sequence recorded lost or skipped, if higher): nothing above was ever seen.
+    RecoverSequences {
+        /// The boot the opening writer runs in.
+        boot: BootId,
+        /// The highest sequence the store's files hold.
+        on_disk: u64,
     },
     /// Record sequences skipped at an open after a writer that did not stop cleanly.
     RecordSkip {
@@ -559,6 +581,7 @@ fn permitted(command: &Command, caller: CallerKind) -> bool {
         | Command::RecordSignal(_)
         | Command::ObserveContract { .. }
         | Command::ReleaseSequences { .. }
+        | Command::RecoverSequences { .. }
         | Command::RecordSkip { .. } => caller == CallerKind::Daemon,
     }
 }
@@ -618,13 +641,13 @@ pub fn decide(
         }
         Command::RecordDrops { count: 0 } => Ok(Vec::new()),
         Command::RecordDrops { count } => Ok(vec![JournalEvent::DropsRecorded { count }]),
-        Command::MarkSequence { high_water: 0 } => Err(CommandError::HighWaterZero),
-        Command::MarkSequence { high_water } => match state.history_high_water {
+        Command::MarkSequence { high_water: 0, .. } => Err(CommandError::HighWaterZero),
+        Command::MarkSequence { high_water, boot } => match state.history_high_water {
             Some(current) if high_water < current => {
                 Err(CommandError::HighWaterWouldDecrease { current })
             }
             Some(current) if high_water == current => Ok(Vec::new()),
-            _ => Ok(vec![JournalEvent::SequenceMarked { high_water }]),
+            _ => Ok(vec![JournalEvent::SequenceMarked { high_water, boot }]),
         },
         Command::StartKeyEpoch { epoch, reference } => match &state.key_epoch {
             Some(current) if current.epoch == epoch && current.reference == reference => {
@@ -673,6 +696,30 @@ pub fn decide(
             }
             _ => Ok(Vec::new()),
         },
+        Command::RecoverSequences { boot, on_disk } => {
+            let (Some(reserved), Some(reserved_in)) =
+                (state.history_high_water, state.history_mark_boot)
+            else {
+                return Ok(Vec::new());
+            };
+            let accounted = state
+                .lost
+                .iter()
+                .chain(&state.skipped)
+                .map(|range| *range.end())
+                .filter(|&end| end <= reserved)
+                .max()
+                .unwrap_or(0);
+            let high_water = on_disk.max(accounted);
+            if reserved_in == boot && high_water >= 1 && high_water < reserved {
+                Ok(vec![JournalEvent::SequenceReleased {
+                    reserved,
+                    high_water,
+                }])
+            } else {
+                Ok(Vec::new())
+            }
+        }
         Command::RecordSkip {
             first_sequence,
             last_sequence,

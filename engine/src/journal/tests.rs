@@ -11,6 +11,7 @@ use annal_schema::{ControlOperation, HealthCategory, OpaqueId, Sequence, WriteRu
 use proptest::prelude::*;
 
 use super::*;
+use crate::boot::BootId;
 use crate::health::{Child, FailureCategory, Signal, SignalKind, StorageFault};
 use crate::keys::KeyReference;
 use crate::profile::{ChunkId, PlaintextFault, RecordSchema};
@@ -232,7 +233,13 @@ fn caller_decision_table() {
         ),
         (Command::Flush, &all_but_agent),
         (Command::RecordDrops { count: 1 }, &daemon),
-        (Command::MarkSequence { high_water: 9 }, &daemon),
+        (
+            Command::MarkSequence {
+                high_water: 9,
+                boot: None,
+            },
+            &daemon,
+        ),
         (
             Command::StartKeyEpoch {
                 epoch: epoch(1),
@@ -365,19 +372,46 @@ fn drops_add_to_the_lifetime_total() {
 #[test]
 fn the_high_water_mark_never_goes_backwards() {
     let daemon = CallerKind::Daemon;
-    let mark = |high_water| JournalEvent::SequenceMarked { high_water };
+    let mark = |high_water| JournalEvent::SequenceMarked {
+        high_water,
+        boot: None,
+    };
     let state = given(&[])
-        .when_by(daemon, Command::MarkSequence { high_water: 10 })
+        .when_by(
+            daemon,
+            Command::MarkSequence {
+                high_water: 10,
+                boot: None,
+            },
+        )
         .then_expect(&[mark(10)]);
     assert_eq!(state.history_high_water, Some(10));
     given(&[mark(10)])
-        .when_by(daemon, Command::MarkSequence { high_water: 9 })
+        .when_by(
+            daemon,
+            Command::MarkSequence {
+                high_water: 9,
+                boot: None,
+            },
+        )
         .then_expect_error(CommandError::HighWaterWouldDecrease { current: 10 });
     given(&[mark(10)])
-        .when_by(daemon, Command::MarkSequence { high_water: 10 })
+        .when_by(
+            daemon,
+            Command::MarkSequence {
+                high_water: 10,
+                boot: None,
+            },
+        )
         .then_expect_nothing();
     given(&[])
-        .when_by(daemon, Command::MarkSequence { high_water: 0 })
+        .when_by(
+            daemon,
+            Command::MarkSequence {
+                high_water: 0,
+                boot: None,
+            },
+        )
         .then_expect_error(CommandError::HighWaterZero);
     // A lower mark in a journal (never decided) changes nothing.
     assert_eq!(
@@ -539,7 +573,10 @@ fn an_observation_outside_its_bounds_is_refused_and_changes_nothing_replayed() {
 #[test]
 fn a_clean_stop_releases_the_rest_of_its_reservation() {
     let daemon = CallerKind::Daemon;
-    let mark = |high_water| JournalEvent::SequenceMarked { high_water };
+    let mark = |high_water| JournalEvent::SequenceMarked {
+        high_water,
+        boot: None,
+    };
     let released = |reserved, high_water| JournalEvent::SequenceReleased {
         reserved,
         high_water,
@@ -570,10 +607,82 @@ fn a_clean_stop_releases_the_rest_of_its_reservation() {
 }
 
 #[test]
+fn a_crash_in_the_reservations_boot_releases_it_down_to_what_is_on_disk() {
+    let daemon = CallerKind::Daemon;
+    let this_boot = BootId::from_bytes([7; 16]);
+    let other_boot = BootId::from_bytes([8; 16]);
+    let mark = |high_water, boot| JournalEvent::SequenceMarked { high_water, boot };
+    let recover = |on_disk| Command::RecoverSequences {
+        boot: this_boot,
+        on_disk,
+    };
+    let released = |reserved, high_water| JournalEvent::SequenceReleased {
+        reserved,
+        high_water,
+    };
+    // Given a reservation made in this boot, when the next writer finds 39 on disk, then the
+    // rest is released: it goes on at 40.
+    let state = given(&[mark(65_575, Some(this_boot))])
+        .when_by(daemon, recover(39))
+        .then_expect(&[released(65_575, 39)]);
+    assert_eq!(state.history_high_water, Some(39));
+    assert_eq!(
+        state.history_mark_boot, None,
+        "a released mark is no reservation"
+    );
+    // Sequences recorded lost (a failed sync may have shown them) or skipped (an earlier
+    // crash) stay behind the release, even when the disk holds less.
+    given(&[
+        mark(65_575, Some(this_boot)),
+        JournalEvent::RecordsLost {
+            first_sequence: 40,
+            last_sequence: 44,
+        },
+    ])
+    .when_by(daemon, recover(39))
+    .then_expect(&[released(65_575, 44)]);
+    given(&[
+        mark(65_536, None),
+        JournalEvent::SequencesSkipped {
+            first_sequence: 3,
+            last_sequence: 65_536,
+        },
+        mark(131_100, Some(this_boot)),
+    ])
+    .when_by(daemon, recover(2))
+    .then_expect(&[released(131_100, 65_536)]);
+    // Never for a reservation of another boot (a power loss may have taken records a reader
+    // saw), nor one journaled before boot ids were, nor one a newer mark without a boot
+    // replaced; nor with nothing to release or nothing at all on disk.
+    for (history, on_disk) in [
+        (vec![mark(65_575, Some(other_boot))], 39),
+        (vec![mark(65_575, None)], 39),
+        (vec![mark(100, Some(this_boot)), mark(200, None)], 39),
+        (vec![mark(39, Some(this_boot))], 39),
+        (vec![mark(39, Some(this_boot))], 40),
+        (vec![mark(65_575, Some(this_boot))], 0),
+        (vec![], 5),
+    ] {
+        given(&history)
+            .when_by(daemon, recover(on_disk))
+            .then_expect_nothing();
+    }
+    // Only the daemon's writer recovers.
+    given(&[mark(65_575, Some(this_boot))])
+        .when_by(CallerKind::OwnerCli, recover(39))
+        .then_expect_error(CommandError::CallerNotPermitted {
+            caller: CallerKind::OwnerCli,
+        });
+}
+
+#[test]
 fn a_release_appended_after_a_newer_reservation_changes_nothing() {
     // A release the journal retried late (after a failed sync) behind the next writer's
     // reservation must not lower the mark below what that writer hands out.
-    let mark = |high_water| JournalEvent::SequenceMarked { high_water };
+    let mark = |high_water| JournalEvent::SequenceMarked {
+        high_water,
+        boot: None,
+    };
     let released = JournalEvent::SequenceReleased {
         reserved: 100,
         high_water: 39,
@@ -785,7 +894,10 @@ fn applying_covers_every_event_deterministically() {
             on_quota: OnQuota::EvictOldest,
             caller: CallerKind::OwnerCli,
         },
-        JournalEvent::SequenceMarked { high_water: 0 },
+        JournalEvent::SequenceMarked {
+            high_water: 0,
+            boot: None,
+        },
         JournalEvent::DropsRecorded { count: 0 },
         JournalEvent::TornTailRecorded {
             chunk,
@@ -881,8 +993,18 @@ fn golden() -> Vec<(JournalEvent, &'static str)> {
             r#"{"kind":"drops_recorded","count":4}"#,
         ),
         (
-            JournalEvent::SequenceMarked { high_water: 99 },
+            JournalEvent::SequenceMarked {
+                high_water: 99,
+                boot: None,
+            },
             r#"{"kind":"sequence_marked","high_water":99}"#,
+        ),
+        (
+            JournalEvent::SequenceMarked {
+                high_water: 99,
+                boot: Some(BootId::from_bytes([0xab; 16])),
+            },
+            r#"{"kind":"sequence_marked","high_water":99,"boot":"abababababababababababababababab"}"#,
         ),
         (
             JournalEvent::TornTailRecorded {
@@ -1073,23 +1195,41 @@ fn the_schema_is_closed() {
         edited(3, "default.history.v1", ""),
         edited(6, r#""count":4"#, r#""count":0"#),
         edited(7, r#""high_water":99"#, r#""high_water":0"#),
-        edited(8, r#""bytes_left_out":5"#, r#""bytes_left_out":0"#),
+        edited(8, r#""high_water":99"#, r#""high_water":0"#),
+        // A boot id is exactly 32 lowercase hex digits.
         edited(
             8,
+            "abababababababababababababababab",
+            "ababababababababababababababab",
+        ),
+        edited(
+            8,
+            "abababababababababababababababab",
+            "ABABABABABABABABABABABABABABABAB",
+        ),
+        edited(
+            8,
+            "abababababababababababababababab",
+            "abababab-abab-abab-abab-abababababab",
+        ),
+        edited(8, r#""abababababababababababababababab""#, "null"),
+        edited(9, r#""bytes_left_out":5"#, r#""bytes_left_out":0"#),
+        edited(
+            9,
             "0123456789abcdef0123456789abcdef",
             "0123456789ABCDEF0123456789ABCDEF",
         ),
-        edited(9, "0123456789abcdef0123456789abcdef", "0123"),
-        edited(15, "evict_oldest", "evict_newest"),
-        edited(15, r#""records":6096"#, r#""records":0"#),
-        edited(15, r#""records":6096"#, r#""records":1048577"#),
-        edited(15, "1764540843753", "16756761600000"),
-        edited(15, r#","records":6096"#, ""),
+        edited(10, "0123456789abcdef0123456789abcdef", "0123"),
+        edited(16, "evict_oldest", "evict_newest"),
+        edited(16, r#""records":6096"#, r#""records":0"#),
+        edited(16, r#""records":6096"#, r#""records":1048577"#),
+        edited(16, "1764540843753", "16756761600000"),
+        edited(16, r#","records":6096"#, ""),
         // An unknown-tool refusal: bounded, and no field for the name that was called.
-        edited(16, r#""audit":8"#, r#""audit":0"#),
-        edited(16, "2100", "16756761600000"),
-        edited(16, r#""at_ms""#, r#""tool":"history_delete","at_ms""#),
-        edited(16, r#","principal":"agent-a""#, ""),
+        edited(17, r#""audit":8"#, r#""audit":0"#),
+        edited(17, "2100", "16756761600000"),
+        edited(17, r#""at_ms""#, r#""tool":"history_delete","at_ms""#),
+        edited(17, r#","principal":"agent-a""#, ""),
         edited(
             golden().len() - 2,
             r#""first_sequence":6"#,
@@ -1218,7 +1358,10 @@ fn the_stream_binding_finishes_and_checks_entries() {
             caller: CallerKind::OwnerCli,
         },
         JournalEvent::DropsRecorded { count: 0 },
-        JournalEvent::SequenceMarked { high_water: 0 },
+        JournalEvent::SequenceMarked {
+            high_water: 0,
+            boot: None,
+        },
         JournalEvent::TornTailRecorded {
             chunk: ChunkId([0; 16]),
             bytes_left_out: TORN_TAIL_MAX_BYTES + 1,

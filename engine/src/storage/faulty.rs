@@ -30,7 +30,7 @@ pub enum FaultOp {
     Create,
     /// [`WriteFile::append`].
     Write,
-    /// [`WriteFile::sync`].
+    /// [`WriteFile::sync`] and [`Storage::sync_file`].
     Sync,
     /// [`Storage::rename`].
     Rename,
@@ -455,6 +455,20 @@ impl Storage for FaultyStorage {
             return Err(fault.kind.error());
         }
         self.inner.sync_dir(area)
+    }
+
+    fn sync_file(&self, area: Area, name: &FileName) -> Result<(), StorageError> {
+        if let Some(fault) = self.state().tick(FaultOp::Sync, area) {
+            return Err(fault.kind.error());
+        }
+        self.inner.sync_file(area, name)?;
+        // Everything written to it is durable now: a later crash keeps it.
+        for file in self.state().files.iter_mut() {
+            if file.live && file.area == area && file.name == *name {
+                file.synced_bytes = file.written_bytes;
+            }
+        }
+        Ok(())
     }
 
     fn list(&self, area: Area) -> Result<Vec<DirEntry>, StorageError> {

@@ -462,6 +462,22 @@ impl Storage for FsStorage {
         }))
     }
 
+    fn sync_file(&self, area: Area, name: &FileName) -> Result<(), StorageError> {
+        self.require_write()?;
+        let fd = rustix::fs::openat(
+            self.dir(area)?,
+            name.as_str(),
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+            Mode::empty(),
+        )?;
+        let stat = rustix::fs::fstat(&fd)?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(StorageError::NotRegularFile);
+        }
+        rustix::fs::fdatasync(&fd)?;
+        Ok(())
+    }
+
     fn rename(
         &self,
         from: Area,

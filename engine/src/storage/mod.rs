@@ -315,6 +315,11 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// Makes the entries of `area` durable (`fsync` of the directory).
     fn sync_dir(&self, area: Area) -> Result<(), StorageError>;
 
+    /// Makes an existing regular file's data durable (`fdatasync`), whoever wrote it: what a
+    /// crashed writer left in the page cache, before its successor relies on it. Only on a
+    /// storage opened for writing.
+    fn sync_file(&self, area: Area, name: &FileName) -> Result<(), StorageError>;
+
     /// Lists `area` (never following symlinks), sorted by name. A missing area lists empty.
     fn list(&self, area: Area) -> Result<Vec<DirEntry>, StorageError>;
 

@@ -539,6 +539,13 @@ pub struct StoreWriter<S: Stream> {
     /// What the store itself showed at open (sequences and control events), before the
     /// caller's floor: [`OpenState`].
     open_state: OpenState,
+    /// The chunk files of earlier generations this open read (those a seal vouched for were
+    /// not read): what a crashed writer may have left in the page cache only
+    /// ([`StoreWriter::sync_chunks_read_at_open`]).
+    chunks_read_at_open: Vec<FileName>,
+    /// [`Self::high_water`] as opened: while it is still this, nothing was handed out, and
+    /// [`StoreWriter::release_floor`] may lower it.
+    opened_high_water: Option<Sequence>,
 }
 
 /// What a writer learned of the stream's own records when it opened, apart from the floor its
@@ -792,7 +799,41 @@ impl<S: Stream> StoreWriter<S> {
             torn_tails_at_open,
             unsealed_at_open: Vec::new(),
             open_state: open_state_of::<S>(report),
+            chunks_read_at_open: report
+                .chunks
+                .iter()
+                .filter_map(|chunk| chunk.chunk_id.map(chunk_file_name))
+                .collect(),
+            opened_high_water: high_water,
         })
+    }
+
+    /// Makes every chunk file this open read durable (`Storage::sync_file`): after a crash in
+    /// the same boot, what the crashed writer wrote and never synced is in the page cache, and
+    /// a reader may have seen it; synced, it stays, whatever happens next. The first failure
+    /// stops and is returned (then nothing may be assumed durable).
+    pub fn sync_chunks_read_at_open(&self) -> Result<(), StorageError> {
+        for name in &self.chunks_read_at_open {
+            self.storage.sync_file(S::AREA, name)?;
+        }
+        Ok(())
+    }
+
+    /// Lowers the floor the caller gave at open to `high_water` (never below the highest
+    /// sequence the store holds), so the next record gets the one after it: the caller
+    /// released the rest of its reservation (durably, first). Only before anything was handed
+    /// out; returns whether it was lowered.
+    pub fn release_floor(&mut self, high_water: Option<Sequence>) -> bool {
+        if self.high_water != self.opened_high_water {
+            return false;
+        }
+        let lowered = high_water.max(self.open_state.stored_high_water);
+        if lowered >= self.high_water {
+            return false;
+        }
+        self.high_water = lowered;
+        self.opened_high_water = lowered;
+        true
     }
 
     /// What the store itself showed when this writer opened ([`OpenState`]).
