@@ -263,6 +263,8 @@ pub struct WriterState {
     myself: ActorRef<WriterMsg>,
     /// Whether a group-commit tick is armed (an idle writer has none).
     tick_armed: bool,
+    /// The highest sequence the journal durably holds as lost (`flush::in_flight_base`).
+    lost_durable_through: u64,
     /// Seal jobs (a seal file written on a blocking thread, two syncs and a rename, then its
     /// checkpoint stored through key custody: all off the capture path), each waiting for the
     /// one before; each answers what it did. Awaited at stop.
@@ -447,6 +449,10 @@ impl WriterState {
             }
             self.rules.reserved(&plan);
         }
+        if !self.keep_in_flight_bound(&plan).await {
+            self.rules.not_appended(&plan);
+            return;
+        }
         let Some(open) = self.open.as_mut() else {
             return;
         };
@@ -562,53 +568,6 @@ impl WriterState {
                 }
             },
             history::TrailingDrops::Record(recorded) => self.carry_out([recorded]),
-        }
-    }
-
-    /// Group commit: syncs what was appended. A failed sync is a signal (never retried), and
-    /// what it covered is reported as dropped.
-    fn sync(&mut self) -> Result<(), ControlError> {
-        let Some(open) = self.open.as_mut() else {
-            return Ok(());
-        };
-        if open.unsynced_since.take().is_none() {
-            return Ok(());
-        }
-        match open.history.sync() {
-            Ok(_) => Ok(()),
-            Err(error) => {
-                // What the failed sync covered can never be acknowledged and, after a failed
-                // fsync, is most likely gone: it is reported as dropped, never lost silently.
-                self.records_lost_to(&error);
-                self.append_failed(&error);
-                Err(ControlError::Storage)
-            }
-        }
-    }
-
-    /// Arms the group-commit tick to fire `after` from now.
-    fn arm_tick(&mut self, after: std::time::Duration) {
-        self.tick_armed = true;
-        self.myself.send_after(after, || WriterMsg::Tick);
-    }
-
-    /// The group-commit tick: syncs once the oldest unsynced record is `sync_interval` old;
-    /// if a flush synced since the tick was armed, re-arms it for the younger records' own
-    /// deadline. Whether everything appended is synced now.
-    fn commit_tick(&mut self) -> bool {
-        self.tick_armed = false;
-        let age = self
-            .open
-            .as_ref()
-            .and_then(|open| open.unsynced_since)
-            .map(|since| since.elapsed());
-        match history::commit_tick(age, self.config.sync_interval) {
-            history::Tick::Synced => true,
-            history::Tick::Rearm(left) => {
-                self.arm_tick(left);
-                false
-            }
-            history::Tick::Sync => self.sync().is_ok(),
         }
     }
 
@@ -742,6 +701,7 @@ impl Actor for WriterActor {
             bytes: StoreBytes::default(),
             myself: myself.clone(),
             tick_armed: false,
+            lost_durable_through: 0,
             seal_writes: Vec::new(),
             checkpoint_tail: None,
         };

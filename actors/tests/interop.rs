@@ -501,9 +501,92 @@ fn after_a_crash_in_another_boot_the_skip_is_recorded_and_accounts_for_the_only_
         state.skipped
     );
     assert!(
-        last - first < annal_actors::writer::SEQUENCE_RESERVE_BLOCK,
-        "bounded by the reservation"
+        last - first < annal_engine::history::IN_FLIGHT_SEQUENCES_MAX,
+        "bounded by what the crashed writer may have had in flight, not by its reservation"
     );
+}
+
+/// A power loss with more appended than the in-flight bound since the last flush: the writer
+/// synced on its own before it ran further ahead, so the power loss takes at most the bound,
+/// and the next writer (another boot) skips only that far, every record lost inside the skip.
+#[test]
+fn a_power_loss_loses_and_skips_at_most_the_in_flight_bound() {
+    use annal_engine::history::IN_FLIGHT_SEQUENCES_MAX;
+    use annal_engine::storage::FaultyStorage;
+    // Well past the bound, with no sync but the writer's own.
+    const APPENDED: u64 = 3 * IN_FLIGHT_SEQUENCES_MAX;
+    let s = setup();
+    annal_engine::store::create_store(&s.layout).unwrap();
+    let storage = FaultyStorage::new(open_store(&s.layout, Access::Write).unwrap());
+    let start_in = |in_boot: Option<BootId>| {
+        let mut config = EngineConfig::new(s.layout.clone(), s.namespace.clone());
+        config.boot = in_boot;
+        config.restart_policy.max_restarts = 0;
+        // Appended on the drain tick; the group commit's tick never comes.
+        config.sync_interval = std::time::Duration::from_secs(600);
+        Engine::start_with(
+            config,
+            Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
+            Arc::new(SystemClock),
+            Some(Arc::new(storage.clone())),
+        )
+        .unwrap()
+    };
+    let engine = start_in(boot(1));
+    engine.enable().unwrap();
+    engine.flush().unwrap();
+    let before = sequences(&s.events()).len() as u64;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut accepted = 0;
+    while accepted < APPENDED {
+        // Under the capture queue's capacity, then until the writer appended them.
+        for _ in 0..400 {
+            if capture_one(&engine) == Admission::Accepted {
+                accepted += 1;
+            }
+        }
+        while (sequences(&s.events()).len() as u64) < before + accepted {
+            assert!(std::time::Instant::now() < deadline, "never appended");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    // The writer dies (no clean stop), then the power fails, keeping nothing unsynced.
+    engine.inject_writer_panic();
+    while engine.status().unwrap().health != HealthCategory::WriterStopped {
+        assert!(std::time::Instant::now() < deadline, "never gave up");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let seen = sequences(&s.events());
+    storage.crash(&mut |_| 0).unwrap();
+    engine.shutdown();
+    let kept = sequences(&s.events());
+    let lost: Vec<u64> = seen.iter().filter(|q| !kept.contains(q)).copied().collect();
+    assert!(
+        (lost.len() as u64) <= IN_FLIGHT_SEQUENCES_MAX,
+        "{} of {} records seen were lost",
+        lost.len(),
+        seen.len()
+    );
+    let engine = start_in(boot(2));
+    assert_eq!(capture_one(&engine), Admission::Accepted);
+    engine.flush().unwrap();
+    engine.shutdown();
+    drop(storage);
+    let state = State::replay(&s.journal());
+    assert_eq!(state.skipped.len(), 1, "{:?}", state.skipped);
+    let skip = state.skipped[0].clone();
+    assert!(
+        lost.iter().all(|q| skip.contains(q)),
+        "lost {lost:?} outside the skip {skip:?}"
+    );
+    assert!(
+        skip.clone().count() as u64 <= IN_FLIGHT_SEQUENCES_MAX,
+        "skip {skip:?}"
+    );
+    let after = sequences(&s.events());
+    let gaps = gaps(&after);
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert!(skip.contains(&gaps[0].0) && skip.contains(&gaps[0].1));
 }
 
 #[test]

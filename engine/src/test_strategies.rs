@@ -118,12 +118,16 @@ pub fn event() -> impl Strategy<Value = JournalEvent> {
         (1..=u64::MAX).prop_map(|count| JournalEvent::DropsRecorded { count }),
         (
             1..=u64::MAX,
-            proptest::option::of(proptest::prelude::any::<[u8; 16]>())
+            proptest::option::of(proptest::prelude::any::<[u8; 16]>()),
+            proptest::option::of(1..=u64::MAX),
         )
-            .prop_map(|(high_water, boot)| JournalEvent::SequenceMarked {
-                high_water,
-                boot: boot.map(crate::boot::BootId::from_bytes),
-            }),
+            .prop_map(
+                |(high_water, boot, in_flight_max)| JournalEvent::SequenceMarked {
+                    high_water,
+                    boot: boot.map(crate::boot::BootId::from_bytes),
+                    in_flight_max,
+                }
+            ),
         (1..=u64::MAX, 0..=1_000u64).prop_map(|(first_sequence, more)| {
             JournalEvent::RecordsLost {
                 first_sequence,
@@ -289,7 +293,8 @@ pub fn command() -> impl Strategy<Value = Command> {
         (0..100u64).prop_map(|count| Command::RecordDrops { count }),
         (0..100u64).prop_map(|high_water| Command::MarkSequence {
             high_water,
-            boot: None
+            boot: None,
+            in_flight_max: None,
         }),
         (
             1..5u64,

@@ -273,6 +273,7 @@ fn workload(
                     event: JournalEvent::SequenceMarked {
                         high_water: high_water.get(),
                         boot: None,
+                        in_flight_max: None,
                     },
                 });
             }

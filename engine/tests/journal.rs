@@ -131,6 +131,7 @@ fn the_journal_rebuilds_the_same_state_from_a_real_store() {
         Command::MarkSequence {
             high_water: 41,
             boot: None,
+            in_flight_max: None,
         },
     );
     shell.run(owner, Command::Flush);
@@ -166,6 +167,7 @@ fn the_journal_rebuilds_the_same_state_from_a_real_store() {
         Command::MarkSequence {
             high_water: 97,
             boot: None,
+            in_flight_max: None,
         },
     );
     drop(shell.writer);

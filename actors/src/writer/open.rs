@@ -158,7 +158,9 @@ impl WriterState {
         if !leftovers.is_empty() {
             self.seal(&leftovers).await;
         }
-        self.recover_sequences(open_state).await;
+        if !self.recover_sequences(open_state).await {
+            self.skip_after_crash(open_state).await;
+        }
         self.record_skip(open_state);
         self.reconcile_contract(open_state.newest_control).await;
         self.prune().await;
@@ -173,26 +175,50 @@ impl WriterState {
     /// journaled durably, and only then is the floor lowered, so the next record follows the
     /// last one on disk. Any failure on the way leaves the floor where it was (the skip is
     /// recorded instead).
-    async fn recover_sequences(&mut self, open_state: OpenState) {
+    /// Whether it lowered the floor.
+    async fn recover_sequences(&mut self, open_state: OpenState) -> bool {
         let stored = open_state.stored_high_water.map(|s| s.get());
         let events = self.rules.recover_sequences(stored);
-        let Some(&JournalEvent::SequenceReleased { high_water, .. }) = events.first() else {
-            return;
-        };
-        let Some(open) = self.open.as_ref() else {
-            return;
-        };
-        if open.history.sync_chunks_read_at_open().is_err() {
-            return;
+        if events.is_empty() {
+            return false;
         }
+        let synced = self
+            .open
+            .as_ref()
+            .is_some_and(|open| open.history.sync_chunks_read_at_open().is_ok());
+        synced && self.journal_and_lower_floor(events).await
+    }
+
+    /// After a crash followed by another boot (or with no boot known), when the crashed writer
+    /// journaled its in-flight bound (`history::State::skip_after_crash`): the skip stops that
+    /// far above what was certainly durable, and the rest of the reservation is released,
+    /// both journaled durably before the floor is lowered. Otherwise (or on a failure) the
+    /// floor stays, and `record_skip` records the skip through it.
+    async fn skip_after_crash(&mut self, open_state: OpenState) {
+        let stored = open_state.stored_high_water.map(|s| s.get());
+        let events = self.rules.skip_after_crash(stored);
+        if !events.is_empty() {
+            self.journal_and_lower_floor(events).await;
+        }
+    }
+
+    /// Journals `events`, ending in a `SequenceReleased`, durably; then lowers the history
+    /// writer's floor to the release's `high_water`. Whether it did.
+    async fn journal_and_lower_floor(&mut self, events: Vec<JournalEvent>) -> bool {
+        let Some(&JournalEvent::SequenceReleased { high_water, .. }) = events.last() else {
+            return false;
+        };
         if self.journal(events, true).await.is_err() {
-            return;
+            return false;
         }
-        if let Some(open) = self.open.as_mut()
-            && open.history.release_floor(Sequence::new(high_water))
-        {
+        let lowered = self
+            .open
+            .as_mut()
+            .is_some_and(|open| open.history.release_floor(Sequence::new(high_water)));
+        if lowered {
             self.rules.opened(high_water);
         }
+        lowered
     }
 
     /// The sequences this writer skips: above what the store holds and through the floor its

@@ -245,6 +245,23 @@ impl State {
         .unwrap_or_default()
     }
 
+    /// An open after a writer that did not stop cleanly, when [`State::recover_sequences`]
+    /// released nothing (another boot, or none known): the journal events (to make durable)
+    /// that skip only what the crashed writer may have had in flight above what is certainly
+    /// durable, and release the rest of its reservation
+    /// ([`Command::SkipAfterCrash`]). Empty when its writer journaled no in-flight bound, or
+    /// nothing would be released: then [`State::record_skip`] skips through the mark.
+    pub fn skip_after_crash(&self, stored_high_water: Option<u64>) -> Vec<JournalEvent> {
+        decide(
+            &self.projection,
+            Command::SkipAfterCrash {
+                on_disk: stored_high_water.unwrap_or(0),
+            },
+            CallerKind::Daemon,
+        )
+        .unwrap_or_default()
+    }
+
     /// A clean stop: the journal events (to make durable) that bring the journal's mark down
     /// from the reservation to `high_water`, the last sequence this writer handed out, so the
     /// next writer goes on at the one after it (no gap). Nothing above it was ever handed

@@ -23,6 +23,17 @@ use crate::journal::JournalEvent;
 /// stream made 24 of them, one in every ~5 commits; at 65,536 it makes two.
 pub const SEQUENCE_RESERVE_BLOCK: u64 = 65_536;
 
+/// Most sequences the history writer hands out past what is certainly durable: its last
+/// successful sync, its floor at open, or a range the journal holds as lost
+/// ([`State::must_sync_first`]). Journaled with each reservation, so after a crash in another
+/// boot the skip stops this far above that point instead of at the reservation's end
+/// (`journal::Command::SkipAfterCrash`): a sixteenth of [`SEQUENCE_RESERVE_BLOCK`]. Far above
+/// the largest batch (a flush takes at most the capture queue's 512 events, plus a drop
+/// marker), so a batch fits after a sync; and above what the group commit appends between
+/// two ticks at the append bench's rate (~1,700 events per 5 ms at 340,000 events/s), so the
+/// bound adds no sync there.
+pub const IN_FLIGHT_SEQUENCES_MAX: u64 = 4_096;
+
 /// The drop markers of one history batch, by their place in it: what a failed append lost is
 /// counted from them and the error's exact lost range.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -131,6 +142,7 @@ impl AppendPlan {
             .map(|high_water| JournalEvent::SequenceMarked {
                 high_water,
                 boot: self.boot,
+                in_flight_max: Some(IN_FLIGHT_SEQUENCES_MAX),
             })
     }
 
@@ -171,6 +183,14 @@ impl State {
             reserve_through,
             boot: self.boot,
         })
+    }
+
+    /// Whether the writer must make what it appended durable before it appends `plan`: the
+    /// batch would take a sequence more than [`IN_FLIGHT_SEQUENCES_MAX`] above `durable_base`
+    /// (what is certainly durable or recorded lost). If it still would after the sync, the
+    /// batch is not appended.
+    pub fn must_sync_first(plan: &AppendPlan, durable_base: u64) -> bool {
+        plan.last > durable_base.saturating_add(IN_FLIGHT_SEQUENCES_MAX)
     }
 
     /// The batch was not appended (no writer open, or its reservation failed): its events

@@ -58,7 +58,10 @@ pub use contract::{
     ContractAnswer, ControlPlan, Observed, control_command, implied_by, narrowing_of, narrows,
 };
 pub use drafts::{Drafter, SESSION_ID_CACHE_ENTRIES};
-pub use drops::{AppendPlan, BatchMarkers, FailedAppend, SEQUENCE_RESERVE_BLOCK, TrailingDrops};
+pub use drops::{
+    AppendPlan, BatchMarkers, FailedAppend, IN_FLIGHT_SEQUENCES_MAX, SEQUENCE_RESERVE_BLOCK,
+    TrailingDrops,
+};
 pub use seals::{
     CheckpointAnswer, CheckpointOutcome, CheckpointStep, CheckpointSync, SealPlan,
     leftovers_to_seal, tears_to_record,

@@ -191,8 +191,25 @@ fn a_batch_past_the_reservation_reserves_a_block_above_its_last_sequence() {
         Some(JournalEvent::SequenceMarked {
             high_water: 11 + SEQUENCE_RESERVE_BLOCK,
             boot: None,
+            in_flight_max: Some(IN_FLIGHT_SEQUENCES_MAX),
         })
     );
+}
+
+#[test]
+fn a_batch_that_would_run_too_far_past_what_is_durable_is_synced_first() {
+    let state = given_opened(0).state;
+    // Durable through 100: a batch ending at 100 + the bound may go; one more may not.
+    let within = plan(&state, &[event(), event()], 0, 99 + IN_FLIGHT_SEQUENCES_MAX);
+    assert!(!State::must_sync_first(&within, 100));
+    let past = plan(
+        &state,
+        &[event(), event()],
+        0,
+        100 + IN_FLIGHT_SEQUENCES_MAX,
+    );
+    assert!(State::must_sync_first(&past, 100));
+    assert!(!State::must_sync_first(&past, 101));
 }
 
 #[test]
@@ -217,6 +234,7 @@ fn a_store_with_no_sequence_left_reserves_without_overflowing() {
         Some(JournalEvent::SequenceMarked {
             high_water: u64::MAX,
             boot: None,
+            in_flight_max: Some(IN_FLIGHT_SEQUENCES_MAX),
         })
     );
 }
@@ -1032,6 +1050,7 @@ mod contract {
             Some(JournalEvent::SequenceMarked {
                 high_water: 11 + SEQUENCE_RESERVE_BLOCK,
                 boot: Some(boot),
+                in_flight_max: Some(IN_FLIGHT_SEQUENCES_MAX),
             })
         );
         // Given that reservation and a crash, the next writer of the same boot releases it
@@ -1059,6 +1078,7 @@ mod contract {
             JournalEvent::SequenceMarked {
                 high_water: 100,
                 boot: None,
+                in_flight_max: None,
             },
         ]);
         assert_eq!(

@@ -132,6 +132,7 @@ mod tests {
         JournalEvent::SequenceMarked {
             high_water,
             boot: None,
+            in_flight_max: None,
         }
     }
 

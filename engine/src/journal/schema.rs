@@ -167,6 +167,11 @@ pub enum JournalEvent {
         /// before boot ids were journaled): after a crash in the same boot, the next writer
         /// may release what was not written ([`super::Command::RecoverSequences`]).
         boot: Option<BootId>,
+        /// The reserving writer never runs more than this many sequences past its last sync
+        /// (or its floor at open) (`None` in journals written before that rule): after a
+        /// crash in another boot, the skip stops this far above what is certainly durable
+        /// ([`super::Command::SkipAfterCrash`]).
+        in_flight_max: Option<u64>,
     },
     /// The history records of these sequences were reported lost by a failed append or sync,
     /// and counted as dropped. A failed sync may have left them on disk all the same: no query
@@ -316,9 +321,14 @@ impl JournalEvent {
             }
             Self::SupervisorSignalled(signal) => check_signal(signal),
             Self::DropsRecorded { count } => ok_if(*count >= 1, BoundViolation::DropCount),
-            Self::SequenceMarked { high_water, .. } => {
-                ok_if(*high_water >= 1, BoundViolation::HighWater)
-            }
+            Self::SequenceMarked {
+                high_water,
+                in_flight_max,
+                ..
+            } => ok_if(
+                *high_water >= 1 && in_flight_max.is_none_or(|max| max >= 1),
+                BoundViolation::HighWater,
+            ),
             Self::RecordsLost {
                 first_sequence,
                 last_sequence,
@@ -650,6 +660,12 @@ enum WireEvent {
             deserialize_with = "present_boot"
         )]
         boot: Option<BootId>,
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "present_count"
+        )]
+        in_flight_max: Option<u64>,
     },
     RecordsLost {
         first_sequence: u64,
@@ -792,9 +808,14 @@ impl WireEvent {
                 signal: WireSignal::from_kind(signal.kind),
             },
             JournalEvent::DropsRecorded { count } => Self::DropsRecorded { count: *count },
-            JournalEvent::SequenceMarked { high_water, boot } => Self::SequenceMarked {
+            JournalEvent::SequenceMarked {
+                high_water,
+                boot,
+                in_flight_max,
+            } => Self::SequenceMarked {
                 high_water: *high_water,
                 boot: *boot,
+                in_flight_max: *in_flight_max,
             },
             JournalEvent::RecordsLost {
                 first_sequence,
@@ -933,9 +954,15 @@ impl WireEvent {
                 })
             }
             Self::DropsRecorded { count } => JournalEvent::DropsRecorded { count },
-            Self::SequenceMarked { high_water, boot } => {
-                JournalEvent::SequenceMarked { high_water, boot }
-            }
+            Self::SequenceMarked {
+                high_water,
+                boot,
+                in_flight_max,
+            } => JournalEvent::SequenceMarked {
+                high_water,
+                boot,
+                in_flight_max,
+            },
             Self::RecordsLost {
                 first_sequence,
                 last_sequence,
@@ -1108,6 +1135,11 @@ mod key_reference_text {
 /// out).
 fn present_boot<'de, D: Deserializer<'de>>(d: D) -> Result<Option<BootId>, D::Error> {
     BootId::deserialize(d).map(Some)
+}
+
+/// A count that is present is a number (never `null`).
+fn present_count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    u64::deserialize(d).map(Some)
 }
 
 mod chunk_hex {

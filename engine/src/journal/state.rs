@@ -23,6 +23,7 @@
 //! | `ObserveContract { .. }`     | daemon                       | out of bounds                       | a control event at or below the one read last; a state file that does not narrow |
 //! | `ReleaseSequences { high_water }` | daemon                  |                                     | 0, or not below the mark |
 //! | `RecoverSequences { boot, on_disk }` | daemon               |                                     | the reservation not made in `boot`; nothing on disk, lost or skipped; not below the mark |
+//! | `SkipAfterCrash { on_disk }` | daemon                       |                                     | no in-flight bound journaled; nothing to release (then `RecordSkip`) |
 //! | `RecordSkip { first, last }` | daemon                       | empty or starting at 0              | already recorded skipped or lost |
 //!
 //! An agent may never change engine state: every command from [`CallerKind::Agent`] is
@@ -98,6 +99,11 @@ pub struct State {
     /// The boot the reservation at [`State::history_high_water`] was made in (`None`: not
     /// journaled, or the mark is no reservation, after a release).
     pub history_mark_boot: Option<BootId>,
+    /// The mark before the reservation at [`State::history_high_water`] raised it: the
+    /// reserving writer's floor at open was at most this, or the store held more.
+    pub history_mark_from: u64,
+    /// The in-flight bound of the writer that made that reservation (`None`: not journaled).
+    pub history_mark_in_flight_max: Option<u64>,
     /// The current key epoch, once one was recorded.
     pub key_epoch: Option<KeyEpoch>,
     /// Every supervision and store signal folded in, in journal order: health is this fold
@@ -143,6 +149,8 @@ impl Default for State {
             dropped_total: 0,
             history_high_water: None,
             history_mark_boot: None,
+            history_mark_from: 0,
+            history_mark_in_flight_max: None,
             key_epoch: None,
             health_fold: HealthFold::default(),
             restarts: RestartHistories::default(),
@@ -226,10 +234,18 @@ impl State {
             JournalEvent::DropsRecorded { count } => {
                 self.dropped_total = self.dropped_total.saturating_add(*count);
             }
-            JournalEvent::SequenceMarked { high_water, boot } => {
+            JournalEvent::SequenceMarked {
+                high_water,
+                boot,
+                in_flight_max,
+            } => {
                 if self.history_high_water.is_none_or(|h| *high_water >= h) {
+                    if self.history_high_water != Some(*high_water) {
+                        self.history_mark_from = self.history_high_water.unwrap_or(0);
+                    }
                     self.history_high_water = Some(*high_water);
                     self.history_mark_boot = *boot;
+                    self.history_mark_in_flight_max = *in_flight_max;
                 }
             }
             JournalEvent::RecordsLost {
@@ -269,6 +285,7 @@ impl State {
                 if self.history_high_water == Some(*reserved) {
                     self.history_high_water = Some(*high_water);
                     self.history_mark_boot = None;
+                    self.history_mark_in_flight_max = None;
                 }
             }
             JournalEvent::SequencesSkipped {
@@ -295,6 +312,17 @@ impl State {
     /// range is recorded again when the journal retries what a failed sync of its own lost).
     fn note_lost(&mut self, range: std::ops::RangeInclusive<u64>) {
         merge_range(&mut self.lost, range);
+    }
+
+    /// The highest sequence at or below `through` recorded lost or skipped (0: none).
+    pub fn accounted_through(&self, through: u64) -> u64 {
+        self.lost
+            .iter()
+            .chain(&self.skipped)
+            .map(|range| *range.end())
+            .filter(|&end| end <= through)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Whether every sequence of `range` is recorded skipped or lost already.
@@ -454,6 +482,8 @@ pub enum Command {
         high_water: u64,
         /// The boot the reservation is made in (`None`: unknown).
         boot: Option<BootId>,
+        /// The reserving writer's in-flight bound.
+        in_flight_max: Option<u64>,
     },
     /// Record that a key epoch began.
     StartKeyEpoch {
@@ -488,6 +518,16 @@ pub enum Command {
     RecoverSequences {
         /// The boot the opening writer runs in.
         boot: BootId,
+        /// The highest sequence the store's files hold.
+        on_disk: u64,
+    },
+    /// An open after a writer that did not stop cleanly, when the reservation cannot be
+    /// released ([`Command::RecoverSequences`] gave nothing: another boot, or none known), the
+    /// store's files holding `on_disk` at most: if the reserving writer journaled its in-flight
+    /// bound, it never handed out more than that past what was certainly durable (its last
+    /// sync, its floor at open, or a range recorded lost), so only the sequences above what is
+    /// on disk up to that bound are skipped, and the rest of the reservation is released.
+    SkipAfterCrash {
         /// The highest sequence the store's files hold.
         on_disk: u64,
     },
@@ -582,6 +622,7 @@ fn permitted(command: &Command, caller: CallerKind) -> bool {
         | Command::ObserveContract { .. }
         | Command::ReleaseSequences { .. }
         | Command::RecoverSequences { .. }
+        | Command::SkipAfterCrash { .. }
         | Command::RecordSkip { .. } => caller == CallerKind::Daemon,
     }
 }
@@ -642,12 +683,20 @@ pub fn decide(
         Command::RecordDrops { count: 0 } => Ok(Vec::new()),
         Command::RecordDrops { count } => Ok(vec![JournalEvent::DropsRecorded { count }]),
         Command::MarkSequence { high_water: 0, .. } => Err(CommandError::HighWaterZero),
-        Command::MarkSequence { high_water, boot } => match state.history_high_water {
+        Command::MarkSequence {
+            high_water,
+            boot,
+            in_flight_max,
+        } => match state.history_high_water {
             Some(current) if high_water < current => {
                 Err(CommandError::HighWaterWouldDecrease { current })
             }
             Some(current) if high_water == current => Ok(Vec::new()),
-            _ => Ok(vec![JournalEvent::SequenceMarked { high_water, boot }]),
+            _ => Ok(vec![JournalEvent::SequenceMarked {
+                high_water,
+                boot,
+                in_flight_max,
+            }]),
         },
         Command::StartKeyEpoch { epoch, reference } => match &state.key_epoch {
             Some(current) if current.epoch == epoch && current.reference == reference => {
@@ -702,15 +751,7 @@ pub fn decide(
             else {
                 return Ok(Vec::new());
             };
-            let accounted = state
-                .lost
-                .iter()
-                .chain(&state.skipped)
-                .map(|range| *range.end())
-                .filter(|&end| end <= reserved)
-                .max()
-                .unwrap_or(0);
-            let high_water = on_disk.max(accounted);
+            let high_water = on_disk.max(state.accounted_through(reserved));
             if reserved_in == boot && high_water >= 1 && high_water < reserved {
                 Ok(vec![JournalEvent::SequenceReleased {
                     reserved,
@@ -719,6 +760,32 @@ pub fn decide(
             } else {
                 Ok(Vec::new())
             }
+        }
+        Command::SkipAfterCrash { on_disk } => {
+            let (Some(reserved), Some(in_flight_max)) =
+                (state.history_high_water, state.history_mark_in_flight_max)
+            else {
+                return Ok(Vec::new());
+            };
+            let durable = on_disk
+                .max(state.history_mark_from)
+                .max(state.accounted_through(reserved));
+            let floor = durable.saturating_add(in_flight_max).min(reserved);
+            if floor >= reserved || on_disk >= floor {
+                return Ok(Vec::new());
+            }
+            let mut events = Vec::new();
+            if !state.accounts_for(&(on_disk + 1..=floor)) {
+                events.push(JournalEvent::SequencesSkipped {
+                    first_sequence: on_disk + 1,
+                    last_sequence: floor,
+                });
+            }
+            events.push(JournalEvent::SequenceReleased {
+                reserved,
+                high_water: floor,
+            });
+            Ok(events)
         }
         Command::RecordSkip {
             first_sequence,

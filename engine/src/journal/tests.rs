@@ -237,6 +237,7 @@ fn caller_decision_table() {
             Command::MarkSequence {
                 high_water: 9,
                 boot: None,
+                in_flight_max: None,
             },
             &daemon,
         ),
@@ -375,6 +376,7 @@ fn the_high_water_mark_never_goes_backwards() {
     let mark = |high_water| JournalEvent::SequenceMarked {
         high_water,
         boot: None,
+        in_flight_max: None,
     };
     let state = given(&[])
         .when_by(
@@ -382,6 +384,7 @@ fn the_high_water_mark_never_goes_backwards() {
             Command::MarkSequence {
                 high_water: 10,
                 boot: None,
+                in_flight_max: None,
             },
         )
         .then_expect(&[mark(10)]);
@@ -392,6 +395,7 @@ fn the_high_water_mark_never_goes_backwards() {
             Command::MarkSequence {
                 high_water: 9,
                 boot: None,
+                in_flight_max: None,
             },
         )
         .then_expect_error(CommandError::HighWaterWouldDecrease { current: 10 });
@@ -401,6 +405,7 @@ fn the_high_water_mark_never_goes_backwards() {
             Command::MarkSequence {
                 high_water: 10,
                 boot: None,
+                in_flight_max: None,
             },
         )
         .then_expect_nothing();
@@ -410,6 +415,7 @@ fn the_high_water_mark_never_goes_backwards() {
             Command::MarkSequence {
                 high_water: 0,
                 boot: None,
+                in_flight_max: None,
             },
         )
         .then_expect_error(CommandError::HighWaterZero);
@@ -576,6 +582,7 @@ fn a_clean_stop_releases_the_rest_of_its_reservation() {
     let mark = |high_water| JournalEvent::SequenceMarked {
         high_water,
         boot: None,
+        in_flight_max: None,
     };
     let released = |reserved, high_water| JournalEvent::SequenceReleased {
         reserved,
@@ -611,7 +618,11 @@ fn a_crash_in_the_reservations_boot_releases_it_down_to_what_is_on_disk() {
     let daemon = CallerKind::Daemon;
     let this_boot = BootId::from_bytes([7; 16]);
     let other_boot = BootId::from_bytes([8; 16]);
-    let mark = |high_water, boot| JournalEvent::SequenceMarked { high_water, boot };
+    let mark = |high_water, boot| JournalEvent::SequenceMarked {
+        high_water,
+        boot,
+        in_flight_max: None,
+    };
     let recover = |on_disk| Command::RecoverSequences {
         boot: this_boot,
         on_disk,
@@ -676,12 +687,73 @@ fn a_crash_in_the_reservations_boot_releases_it_down_to_what_is_on_disk() {
 }
 
 #[test]
+fn a_crash_in_another_boot_skips_only_what_may_have_been_in_flight() {
+    let daemon = CallerKind::Daemon;
+    let mark = |high_water, in_flight_max| JournalEvent::SequenceMarked {
+        high_water,
+        boot: Some(BootId::from_bytes([7; 16])),
+        in_flight_max,
+    };
+    let skip_after_crash = |on_disk| Command::SkipAfterCrash { on_disk };
+    let skipped = |first_sequence, last_sequence| JournalEvent::SequencesSkipped {
+        first_sequence,
+        last_sequence,
+    };
+    let released = |reserved, high_water| JournalEvent::SequenceReleased {
+        reserved,
+        high_water,
+    };
+    // Given a writer that opened at 39 and reserved through 65,575 with an in-flight bound of
+    // 1,024, when the next writer (another boot) finds 39 on disk, then it skips 40..=1,063
+    // and releases the rest.
+    let opened_at_39 = [
+        mark(65_536, None),
+        released(65_536, 39),
+        mark(65_575, Some(1_024)),
+    ];
+    let state = given(&opened_at_39)
+        .when_by(daemon, skip_after_crash(39))
+        .then_expect(&[skipped(40, 1_063), released(65_575, 1_063)]);
+    assert_eq!(state.history_high_water, Some(1_063));
+    // What it synced counts through what is on disk: found at 500, skip 501..=1,524.
+    given(&opened_at_39)
+        .when_by(daemon, skip_after_crash(500))
+        .then_expect(&[skipped(501, 1_524), released(65_575, 1_524)]);
+    // A power loss that took everything it wrote: the bound counts from its floor at open.
+    given(&opened_at_39)
+        .when_by(daemon, skip_after_crash(20))
+        .then_expect(&[skipped(21, 1_063), released(65_575, 1_063)]);
+    // A range journaled lost counts as accounted for.
+    let mut lost = opened_at_39.to_vec();
+    lost.push(JournalEvent::RecordsLost {
+        first_sequence: 40,
+        last_sequence: 90,
+    });
+    given(&lost)
+        .when_by(daemon, skip_after_crash(39))
+        .then_expect(&[skipped(40, 1_114), released(65_575, 1_114)]);
+    // No in-flight bound journaled (a writer before the rule), or a bound that reaches the
+    // reservation's end anyway: nothing here (the caller records the skip through the mark).
+    for (history, on_disk) in [
+        (vec![mark(65_575, None)], 39),
+        (vec![mark(1_000, Some(1_024))], 39),
+        (vec![mark(39, Some(1_024))], 39),
+        (vec![], 5),
+    ] {
+        given(&history)
+            .when_by(daemon, skip_after_crash(on_disk))
+            .then_expect_nothing();
+    }
+}
+
+#[test]
 fn a_release_appended_after_a_newer_reservation_changes_nothing() {
     // A release the journal retried late (after a failed sync) behind the next writer's
     // reservation must not lower the mark below what that writer hands out.
     let mark = |high_water| JournalEvent::SequenceMarked {
         high_water,
         boot: None,
+        in_flight_max: None,
     };
     let released = JournalEvent::SequenceReleased {
         reserved: 100,
@@ -897,6 +969,7 @@ fn applying_covers_every_event_deterministically() {
         JournalEvent::SequenceMarked {
             high_water: 0,
             boot: None,
+            in_flight_max: None,
         },
         JournalEvent::DropsRecorded { count: 0 },
         JournalEvent::TornTailRecorded {
@@ -996,6 +1069,7 @@ fn golden() -> Vec<(JournalEvent, &'static str)> {
             JournalEvent::SequenceMarked {
                 high_water: 99,
                 boot: None,
+                in_flight_max: None,
             },
             r#"{"kind":"sequence_marked","high_water":99}"#,
         ),
@@ -1003,8 +1077,9 @@ fn golden() -> Vec<(JournalEvent, &'static str)> {
             JournalEvent::SequenceMarked {
                 high_water: 99,
                 boot: Some(BootId::from_bytes([0xab; 16])),
+                in_flight_max: Some(1024),
             },
-            r#"{"kind":"sequence_marked","high_water":99,"boot":"abababababababababababababababab"}"#,
+            r#"{"kind":"sequence_marked","high_water":99,"boot":"abababababababababababababababab","in_flight_max":1024}"#,
         ),
         (
             JournalEvent::TornTailRecorded {
@@ -1213,6 +1288,9 @@ fn the_schema_is_closed() {
             "abababab-abab-abab-abab-abababababab",
         ),
         edited(8, r#""abababababababababababababababab""#, "null"),
+        edited(8, r#""in_flight_max":1024"#, r#""in_flight_max":0"#),
+        edited(8, r#""in_flight_max":1024"#, r#""in_flight_max":null"#),
+        edited(8, r#""in_flight_max":1024"#, r#""in_flight_max":-1"#),
         edited(9, r#""bytes_left_out":5"#, r#""bytes_left_out":0"#),
         edited(
             9,
@@ -1361,6 +1439,7 @@ fn the_stream_binding_finishes_and_checks_entries() {
         JournalEvent::SequenceMarked {
             high_water: 0,
             boot: None,
+            in_flight_max: None,
         },
         JournalEvent::TornTailRecorded {
             chunk: ChunkId([0; 16]),

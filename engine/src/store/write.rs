@@ -860,6 +860,13 @@ impl<S: Stream> StoreWriter<S> {
         }
     }
 
+    /// What the in-flight bound counts from (`history::State::must_sync_first`): the highest
+    /// sequence of a record this writer wrote and synced, or the floor it opened at (every
+    /// sequence at or below it was durable, recorded, or never handed out in this life).
+    pub fn durable_base(&self) -> Option<Sequence> {
+        self.durable_through.max(self.opened_high_water)
+    }
+
     /// The highest sequence made durable by this writer. Every record this writer wrote with a
     /// sequence at or below it is durable, except those an error reported `lost`.
     pub fn durable_through(&self) -> Option<Sequence> {
