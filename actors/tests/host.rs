@@ -23,13 +23,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{ANSWER_TIMEOUT_SECS, Raw, Sandbox};
-
-/// The Python (with the `mcp` SDK) that runs the scripted host.
-const PYTHON_ENV: &str = "ANNAL_HOST_PYTHON";
-
-/// Set to `1` by `.ci/test`: a missing host Python fails instead of skipping.
-const REQUIRE_ENVS: [&str; 2] = ["ANNAL_REQUIRE_HOST_PYTHON", "ANNAL_REQUIRE_REAL_KEY_STORES"];
+use support::{ANSWER_TIMEOUT_SECS, REQUIRE_ENVS, Raw, Sandbox, env_is_one, python};
 
 /// The scripted host.
 const HOST_SCRIPT: &str = concat!(
@@ -69,37 +63,6 @@ const PLANTED_LABEL: &str = "planted-session-label-4d1c";
 
 /// The application every planted action names.
 const APPLICATION: &str = "org.example.Editor";
-
-fn env_is_one(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| v == "1")
-}
-
-/// The host's Python, or `None` (the test prints SKIPPED) when there is none outside CI.
-fn python(test: &str) -> Option<PathBuf> {
-    let found = std::env::var_os(PYTHON_ENV)
-        .map(PathBuf::from)
-        .filter(|python| {
-            Command::new(python)
-                .args(["-c", "import mcp"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        });
-    if found.is_none() {
-        let required = REQUIRE_ENVS.iter().any(|name| env_is_one(name));
-        assert!(
-            !required,
-            "{test}: {PYTHON_ENV} must name a Python with the MCP SDK (examples/host/\
-             requirements.txt); .ci/test makes one"
-        );
-        eprintln!(
-            "{test}: SKIPPED: set {PYTHON_ENV} to a Python with examples/host/requirements.txt"
-        );
-    }
-    found
-}
 
 /// `annal mcp-config --actor ACTOR --client claude [extra]`, written to a file: its path.
 fn config(sandbox: &Sandbox, actor: &str, extra: &[&str]) -> PathBuf {

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -68,12 +69,28 @@ pub struct StatusResponse {
 /// The fields are private so [`QueryRequest::parse`] is the only way to build one: holding a
 /// request proves its values are in range. `Debug` is written by hand because `session_id` may be
 /// a raw session label, which must never reach a log.
-#[derive(Clone, PartialEq, Eq)]
+///
+/// Its JSON Schema ([`history_query_input_schema`]) is derived from these fields and their
+/// bounds, the same constants [`QueryRequest::parse`] checks.
+#[derive(Clone, PartialEq, Eq, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct QueryRequest {
+    #[schemars(
+        range(min = QUERY_LIMIT_MIN_EVENTS, max = QUERY_LIMIT_MAX_EVENTS),
+        default = "default_limit"
+    )]
     limit: u8,
+    #[schemars(length(min = 1, max = QUERY_SESSION_ID_MAX_LEN_CHARS))]
     session_id: Option<String>,
+    #[schemars(range(min = 1))]
     since_sequence: Option<u64>,
+    #[schemars(range(min = 1))]
     until_sequence: Option<u64>,
+}
+
+/// `limit` when the request gives none (the schema's `default`).
+fn default_limit() -> u8 {
+    QUERY_LIMIT_DEFAULT_EVENTS
 }
 
 impl fmt::Debug for QueryRequest {
@@ -206,13 +223,16 @@ pub struct ToolError {
     pub code: ErrorCode,
 }
 
-/// The closed input schema of `history_status`: an empty object.
+/// The arguments of `history_status`: none, an empty object ([`parse_status_request`] refuses
+/// anything else). Its JSON Schema is [`history_status_input_schema`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct StatusRequest {}
+
+/// The closed input schema of `history_status`, derived from [`StatusRequest`]: an empty
+/// object.
 pub fn history_status_input_schema() -> Value {
-    serde_json::json!({
-        "type": "object",
-        "properties": {},
-        "additionalProperties": false
-    })
+    input_schema_for::<StatusRequest>()
 }
 
 /// The output schema of `history_status` (MCP `outputSchema`): exactly the contract's 11
@@ -265,25 +285,45 @@ pub fn history_query_output_schema() -> Value {
     })
 }
 
-/// The closed input schema of `history_query`.
+/// The closed input schema of `history_query`, derived from [`QueryRequest`]: `limit`,
+/// `session_id`, `since_sequence` and `until_sequence`, each optional, with their bounds, and
+/// `additionalProperties: false`.
 pub fn history_query_input_schema() -> Value {
-    serde_json::json!({
-        "type": "object",
-        "properties": {
-            "limit": {
-                "type": "integer",
-                "minimum": QUERY_LIMIT_MIN_EVENTS,
-                "maximum": QUERY_LIMIT_MAX_EVENTS,
-                "default": QUERY_LIMIT_DEFAULT_EVENTS
+    input_schema_for::<QueryRequest>()
+}
+
+/// The input schema (MCP `inputSchema`) of a tool whose arguments are `T`, as schemars derives
+/// it, in the form MCP clients are shown:
+///
+/// - inline, with no `$schema`, `title` or `description` at the root (the tool's own
+///   description says what it does; a field's description stays);
+/// - an `Option` field is optional and never `null` (`type` without `"null"`): annal's parsers
+///   refuse `null` ([`QueryRequest::parse`]);
+/// - no `format` (schemars names the Rust integer width, `uint8`; the bounds say what is
+///   allowed);
+/// - `properties` always present, empty for arguments without fields (schemars leaves it out;
+///   some clients require it, and it is what MCP clients were always shown).
+pub fn input_schema_for<T: JsonSchema>() -> Value {
+    let settings = schemars::generate::SchemaSettings::draft2020_12()
+        .with(|settings| settings.meta_schema = None)
+        .with_transform(schemars::transform::RecursiveTransform(
+            |schema: &mut schemars::Schema| {
+                schema.remove("format");
+                if let Some(Value::Array(types)) = schema.get_mut("type") {
+                    types.retain(|t| t != "null");
+                    if let [only] = types.as_slice() {
+                        let only = only.clone();
+                        schema.insert("type".into(), only);
+                    }
+                }
             },
-            "session_id": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": QUERY_SESSION_ID_MAX_LEN_CHARS
-            },
-            "since_sequence": { "type": "integer", "minimum": 1 },
-            "until_sequence": { "type": "integer", "minimum": 1 }
-        },
-        "additionalProperties": false
-    })
+        ));
+    let mut schema = settings.into_generator().into_root_schema_for::<T>();
+    for key in ["title", "description"] {
+        schema.remove(key);
+    }
+    if schema.get("properties").is_none() {
+        schema.insert("properties".into(), Value::Object(Map::new()));
+    }
+    schema.to_value()
 }

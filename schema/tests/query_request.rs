@@ -211,3 +211,72 @@ mod properties {
         }
     }
 }
+
+/// The exact `history_query` input schema MCP clients are shown (now derived by schemars from
+/// `QueryRequest`): the same JSON the hand-written schema had.
+#[test]
+fn the_query_input_schema_is_exactly_the_contracts() {
+    assert_eq!(
+        annal_schema::tools::history_query_input_schema(),
+        json!({
+            "type": "object",
+            "properties": {
+                "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+                "session_id": {"type": "string", "minLength": 1, "maxLength": 128},
+                "since_sequence": {"type": "integer", "minimum": 1},
+                "until_sequence": {"type": "integer", "minimum": 1}
+            },
+            "additionalProperties": false
+        })
+    );
+    assert_eq!(
+        annal_schema::tools::history_status_input_schema(),
+        json!({"type": "object", "properties": {}, "additionalProperties": false})
+    );
+}
+
+/// The derived schema and the parser agree: a JSON Schema validator accepts exactly the
+/// arguments `QueryRequest::parse` accepts (the order of the two bounds aside, which a schema
+/// cannot say).
+#[test]
+fn the_derived_query_schema_accepts_what_the_parser_accepts() {
+    let validator =
+        jsonschema::validator_for(&annal_schema::tools::history_query_input_schema()).unwrap();
+    let long = "s".repeat(129);
+    for arguments in [
+        json!({}),
+        json!({"limit": 1}),
+        json!({"limit": 200}),
+        json!({"limit": 0}),
+        json!({"limit": 201}),
+        json!({"limit": 1.5}),
+        json!({"limit": "5"}),
+        json!({"limit": null}),
+        json!({"session_id": ""}),
+        json!({"session_id": "s"}),
+        json!({"session_id": "é".repeat(128)}),
+        json!({"session_id": long}),
+        json!({"session_id": null}),
+        json!({"since_sequence": 0}),
+        json!({"since_sequence": 1, "until_sequence": 9}),
+        json!({"until_sequence": -1}),
+        json!({"until_sequence": null}),
+        json!({"cursor": "abc"}),
+        json!({"window_title": "Inbox"}),
+    ] {
+        assert_eq!(
+            validator.is_valid(&arguments),
+            QueryRequest::parse(&arguments).is_ok(),
+            "{arguments}"
+        );
+    }
+    let status =
+        jsonschema::validator_for(&annal_schema::tools::history_status_input_schema()).unwrap();
+    for arguments in [json!({}), json!({"verbose": true}), json!(null), json!([])] {
+        assert_eq!(
+            status.is_valid(&arguments),
+            parse_status_request(&arguments).is_ok(),
+            "{arguments}"
+        );
+    }
+}

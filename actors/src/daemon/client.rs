@@ -17,7 +17,8 @@ use std::time::Duration;
 use tokio::net::UnixStream;
 
 use super::protocol::{
-    DaemonError, FrameError, MAX_FRAME_BYTES, Reply, Request, read_frame, write_frame,
+    DaemonError, FrameCodec, FrameError, FramedStream, MAX_FRAME_BYTES, Reply, Request, next_frame,
+    send_frame,
 };
 use super::runtime_dir::{RuntimeDirError, check_private_dir};
 
@@ -113,8 +114,8 @@ pub enum ClientError {
 /// One connection to a daemon.
 #[derive(Debug)]
 pub struct DaemonClient {
-    /// The connected socket.
-    stream: UnixStream,
+    /// The connected socket, with its frame buffers.
+    stream: FramedStream<UnixStream>,
 }
 
 /// Counts the bytes written to it (a request's encoded size, without keeping the bytes).
@@ -178,7 +179,9 @@ impl DaemonClient {
         };
         let own_uid = rustix::process::geteuid().as_raw();
         match stream.peer_cred() {
-            Ok(cred) if cred.uid() == own_uid => Ok(Self { stream }),
+            Ok(cred) if cred.uid() == own_uid => Ok(Self {
+                stream: FramedStream::new(stream, FrameCodec::new()),
+            }),
             Ok(cred) => Err(TrustError::PeerOfAnotherUser {
                 socket: socket.to_path_buf(),
                 peer_uid: cred.uid(),
@@ -203,7 +206,7 @@ impl DaemonClient {
         check_request_size(request)?;
         let written = match tokio::time::timeout(
             Duration::from_millis(REQUEST_WRITE_DEADLINE_MS),
-            write_frame(&mut self.stream, request),
+            send_frame(&mut self.stream, request),
         )
         .await
         {
@@ -217,7 +220,7 @@ impl DaemonClient {
         };
         let read = tokio::time::timeout(
             Duration::from_millis(REPLY_DEADLINE_MS),
-            read_frame(&mut self.stream),
+            next_frame(&mut self.stream),
         )
         .await;
         let body = match (written, read) {

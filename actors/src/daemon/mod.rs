@@ -3,8 +3,9 @@
 //!
 //! # Layout
 //!
-//! - [`protocol`]: length-prefixed JSON frames, the closed [`Request`] enum, the [`Reply`] shape
-//!   and the fixed [`DaemonErrorCode`]s (`docs/protocol.md`).
+//! - [`protocol`]: length-prefixed JSON frames ([`FrameCodec`], tokio-util's
+//!   `LengthDelimitedCodec` configured for the protocol), the closed [`Request`] enum, the
+//!   [`Reply`] shape and the fixed [`DaemonErrorCode`]s (`docs/protocol.md`).
 //! - [`server`]: [`serve`] (one task per connection, peer uid checked, bounded frames, idle
 //!   exit, `stop`) and the [`Dispatcher`] that answers a request over an [`Engine`](crate::Engine)
 //!   (also run in-process by `--no-daemon`).
@@ -25,7 +26,8 @@ mod slots;
 
 pub use client::{ClientError, DaemonClient, TrustError, check_request_size};
 pub use protocol::{
-    DaemonError, DaemonErrorCode, MAX_FRAME_BYTES, Reply, Request, ToolReply, WireOutcome,
+    DaemonError, DaemonErrorCode, FrameCodec, MAX_FRAME_BYTES, Reply, Request, ToolReply,
+    WireOutcome,
 };
 pub use runtime_dir::{RuntimeDirError, check_private_dir, create_private_dir};
 pub use server::{ConnectionState, Dispatcher, EnableHook, ServeEnd, ServeOptions, serve};

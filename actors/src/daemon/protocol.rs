@@ -2,7 +2,9 @@
 //! one reply shape. `docs/protocol.md` is the reference for clients in other languages.
 //!
 //! A frame is a 4-byte big-endian length `N` (1 ..= [`MAX_FRAME_BYTES`]) followed by `N` bytes
-//! of one UTF-8 JSON object. Each request frame gets exactly one reply frame, in order.
+//! of one UTF-8 JSON object. Each request frame gets exactly one reply frame, in order. Frames
+//! are read and written by [`FrameCodec`] (tokio-util's `LengthDelimitedCodec`, configured for
+//! this protocol) over a [`FramedStream`].
 //!
 //! [`decode_request`] refuses a key given twice in any object, and its errors name a field of
 //! the closed schema ([`FIELD_NAMES`]) or say "an unknown field": never a caller's text.
@@ -10,8 +12,11 @@
 use annal_schema::{
     Application, Capability, Delivery, Effect, EscalationKind, EvidenceKind, Route,
 };
+use futures_util::{SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::bytes::{Bytes, BytesMut};
+use tokio_util::codec::{Decoder, Encoder, Framed, FramedRead, LengthDelimitedCodec};
 
 /// Events a `preflight` request reads when it names no `limit`.
 pub const PREFLIGHT_DEFAULT_LIMIT_EVENTS: u8 = 20;
@@ -403,62 +408,110 @@ fn check_frame_len(declared_bytes: usize) -> Result<usize, FrameError> {
     }
 }
 
-/// Bytes a frame body's buffer grows by at least while it is read.
-const FRAME_READ_CHUNK_BYTES: usize = 16 * 1024;
-
-/// Reads one frame body. `Closed` when the peer ended the connection cleanly before a header.
-/// The body's buffer grows with the bytes that arrived (never past the declared length), so a
-/// peer that declares a large frame and stops holds only what it sent.
-pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Vec<u8>, FrameError> {
-    let mut header = [0u8; FRAME_HEADER_BYTES];
-    match reader.read_exact(&mut header).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
-        Err(e) => return Err(e.into()),
-    }
-    let declared = usize::try_from(u32::from_be_bytes(header)).unwrap_or(usize::MAX);
-    let len = check_frame_len(declared)?;
-    let mut body = Vec::new();
-    while body.len() < len {
-        let left = len - body.len();
-        if body.capacity() == body.len() {
-            // Doubling, capped at the declared length: never more than `len` bytes reserved.
-            body.reserve_exact(body.len().max(FRAME_READ_CHUNK_BYTES).min(left));
-        }
-        let start = body.len();
-        let room = (body.capacity() - start).min(left);
-        body.resize(start + room, 0);
-        let read = reader.read(&mut body[start..]).await;
-        let read = match read {
-            Ok(0) => Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)),
-            other => other,
-        };
-        match read {
-            Ok(n) => body.truncate(start + n),
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(body)
+/// The protocol's frames as a [`tokio_util::codec`] codec: tokio-util's
+/// [`LengthDelimitedCodec`] with a 4-byte big-endian length and [`MAX_FRAME_BYTES`] as its
+/// largest frame, plus the two rules it does not have:
+///
+/// - A length of 0 is refused like one above the bound ([`FrameError::TooLarge`], naming the
+///   declared length), read from the header before any of the body is waited for.
+/// - The body is handed to the codec only once it has arrived whole. The codec reserves the
+///   declared length as soon as it reads a header; this way the buffer holds what arrived
+///   (grown as `Framed` reads, from 8 KiB), so a peer that declares 512 KiB and sends one byte
+///   holds a few KiB.
+///
+/// At the end of the stream, nothing or a partial header is [`FrameError::Closed`] (the peer
+/// closed between frames); a partial body is an `UnexpectedEof` [`FrameError::Io`].
+#[derive(Debug)]
+pub struct FrameCodec {
+    /// The length-prefix codec that splits and writes frames.
+    inner: LengthDelimitedCodec,
 }
 
-/// Writes `value` as one frame.
-pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
-    writer: &mut W,
+impl FrameCodec {
+    /// The codec of this protocol's frames.
+    pub fn new() -> Self {
+        Self {
+            inner: LengthDelimitedCodec::builder()
+                .length_field_type::<u32>()
+                .big_endian()
+                .max_frame_length(MAX_FRAME_BYTES)
+                .new_codec(),
+        }
+    }
+}
+
+impl Default for FrameCodec {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Decoder for FrameCodec {
+    type Item = BytesMut;
+    type Error = FrameError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, FrameError> {
+        let Some(header) = src
+            .get(..FRAME_HEADER_BYTES)
+            .and_then(|h| <[u8; FRAME_HEADER_BYTES]>::try_from(h).ok())
+        else {
+            return Ok(None);
+        };
+        let declared = usize::try_from(u32::from_be_bytes(header)).unwrap_or(usize::MAX);
+        let len = check_frame_len(declared)?;
+        if src.len() - FRAME_HEADER_BYTES < len {
+            return Ok(None);
+        }
+        Ok(self.inner.decode(src)?)
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, FrameError> {
+        match self.decode(src)? {
+            Some(frame) => Ok(Some(frame)),
+            None if src.len() < FRAME_HEADER_BYTES => Ok(None),
+            None => Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into()),
+        }
+    }
+}
+
+impl Encoder<Bytes> for FrameCodec {
+    type Error = FrameError;
+
+    fn encode(&mut self, body: Bytes, dst: &mut BytesMut) -> Result<(), FrameError> {
+        check_frame_len(body.len())?;
+        Ok(self.inner.encode(body, dst)?)
+    }
+}
+
+/// A connection that carries frames: the socket with its read and write buffers.
+pub type FramedStream<S> = Framed<S, FrameCodec>;
+
+/// The next frame's body from `framed`. `Closed` when the peer ended the connection between
+/// frames. Cancel safe: what arrived stays in `framed`'s buffer.
+pub async fn next_frame<S: AsyncRead + AsyncWrite + Unpin>(
+    framed: &mut FramedStream<S>,
+) -> Result<BytesMut, FrameError> {
+    framed.next().await.unwrap_or(Err(FrameError::Closed))
+}
+
+/// Writes `value` as one frame on `framed`, and flushes it.
+pub async fn send_frame<S: AsyncRead + AsyncWrite + Unpin, T: Serialize>(
+    framed: &mut FramedStream<S>,
     value: &T,
 ) -> Result<(), FrameError> {
     let body = serde_json::to_vec(value).map_err(|_| FrameError::Encode)?;
-    let len = check_frame_len(body.len())?;
-    let header = u32::try_from(len)
-        .map_err(|_| FrameError::TooLarge {
-            declared_bytes: len,
-        })?
-        .to_be_bytes();
-    let mut frame = Vec::with_capacity(FRAME_HEADER_BYTES + len);
-    frame.extend_from_slice(&header);
-    frame.extend_from_slice(&body);
-    writer.write_all(&frame).await?;
-    writer.flush().await?;
-    Ok(())
+    framed.send(Bytes::from(body)).await
+}
+
+/// Reads one frame body from a reader that holds one (a test's bytes; it may read past the
+/// frame, so a connection that carries more keeps a [`FramedStream`]). `Closed` when the
+/// reader ends before a whole header.
+pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Vec<u8>, FrameError> {
+    let mut frames = FramedRead::new(reader, FrameCodec::new());
+    match frames.next().await {
+        Some(frame) => frame.map(|body| body.to_vec()),
+        None => Err(FrameError::Closed),
+    }
 }
 
 /// Decodes one request body: a typed error naming what is wrong, never a value or a name the

@@ -45,8 +45,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::protocol::{
-    DaemonError, DaemonErrorCode, FrameError, PROTOCOL_VERSION, Reply, Request, ToolReply,
-    decode_request, read_frame, write_frame,
+    DaemonError, DaemonErrorCode, FrameCodec, FrameError, FramedStream, PROTOCOL_VERSION, Reply,
+    Request, ToolReply, decode_request, next_frame, send_frame,
 };
 use super::slots::{Registry, Slot, is_owner_operation};
 use crate::engine::{Engine, EngineError, QueryError};
@@ -711,10 +711,10 @@ pub async fn serve(
 }
 
 /// Answers `error` and closes.
-async fn refuse(mut stream: UnixStream, error: DaemonError) {
+async fn refuse(mut framed: FramedStream<UnixStream>, error: DaemonError) {
     let _ = tokio::time::timeout(
         Duration::from_millis(PEER_WRITE_TIMEOUT_MS),
-        write_frame(&mut stream, &Reply::Error(error)),
+        send_frame(&mut framed, &Reply::Error(error)),
     )
     .await;
 }
@@ -722,17 +722,18 @@ async fn refuse(mut stream: UnixStream, error: DaemonError) {
 /// Serves one connection until the peer closes it, misbehaves past recovery, misses a frame
 /// deadline, is displaced or reclaimed, or the daemon closes.
 async fn connection(
-    mut stream: UnixStream,
+    stream: UnixStream,
     dispatcher: Dispatcher,
     own_uid: u32,
     mut closing: broadcast::Receiver<()>,
     slot: Slot,
 ) {
     let same_user = stream.peer_cred().is_ok_and(|cred| cred.uid() == own_uid);
+    let mut framed = FramedStream::new(stream, FrameCodec::new());
     if !same_user {
         drop(slot);
         refuse(
-            stream,
+            framed,
             DaemonError::new(
                 DaemonErrorCode::PeerNotOwner,
                 "the daemon serves only the user it runs as",
@@ -746,26 +747,29 @@ async fn connection(
     let mut admitted = false;
     loop {
         let frame = if admitted {
-            // Idle until a frame begins: no deadline, but reclaimable.
-            slot.idle();
-            let mut first = [0u8; 1];
-            let read = tokio::select! {
-                read = stream.read(&mut first) => read,
-                () = slot.close.notified() => return,
-                _ = closing.recv() => return,
-            };
-            if !matches!(read, Ok(1)) || !slot.busy() {
-                return;
+            // Idle until a frame begins (no deadline, but reclaimable), unless the bytes of the
+            // next one already came with the last.
+            if framed.read_buffer().is_empty() {
+                slot.idle();
+                let mut first = [0u8; 1];
+                let read = tokio::select! {
+                    read = framed.get_mut().read(&mut first) => read,
+                    () = slot.close.notified() => return,
+                    _ = closing.recv() => return,
+                };
+                if !matches!(read, Ok(1)) || !slot.busy() {
+                    return;
+                }
+                framed.read_buffer_mut().extend_from_slice(&first);
             }
-            let mut rest = (&first[..]).chain(&mut stream);
             tokio::select! {
-                frame = tokio::time::timeout(deadline, read_frame(&mut rest)) => frame,
+                frame = tokio::time::timeout(deadline, next_frame(&mut framed)) => frame,
                 _ = closing.recv() => return,
             }
         } else {
             // The first frame, whole, within the deadline of the accept.
             tokio::select! {
-                frame = tokio::time::timeout(deadline, read_frame(&mut stream)) => frame,
+                frame = tokio::time::timeout(deadline, next_frame(&mut framed)) => frame,
                 () = slot.close.notified() => return,
                 _ = closing.recv() => return,
             }
@@ -778,7 +782,7 @@ async fn connection(
             Ok(body) => decode_request(&body),
             Err(FrameError::TooLarge { declared_bytes }) => {
                 refuse(
-                    stream,
+                    framed,
                     DaemonError::new(
                         DaemonErrorCode::FrameTooLarge,
                         format!(
@@ -796,7 +800,7 @@ async fn connection(
             let owner = request.as_ref().is_ok_and(is_owner_operation);
             if !slot.admit(owner) {
                 refuse(
-                    stream,
+                    framed,
                     DaemonError::new(
                         DaemonErrorCode::TooManyConnections,
                         format!(
@@ -815,7 +819,7 @@ async fn connection(
         };
         let written = tokio::time::timeout(
             Duration::from_millis(PEER_WRITE_TIMEOUT_MS),
-            write_frame(&mut stream, &reply),
+            send_frame(&mut framed, &reply),
         )
         .await;
         if !matches!(written, Ok(Ok(()))) {

@@ -15,6 +15,50 @@ use serde_json::{Value, json};
 /// Longest any single answer from a child may take before the test fails (no hang).
 pub const ANSWER_TIMEOUT_SECS: u64 = 30;
 
+/// The Python (with the `mcp` SDK of `examples/host/requirements.txt`) that runs the scripted
+/// host and the SDK client.
+pub const PYTHON_ENV: &str = "ANNAL_HOST_PYTHON";
+
+/// Set to `1` by `.ci/test`: a missing host Python (or login runtime directory) fails instead
+/// of skipping.
+pub const REQUIRE_ENVS: [&str; 2] = ["ANNAL_REQUIRE_HOST_PYTHON", "ANNAL_REQUIRE_REAL_KEY_STORES"];
+
+/// Whether the environment variable `name` is `1`.
+pub fn env_is_one(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "1")
+}
+
+/// Whether this run must fail rather than skip what it cannot do here (CI).
+pub fn required() -> bool {
+    REQUIRE_ENVS.iter().any(|name| env_is_one(name))
+}
+
+/// The host's Python, or `None` (the test prints SKIPPED) when there is none outside CI.
+pub fn python(test: &str) -> Option<PathBuf> {
+    let found = std::env::var_os(PYTHON_ENV)
+        .map(PathBuf::from)
+        .filter(|python| {
+            Command::new(python)
+                .args(["-c", "import mcp"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+    if found.is_none() {
+        assert!(
+            !required(),
+            "{test}: {PYTHON_ENV} must name a Python with the MCP SDK (examples/host/\
+             requirements.txt); .ci/test makes one"
+        );
+        eprintln!(
+            "{test}: SKIPPED: set {PYTHON_ENV} to a Python with examples/host/requirements.txt"
+        );
+    }
+    found
+}
+
 static NEXT_SANDBOX: AtomicUsize = AtomicUsize::new(0);
 
 /// A temporary HOME, XDG_STATE_HOME and XDG_RUNTIME_DIR, and a namespace of its own (its key

@@ -428,23 +428,31 @@ pub fn parse_query_arguments(
     Ok((request, cursor))
 }
 
-/// The closed input schema of `history_query` with the paging extension: the contract's
-/// schema plus an optional `cursor` string (what [`parse_query_arguments`] accepts). Still
-/// `additionalProperties: false`.
+/// What a `cursor` argument is, as the input schema tells a client.
+const CURSOR_ARGUMENT_DESCRIPTION: &str = "The `cursor` of the previous page's result, to read \
+    the next page (single use, valid 60 s, only with the same filters).";
+
+/// The arguments of `history_query` with the paging extension, as its input schema describes
+/// them ([`query_input_schema`]): the contract's ([`QueryRequest`](annal_schema::tools::QueryRequest))
+/// and an optional `cursor`. Never built: [`parse_query_arguments`] reads the arguments.
+#[derive(schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
+#[allow(dead_code)] // A description only (see above): its fields are never read.
+struct PagedQueryArguments {
+    #[schemars(flatten)]
+    contract: annal_schema::tools::QueryRequest,
+    #[schemars(
+        length(max = CURSOR_ARGUMENT_MAX_LEN_CHARS),
+        description = CURSOR_ARGUMENT_DESCRIPTION
+    )]
+    cursor: Option<String>,
+}
+
+/// The closed input schema of `history_query` with the paging extension, derived from
+/// [`PagedQueryArguments`]: the contract's schema plus an optional `cursor` string (what
+/// [`parse_query_arguments`] accepts). Still `additionalProperties: false`.
 pub fn query_input_schema() -> serde_json::Value {
-    let mut schema = annal_schema::tools::history_query_input_schema();
-    if let Some(properties) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) {
-        properties.insert(
-            "cursor".into(),
-            serde_json::json!({
-                "type": "string",
-                "maxLength": CURSOR_ARGUMENT_MAX_LEN_CHARS,
-                "description": "The `cursor` of the previous page's result, to read the next \
-                    page (single use, valid 60 s, only with the same filters)."
-            }),
-        );
-    }
-    schema
+    annal_schema::tools::input_schema_for::<PagedQueryArguments>()
 }
 
 /// The output schema of `history_query` with the paging extension: the contract's

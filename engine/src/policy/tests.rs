@@ -902,3 +902,28 @@ fn a_revocation_sticks_against_a_manifest_presented_again() {
     granted_again.apply(&granted("a", Operation::Status, GrantSource::Owner));
     assert!(!granted_again.is_revoked(&actor("a")));
 }
+
+/// The exact `history_query` input schema MCP clients are shown (derived by schemars from
+/// `PagedQueryArguments`): the contract's arguments and the paging `cursor`, closed.
+#[test]
+fn the_paged_query_input_schema_is_exactly_what_clients_were_shown() {
+    assert_eq!(
+        query_input_schema(),
+        json!({
+            "type": "object",
+            "properties": {
+                "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+                "session_id": {"type": "string", "minLength": 1, "maxLength": 128},
+                "since_sequence": {"type": "integer", "minimum": 1},
+                "until_sequence": {"type": "integer", "minimum": 1},
+                "cursor": {
+                    "type": "string",
+                    "maxLength": 512,
+                    "description": "The `cursor` of the previous page's result, to read the \
+                        next page (single use, valid 60 s, only with the same filters)."
+                }
+            },
+            "additionalProperties": false
+        })
+    );
+}

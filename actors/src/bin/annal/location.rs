@@ -8,7 +8,7 @@
 //!   contract store, `engine/` annal's sidecar).
 //! - Socket: `--socket PATH`, else `<socket dir>/<16 hex of the store path's BLAKE3>.sock`, the
 //!   socket directory being the first of:
-//!   1. `$XDG_RUNTIME_DIR/annal/` when `XDG_RUNTIME_DIR` is set;
+//!   1. `$XDG_RUNTIME_DIR/annal/` when `XDG_RUNTIME_DIR` is set (to an absolute path);
 //!   2. `/run/user/<uid>/annal/` when `/run/user/<uid>` is this user's and 0700 (where a login
 //!      session puts the runtime directory; MCP hosts often start servers without
 //!      `XDG_RUNTIME_DIR`);
@@ -17,6 +17,11 @@
 //!
 //!   The socket directory is made 0700 and must stay the user's (`runtime_dir`), the socket is
 //!   0600. With none of these (no HOME either), no daemon: `--no-daemon` still works.
+//!
+//! The base directories (`XDG_STATE_HOME`, `XDG_RUNTIME_DIR`, the home) are read by
+//! [`BaseDirs`] (the `etcetera` crate's XDG strategy): an XDG variable counts only when it is
+//! an absolute path, and a default under the home only when `HOME` is set to one. The
+//! `/run/user/<uid>` check (step 2) is annal's own.
 //! - Key-store record: `<store>/key-store`, written after the first successful `enable` (the key
 //!   exists then), so a later `auto` never picks another credential store than the one holding
 //!   the key.
@@ -24,6 +29,8 @@
 use std::path::{Path, PathBuf};
 
 use annal_actors::daemon::{check_private_dir, create_private_dir};
+use etcetera::BaseStrategy;
+use etcetera::base_strategy::Xdg;
 
 use annal_engine::entropy::OsEntropy;
 use annal_engine::keys::{
@@ -236,32 +243,81 @@ fn absolute(path: &Path) -> Result<PathBuf, CliError> {
     std::path::absolute(path).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))
 }
 
-/// `$XDG_STATE_HOME`, else `$HOME/.local/state`.
+/// The XDG base directories, as etcetera's `Xdg` strategy reads them: `$XDG_STATE_HOME`,
+/// `$XDG_CONFIG_HOME` and `$XDG_RUNTIME_DIR` count only when they are absolute paths (the XDG
+/// spec: a relative one is invalid and ignored), else the defaults under the home directory.
+///
+/// etcetera takes the home from `HOME`, else from the password database. annal derives a
+/// directory from the home only when `HOME` names it (an absolute path): a process whose
+/// environment has no `HOME` gets no home-derived directory, and is told to pass `--store`
+/// (as before). With no home at all (no `HOME` and no password entry) etcetera names no base
+/// directory, not even `$XDG_RUNTIME_DIR`'s.
+pub struct BaseDirs {
+    /// The strategy, when a home was found.
+    xdg: Option<Xdg>,
+}
+
+impl BaseDirs {
+    /// The base directories of this process's environment.
+    pub fn from_env() -> Self {
+        Self {
+            xdg: Xdg::new().ok(),
+        }
+    }
+
+    /// `$XDG_STATE_HOME`, else `$HOME/.local/state`.
+    pub fn state_home(&self) -> Option<PathBuf> {
+        let xdg = self.xdg.as_ref()?;
+        home_named(xdg, xdg.state_dir()?, &[".local", "state"])
+    }
+
+    /// `$XDG_CONFIG_HOME`, else `$HOME/.config`.
+    pub fn config_home(&self) -> Option<PathBuf> {
+        let xdg = self.xdg.as_ref()?;
+        home_named(xdg, xdg.config_dir(), &[".config"])
+    }
+
+    /// `$XDG_RUNTIME_DIR`, when it is set to an absolute path.
+    pub fn runtime_dir(&self) -> Option<PathBuf> {
+        self.xdg.as_ref()?.runtime_dir()
+    }
+}
+
+/// `dir`, unless it is the default `home/<default>` and `HOME` does not name that home as an
+/// absolute path (etcetera's home then came from the password database, or from a relative
+/// `HOME`).
+fn home_named(xdg: &Xdg, dir: PathBuf, default: &[&str]) -> Option<PathBuf> {
+    let from_home = dir
+        == default
+            .iter()
+            .fold(xdg.home_dir().to_path_buf(), |d, c| d.join(c));
+    let named = std::env::var_os("HOME").is_some_and(|home| Path::new(&home).is_absolute());
+    (!from_home || named).then_some(dir)
+}
+
+/// `$XDG_STATE_HOME`, else `$HOME/.local/state` ([`BaseDirs::state_home`]).
 fn default_state_home() -> Result<PathBuf, CliError> {
-    if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
-        return Ok(PathBuf::from(dir));
-    }
-    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        Some(home) => Ok(PathBuf::from(home).join(".local").join("state")),
-        None => Err(CliError::usage(
-            "neither XDG_STATE_HOME nor HOME is set: pass --store DIR",
-        )),
-    }
+    BaseDirs::from_env().state_home().ok_or_else(|| {
+        CliError::usage(
+            "neither XDG_STATE_HOME nor HOME is set to an absolute path: set one, or pass \
+             --store DIR",
+        )
+    })
 }
 
 /// The directory for daemon sockets, in the documented order (module doc): `None` only when
 /// neither a runtime directory nor a state directory can be named.
 fn socket_dir() -> Option<PathBuf> {
-    if let Some(run) = std::env::var_os("XDG_RUNTIME_DIR").filter(|run| !run.is_empty()) {
-        return Some(PathBuf::from(run).join(RUNTIME_SOCKET_DIR_NAME));
+    let base = BaseDirs::from_env();
+    if let Some(run) = base.runtime_dir() {
+        return Some(run.join(RUNTIME_SOCKET_DIR_NAME));
     }
     let login =
         Path::new(LOGIN_RUNTIME_DIR_PARENT).join(rustix::process::geteuid().as_raw().to_string());
     if check_private_dir(&login).is_ok() {
         return Some(login.join(RUNTIME_SOCKET_DIR_NAME));
     }
-    default_state_home()
-        .ok()
+    base.state_home()
         .map(|state| state.join("annal").join(PRIVATE_SOCKET_DIR_NAME))
 }
 

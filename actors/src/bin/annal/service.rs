@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use annal_engine::keys::KeyStoreChoice;
 use serde_json::json;
 
-use crate::location::Location;
+use crate::location::{BaseDirs, Location};
 use crate::owner::{OutputArgs, finish, print};
 use crate::private_file::Installed;
 use crate::{CliError, EXIT_UNAVAILABLE};
@@ -63,15 +63,10 @@ fn unit_name(location: &Location) -> String {
 }
 
 /// The systemd user unit directory: `$XDG_CONFIG_HOME/systemd/user`, else
-/// `$HOME/.config/systemd/user`.
+/// `$HOME/.config/systemd/user` (each only as an absolute path, [`BaseDirs::config_home`]).
 fn unit_dir() -> Result<PathBuf, CliError> {
-    let absolute = |var: &str| {
-        std::env::var_os(var)
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-    };
-    absolute("XDG_CONFIG_HOME")
-        .or_else(|| absolute("HOME").map(|home| home.join(".config")))
+    BaseDirs::from_env()
+        .config_home()
         .map(|config| config.join("systemd").join("user"))
         .ok_or_else(|| {
             CliError::usage("neither XDG_CONFIG_HOME nor HOME is an absolute path: set one")

@@ -323,3 +323,55 @@ fn frame_lengths_outside_the_bound_are_refused() {
     assert!(check_frame_len(MAX_FRAME_BYTES + 1).is_err());
     assert_eq!(check_frame_len(MAX_FRAME_BYTES).ok(), Some(MAX_FRAME_BYTES));
 }
+
+/// The codec splits frames that arrive together, refuses length 0 and lengths above the bound
+/// from the header alone, and holds no more than what arrived of a declared body.
+#[test]
+fn the_codec_splits_frames_and_never_reserves_a_declared_body() {
+    let mut codec = FrameCodec::new();
+    let mut wire = BytesMut::new();
+    for body in [&b"{\"op\":\"hello\"}"[..], b"{\"op\":\"status\"}"] {
+        codec
+            .encode(Bytes::copy_from_slice(body), &mut wire)
+            .unwrap();
+    }
+    assert_eq!(&wire[..4], &14u32.to_be_bytes());
+    assert_eq!(
+        &codec.decode(&mut wire).unwrap().unwrap()[..],
+        b"{\"op\":\"hello\"}"
+    );
+    assert_eq!(
+        &codec.decode(&mut wire).unwrap().unwrap()[..],
+        b"{\"op\":\"status\"}"
+    );
+    assert!(codec.decode(&mut wire).unwrap().is_none());
+
+    for declared in [0, MAX_FRAME_BYTES as u32 + 1, u32::MAX] {
+        let mut wire = BytesMut::from(&declared.to_be_bytes()[..]);
+        let refused = codec.decode(&mut wire);
+        assert!(
+            matches!(refused, Err(FrameError::TooLarge { declared_bytes }) if declared_bytes == declared as usize),
+            "{declared}: {refused:?}"
+        );
+    }
+    for body in [Bytes::new(), Bytes::from(vec![b' '; MAX_FRAME_BYTES + 1])] {
+        assert!(matches!(
+            codec.encode(body, &mut BytesMut::new()),
+            Err(FrameError::TooLarge { .. })
+        ));
+    }
+
+    // A whole-bound declaration and one byte: the buffer keeps its own size.
+    let mut wire = BytesMut::with_capacity(16);
+    wire.extend_from_slice(&(MAX_FRAME_BYTES as u32).to_be_bytes());
+    wire.extend_from_slice(b"{");
+    assert!(codec.decode(&mut wire).unwrap().is_none());
+    assert!(wire.capacity() < 1024, "{} bytes reserved", wire.capacity());
+    // The stream ends there: a partial body is an error, a partial header a close.
+    assert!(matches!(
+        codec.decode_eof(&mut wire),
+        Err(FrameError::Io(_))
+    ));
+    let mut header_only = BytesMut::from(&[0u8, 0][..]);
+    assert!(codec.decode_eof(&mut header_only).unwrap().is_none());
+}
