@@ -676,6 +676,9 @@ enum WireEvent {
     AgentsSwitched {
         enabled: bool,
     },
+    OwnerAccessSwitched {
+        enabled: bool,
+    },
     AuditStarted {
         audit: u64,
         at_ms: u64,
@@ -859,6 +862,7 @@ impl WireEvent {
             }
             PolicyEvent::ActorRevoked { actor } => Self::ActorRevoked { actor },
             PolicyEvent::AgentsSwitched { enabled } => Self::AgentsSwitched { enabled },
+            PolicyEvent::OwnerAccessSwitched { enabled } => Self::OwnerAccessSwitched { enabled },
             PolicyEvent::AuditStarted {
                 audit,
                 at_ms,
@@ -970,6 +974,9 @@ impl WireEvent {
             }
             Self::AgentsSwitched { enabled } => {
                 JournalEvent::Policy(PolicyEvent::AgentsSwitched { enabled })
+            }
+            Self::OwnerAccessSwitched { enabled } => {
+                JournalEvent::Policy(PolicyEvent::OwnerAccessSwitched { enabled })
             }
             Self::AuditStarted {
                 audit,
