@@ -453,7 +453,7 @@ fn read(
     out: &OutputArgs,
 ) -> ExitCode {
     finish(
-        one(location, no_daemon, Request::Query { arguments }).and_then(|value| {
+        one(location, no_daemon, Request::query(arguments)).and_then(|value| {
             let events = events(&value)?;
             Ok(print(out, &value["answer"], || events_text(&events)))
         }),
@@ -485,7 +485,7 @@ pub fn show(location: &Location, no_daemon: bool, args: &ShowArgs) -> ExitCode {
         ("until_sequence", Some(args.sequence.into())),
     ]);
     finish(
-        one(location, no_daemon, Request::Query { arguments }).and_then(|value| {
+        one(location, no_daemon, Request::query(arguments)).and_then(|value| {
             let event = events(&value)?.into_iter().next().ok_or_else(|| {
                 CliError::found(format!(
                     "no event has sequence {} (retention may have removed it)",

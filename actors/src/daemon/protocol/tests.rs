@@ -187,6 +187,16 @@ fn sample_requests() -> Vec<Request> {
             denied: true,
         },
         Request::SwitchAgents { enabled: true },
+        Request::SetOwnerAccess { enabled: false },
+        Request::Query {
+            arguments: serde_json::Map::from_iter([("limit".to_owned(), 5.into())]),
+            since_ms: Some(1),
+            until_ms: Some(2),
+            app: Some("a".into()),
+            capability: Some("c".into()),
+            outcome: Some(Effect::Failed),
+            text: Some("t".into()),
+        },
         Request::ActionStarted {
             capability: "c".into(),
             application: Some(application),
@@ -322,4 +332,49 @@ fn frame_lengths_outside_the_bound_are_refused() {
     assert!(check_frame_len(0).is_err());
     assert!(check_frame_len(MAX_FRAME_BYTES + 1).is_err());
     assert_eq!(check_frame_len(MAX_FRAME_BYTES).ok(), Some(MAX_FRAME_BYTES));
+}
+
+/// The owner's filters are optional fields of `query`: an unfiltered request has the wire
+/// shape it had before them (an older daemon reads it), the old shape still decodes, and a
+/// filter of the wrong type or an unknown outcome is refused naming its field, never its value.
+#[test]
+fn the_owners_filters_are_optional_fields_of_query() {
+    let arguments = serde_json::Map::from_iter([("limit".to_owned(), 3.into())]);
+    let request = Request::query(arguments);
+    assert_eq!(
+        serde_json::to_value(&request).unwrap_or_default(),
+        serde_json::json!({"op": "query", "arguments": {"limit": 3}})
+    );
+    assert_eq!(
+        decode_request(br#"{"op":"query","arguments":{"limit":3}}"#).ok(),
+        Some(request)
+    );
+    let filtered = decode_request(
+        br#"{"op":"query","since_ms":1,"until_ms":2,"app":"a","capability":"c","outcome":"failed","text":"t"}"#,
+    );
+    assert!(
+        matches!(
+            filtered,
+            Ok(Request::Query {
+                outcome: Some(Effect::Failed),
+                ..
+            })
+        ),
+        "{filtered:?}"
+    );
+    for (body, field) in [
+        (
+            br#"{"op":"query","outcome":"planted-value"}"#.as_slice(),
+            "outcome",
+        ),
+        (br#"{"op":"query","since_ms":"planted-value"}"#, "since_ms"),
+        (br#"{"op":"query","until_ms":-1}"#, "until_ms"),
+        (br#"{"op":"query","app":["planted-value"]}"#, "app"),
+        (br#"{"op":"query","text":{"planted-value":1}}"#, "text"),
+    ] {
+        let error = decode_request(body).err();
+        let message = error.map(|e| e.message).unwrap_or_default();
+        assert!(message.contains(&format!("\"{field}\"")), "{message}");
+        assert!(!message.contains("planted"), "{message}");
+    }
 }
