@@ -13,13 +13,15 @@
 //!    `history_storage_unavailable`; a denial's record holds the refusal too). Concurrent
 //!    calls' records share one group commit in the journal (`JournalMsg::SyncCommits`). Then
 //!    run the operation (status from the writer, a page from the query with the
-//!    [`ReadGrant`]), append the contract's `access` event for a non-empty read, and ask the
-//!    gate to [`GateMsg::Finish`]: journal the outcome and the returned count, and issue the
-//!    next page's cursor when more matches remain.
+//!    [`ReadGrant`]), append the contract's `access` event for a non-empty read (when the
+//!    decision said so, `PolicyState::appends_access`: always for an agent's read, the owner's
+//!    setting for the owner's own), and ask the gate to [`GateMsg::Finish`]: journal the
+//!    outcome and the returned count, and issue the next page's cursor when more matches
+//!    remain.
 //!
-//! Policy changes (grants, revocation, the agents switch) come here too, so one actor holds the
-//! policy every decision reads; each is durable before it answers and takes effect on the next
-//! call. Audit records carry principal, operation, verdict, outcome and count, never an
+//! Policy changes (grants, revocation, the agents switch, the owner's access setting) come
+//! here too, so one actor holds the policy every decision reads; each is durable before it
+//! answers and takes effect on the next call. Audit records carry principal, operation, verdict, outcome and count, never an
 //! argument, filter value, label or content (the journal's closed schema cannot hold one).
 
 use std::sync::Arc;

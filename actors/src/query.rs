@@ -8,7 +8,9 @@
 //! opened on the first query (the seals, then the newest index files; older chunks load when a
 //! query reaches them), so start-up does not wait for it. Every answer goes through the engine's
 //! one planner. A store whose index load found corruption answers `history_storage_corrupt`
-//! (fail closed) until it is repaired.
+//! (fail closed) until it is repaired. An owner's read may carry the owner's filters
+//! (`annal_engine::query::OwnerFilter`); a filter on any other grant is refused
+//! (`invalid_history_query`).
 
 use std::sync::Arc;
 
