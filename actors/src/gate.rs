@@ -21,8 +21,9 @@
 //!
 //! Policy changes (grants, revocation, the agents switch, the owner's access setting) come
 //! here too, so one actor holds the policy every decision reads; each is durable before it
-//! answers and takes effect on the next call. Audit records carry principal, operation, verdict, outcome and count, never an
-//! argument, filter value, label or content (the journal's closed schema cannot hold one).
+//! answers and takes effect on the next call. Audit records carry principal, operation,
+//! verdict, outcome and count, never an argument, filter value, label or content (the
+//! journal's closed schema cannot hold one).
 
 use std::sync::Arc;
 
