@@ -202,7 +202,7 @@ impl Call {
             |reply| QueryMsg::Query {
                 grant: admitted.grant,
                 request: request.clone(),
-                filter,
+                filter: Box::new(filter),
                 before_sequence: admitted.before_sequence,
                 reply,
             },

@@ -37,8 +37,9 @@ pub enum QueryMsg {
         grant: ReadGrant,
         /// The request.
         request: QueryRequest,
-        /// The owner's filters (refused on any grant but the owner's).
-        filter: OwnerFilter,
+        /// The owner's filters (refused on any grant but the owner's; boxed: most reads carry
+        /// none, and the message stays small).
+        filter: Box<OwnerFilter>,
         /// The page below this sequence (exclusive; `None`: the first page).
         before_sequence: Option<u64>,
         /// The page, or the contract's error code.
