@@ -8,9 +8,9 @@ mod embedded;
 
 use annal_actors::Engine;
 use annal_actors::gate::{PolicyChange, ToolAnswer};
-use annal_engine::journal::JournalEvent;
+use annal_engine::policy::views::AuditFilter;
 use annal_engine::policy::{
-    ActorId, AuditOutcome, GrantTerms, Operation, PolicyEvent, Principal, Refusal, Verdict,
+    ActorId, AuditOutcome, GrantTerms, Operation, Principal, Refusal, Verdict,
 };
 use annal_engine::query::{OwnerFilter, OwnerFilterParts};
 use annal_schema::tools::QueryRequest;
@@ -82,27 +82,19 @@ fn accesses(store: &TestStore) -> Vec<(AccessOperation, u8)> {
         .collect()
 }
 
-/// The owner's completed reads in the audit journal: (returned count) each.
-fn owner_audits(store: &TestStore) -> Vec<u16> {
-    let journal = store.journal();
-    journal
+/// The owner's completed reads in the audit journal (the engine's audit view, which reads the
+/// journal once what was recorded is appended): the returned count of each.
+fn owner_audits(engine: &Engine) -> Vec<u16> {
+    engine
+        .audit(AuditFilter::default())
+        .unwrap()
         .iter()
-        .filter_map(|event| match event {
-            JournalEvent::Policy(PolicyEvent::AuditStarted {
-                audit,
-                principal: Principal::Owner,
-                verdict: Verdict::Allowed,
-                ..
-            }) => journal.iter().find_map(|e| match e {
-                JournalEvent::Policy(PolicyEvent::AuditFinished {
-                    audit: a,
-                    outcome: AuditOutcome::Completed,
-                    returned_events,
-                }) if a == audit => Some(*returned_events),
-                _ => None,
-            }),
-            _ => None,
+        .filter(|e| {
+            e.principal == Principal::Owner
+                && e.verdict == Some(Verdict::Allowed)
+                && e.outcome == Some(AuditOutcome::Completed)
         })
+        .map(|e| e.returned_events)
         .collect()
 }
 
@@ -144,7 +136,7 @@ fn the_owners_filters_narrow_and_an_agents_filter_argument_is_refused() {
     );
     assert_eq!(typing, [all[3], all[4]]);
     assert_eq!(
-        owner_audits(&store),
+        owner_audits(&engine),
         [7, 2, 1, 2],
         "each read audited with its count"
     );
@@ -212,7 +204,7 @@ fn the_owners_access_events_follow_the_setting_and_agents_always_append() {
         1,
         "no access event for the owner's read"
     );
-    assert_eq!(owner_audits(&store), [7, 8], "still audited");
+    assert_eq!(owner_audits(&engine), [7, 8], "still audited");
 
     engine
         .change_policy(PolicyChange::Grant {
