@@ -1,7 +1,8 @@
 //! The query path's reader: answers `history_query` pages over one store from the lazily
 //! loaded index ([`LazyIndex`]), a cache of decrypted events, and reads by location, through
-//! the one planner ([`plan_page`]). The Query actor owns one (and checks the gate's grant before
-//! asking it); the bench drives one directly. Synchronous: the storage is injected.
+//! the one planner ([`plan_page_filtered`]). The Query actor owns one (and checks the gate's
+//! grant before asking it); the bench drives one directly. Synchronous: the storage is
+//! injected.
 //!
 //! - **Hot cache.** Events the writer appended (handed over with their locations), in sequence
 //!   order within [`HOT_CACHE_MAX_BYTES`] (by record size), and events read from disk, by
