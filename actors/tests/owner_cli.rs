@@ -9,12 +9,14 @@ mod support;
 use serde_json::{Value, json};
 use support::Sandbox;
 
-/// Captures three actions over the daemon's socket: a click in Firefox that failed, typing in
-/// a text editor that was confirmed, a scroll with no application that was partial; then
-/// flushes.
+/// Captures three actions over the daemon's socket: a click in Firefox that failed (in the
+/// session `work-1`), typing in a text editor that was confirmed, a scroll with no application
+/// that was partial; then flushes.
 fn captured(sandbox: &Sandbox) {
     sandbox.ok(&["enable"]);
     let mut raw = sandbox.connect_when_up();
+    let session = raw.ask(json!({"op": "session_started", "session": "work-1"}));
+    assert!(session.get("ok").is_some(), "{session}");
     for (capability, application, effect) in [
         ("ui.click", json!({"display_name": "Firefox"}), "failed"),
         (
@@ -27,6 +29,9 @@ fn captured(sandbox: &Sandbox) {
         let mut start = json!({"op": "action_started", "capability": capability});
         if !application.is_null() {
             start["application"] = application;
+        }
+        if capability == "ui.click" {
+            start["session"] = json!("work-1");
         }
         let started = raw.ask(start);
         let action = started["ok"]["action"].as_u64().unwrap();
@@ -79,6 +84,24 @@ fn the_owners_filters_and_search_with_and_without_a_daemon() {
                 event("action_started", "ui.click", "-"),
                 event("action_completed", "ui.click", "failed"),
             ]
+        );
+        // --session takes the raw label (or the opaque id), as the contract's session_id.
+        assert_eq!(
+            read(
+                &sandbox,
+                &with(&["list", "--session", "work-1", "--app", "firefox"])
+            ),
+            [
+                event("action_started", "ui.click", "-"),
+                event("action_completed", "ui.click", "failed"),
+            ]
+        );
+        assert!(
+            read(
+                &sandbox,
+                &with(&["list", "--session", "work-1", "--capability", "ui.scroll"])
+            )
+            .is_empty()
         );
         assert_eq!(
             read(&sandbox, &with(&["list", "--outcome", "partial"])),
