@@ -112,7 +112,8 @@ impl Call {
             }
             ToolCall::Query {
                 arguments: Ok((request, _)),
-            } => match self.read(admitted, request.clone()).await {
+                filter,
+            } => match self.read(admitted, request.clone(), filter.clone()).await {
                 Ok((response, next_page)) => (
                     Ok(ToolAnswer::Query {
                         response,
@@ -127,6 +128,7 @@ impl Call {
             }
             | ToolCall::Query {
                 arguments: Err(code),
+                ..
             } => (Err(Refusal::Contract(*code)), None),
             // Never admitted (the gate refuses it undecided); answered as refused all the same.
             ToolCall::Unknown => (Err(Refusal::Contract(ErrorCode::UnknownTool)), None),
@@ -183,19 +185,24 @@ impl Call {
         .map_err(|_| UNAVAILABLE)
     }
 
-    /// An allowed query: the page, the `access` event when it returned events, and the next
-    /// page's request and bound when more remain.
+    /// An allowed query: the page, the `access` event when it returned events (and the gate
+    /// said a read of this principal appends one), and the next page's request and bound when
+    /// more remain (never for an owner's filtered read: a cursor stands for the request alone).
     async fn read(
         &self,
         admitted: Admitted,
         request: QueryRequest,
+        filter: annal_engine::query::OwnerFilter,
     ) -> Result<(QueryResponse, Option<(QueryRequest, u64)>), Refusal> {
         let query: ActorRef<QueryMsg> = self.children.query().ok_or(UNAVAILABLE)?;
+        let appends_access = admitted.appends_access;
+        let filtered = !filter.is_empty();
         let page = ractor::call_t!(
             query,
             |reply| QueryMsg::Query {
                 grant: admitted.grant,
                 request: request.clone(),
+                filter: Box::new(filter),
                 before_sequence: admitted.before_sequence,
                 reply,
             },
@@ -204,9 +211,11 @@ impl Call {
         .unwrap_or(Err(ErrorCode::HistoryStorageUnavailable))
         .map_err(Refusal::Contract)?;
         // The contract: a read that returns at least one event appends one `access` event,
-        // which is not part of that answer.
+        // which is not part of that answer (the owner may switch theirs off; the audit records
+        // the read either way).
         if let Some(returned_events) = annal_schema::ReturnedEvents::new(page.response.events.len())
             && returned_events.get() > 0
+            && appends_access
             && let Some(writer) = self.children.writer()
         {
             let _ = writer.cast(WriterMsg::Access {
@@ -215,7 +224,7 @@ impl Call {
             });
         }
         let next_page = match (page.has_more, page.response.events.first()) {
-            (true, Some(first)) => Some((request, first.data.sequence.get())),
+            (true, Some(first)) if !filtered => Some((request, first.data.sequence.get())),
             _ => None,
         };
         Ok((page.response, next_page))

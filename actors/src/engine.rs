@@ -16,6 +16,7 @@ use annal_engine::clock::{Clock, SystemClock};
 use annal_engine::entropy::{Entropy, OsEntropy};
 use annal_engine::journal::CallerKind;
 use annal_engine::keys::KeyProvider;
+use annal_engine::query::OwnerFilter;
 use annal_engine::storage::Storage;
 use annal_schema::ControlOperation;
 use annal_schema::tools::StatusResponse;
@@ -451,7 +452,7 @@ impl Engine {
         request: annal_schema::tools::QueryRequest,
         operation: annal_schema::AccessOperation,
     ) -> Result<annal_schema::tools::QueryResponse, QueryError> {
-        let call = ToolCall::owner_query(request);
+        let call = ToolCall::owner_query(request, OwnerFilter::NONE);
         query_response(self.tool_blocking(tool_message(Principal::Owner, call, operation)))
     }
 
@@ -461,7 +462,19 @@ impl Engine {
         request: annal_schema::tools::QueryRequest,
         operation: annal_schema::AccessOperation,
     ) -> Result<annal_schema::tools::QueryResponse, QueryError> {
-        let call = ToolCall::owner_query(request);
+        self.owner_query_async(request, OwnerFilter::NONE, operation)
+            .await
+    }
+
+    /// [`Engine::query_async`] narrowed by the owner's `filter` (`annal list`, `query` and
+    /// `search`; `annal_engine::query::filter` has its rules). The same gate and audit.
+    pub async fn owner_query_async(
+        &self,
+        request: annal_schema::tools::QueryRequest,
+        filter: OwnerFilter,
+        operation: annal_schema::AccessOperation,
+    ) -> Result<annal_schema::tools::QueryResponse, QueryError> {
+        let call = ToolCall::owner_query(request, filter);
         query_response(
             self.tool_async(tool_message(Principal::Owner, call, operation))
                 .await,
@@ -756,6 +769,8 @@ pub struct Grants {
     pub grants: Vec<GrantView>,
     /// The actors revoked since their last grant.
     pub revoked: Vec<annal_engine::policy::ActorId>,
+    /// The owner's own reads append the contract's `access` event (the owner's setting).
+    pub owner_access_events: bool,
 }
 
 impl Grants {
@@ -764,6 +779,7 @@ impl Grants {
         Self {
             grants: policy.grant_views(now_ms),
             revoked: policy.revoked_actors(),
+            owner_access_events: policy.owner_access_events(),
         }
     }
 }

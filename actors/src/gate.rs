@@ -13,14 +13,17 @@
 //!    `history_storage_unavailable`; a denial's record holds the refusal too). Concurrent
 //!    calls' records share one group commit in the journal (`JournalMsg::SyncCommits`). Then
 //!    run the operation (status from the writer, a page from the query with the
-//!    [`ReadGrant`]), append the contract's `access` event for a non-empty read, and ask the
-//!    gate to [`GateMsg::Finish`]: journal the outcome and the returned count, and issue the
-//!    next page's cursor when more matches remain.
+//!    [`ReadGrant`]), append the contract's `access` event for a non-empty read (when the
+//!    decision said so, `PolicyState::appends_access`: always for an agent's read, the owner's
+//!    setting for the owner's own), and ask the gate to [`GateMsg::Finish`]: journal the
+//!    outcome and the returned count, and issue the next page's cursor when more matches
+//!    remain.
 //!
-//! Policy changes (grants, revocation, the agents switch) come here too, so one actor holds the
-//! policy every decision reads; each is durable before it answers and takes effect on the next
-//! call. Audit records carry principal, operation, verdict, outcome and count, never an
-//! argument, filter value, label or content (the journal's closed schema cannot hold one).
+//! Policy changes (grants, revocation, the agents switch, the owner's access setting) come
+//! here too, so one actor holds the policy every decision reads; each is durable before it
+//! answers and takes effect on the next call. Audit records carry principal, operation,
+//! verdict, outcome and count, never an argument, filter value, label or content (the
+//! journal's closed schema cannot hold one).
 
 use std::sync::Arc;
 
@@ -32,6 +35,7 @@ use annal_engine::policy::{
     ActorId, Admission, AuditOutcome, CursorRefusal, GrantSource, GrantTerms, Operation,
     PolicyEvent, PolicyState, Principal, ReadGrant, Refusal, Verdict,
 };
+use annal_engine::query::OwnerFilter;
 use annal_schema::ErrorCode;
 use annal_schema::tools::QueryRequest;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -54,6 +58,9 @@ pub struct Admitted {
     /// The exclusive upper sequence bound of the page the cursor stood for (`None`: the first
     /// page).
     pub before_sequence: Option<u64>,
+    /// A read that returns events appends the contract's `access` event
+    /// (`PolicyState::appends_access`: always for an agent's, the owner's setting for theirs).
+    pub appends_access: bool,
 }
 
 /// An owner's change to the policy.
@@ -89,6 +96,11 @@ pub enum PolicyChange {
     /// Turn every agent off (`false`) or back on (`true`).
     SwitchAgents {
         /// Agents may be allowed again.
+        enabled: bool,
+    },
+    /// Whether the owner's own reads append the contract's `access` event (default `true`).
+    OwnerAccess {
+        /// They do.
         enabled: bool,
     },
 }
@@ -255,10 +267,11 @@ impl GateState {
     async fn decide_call(
         &mut self,
         principal: &Principal,
-        operation: Option<Operation>,
-        cursor: Option<(String, QueryRequest)>,
+        call: &ToolCall,
+        access: annal_schema::AccessOperation,
         journal: &ActorRef<JournalMsg>,
     ) -> crate::call::Decided {
+        let (operation, cursor) = (call.operation(), call.cursor());
         use crate::call::Decided;
         let now_ms = self.args.clock.now_ms();
         let admission = self.args.admission;
@@ -279,6 +292,7 @@ impl GateState {
             };
         };
         let decision = policy.decide(principal, operation, admission, now_ms, audit);
+        let appends_access = policy.appends_access(principal, access);
         let verdict = match &decision {
             Ok(_) => Verdict::Allowed,
             Err(reason) => Verdict::Denied(*reason),
@@ -317,6 +331,7 @@ impl GateState {
             admitted: Admitted {
                 grant,
                 before_sequence,
+                appends_access,
             },
         }
     }
@@ -396,6 +411,9 @@ impl GateState {
             PolicyChange::SwitchAgents { enabled } => {
                 vec![PolicyEvent::AgentsSwitched { enabled }]
             }
+            PolicyChange::OwnerAccess { enabled } => {
+                vec![PolicyEvent::OwnerAccessSwitched { enabled }]
+            }
         };
         if events.is_empty() {
             return Ok(());
@@ -453,9 +471,7 @@ impl Actor for GateActor {
                     let _ = reply.send(Err(UNAVAILABLE));
                     return Ok(());
                 };
-                let decided = state
-                    .decide_call(&principal, call.operation(), call.cursor(), &journal)
-                    .await;
+                let decided = state.decide_call(&principal, &call, access, &journal).await;
                 let run = crate::call::Call {
                     principal,
                     call,
@@ -529,6 +545,10 @@ pub enum ToolCall {
     Query {
         /// The request and the paging cursor, if any.
         arguments: Result<(QueryRequest, Option<String>), ErrorCode>,
+        /// The owner's filters ([`OwnerFilter::NONE`] for every agent's call: the tool takes
+        /// exactly the contract's arguments, and the Query actor refuses a filter on any
+        /// grant but the owner's).
+        filter: OwnerFilter,
     },
     /// A tool that is neither: refused `unknown_tool` before any decision, and audited as that
     /// refusal (`PolicyEvent::UnknownToolRefused`). Its name and arguments are not kept.
@@ -545,15 +565,17 @@ impl ToolCall {
             },
             Some(Operation::Query) => Self::Query {
                 arguments: annal_engine::policy::parse_query_arguments(arguments),
+                filter: OwnerFilter::NONE,
             },
             None => Self::Unknown,
         }
     }
 
-    /// An owner's query (no cursor).
-    pub fn owner_query(request: QueryRequest) -> Self {
+    /// An owner's query (no cursor), narrowed by the owner's `filter`.
+    pub fn owner_query(request: QueryRequest, filter: OwnerFilter) -> Self {
         Self::Query {
             arguments: Ok((request, None)),
+            filter,
         }
     }
 
@@ -571,6 +593,7 @@ impl ToolCall {
         match self {
             Self::Query {
                 arguments: Ok((request, Some(cursor))),
+                ..
             } => Some((cursor.clone(), request.clone())),
             _ => None,
         }

@@ -8,14 +8,16 @@
 //! opened on the first query (the seals, then the newest index files; older chunks load when a
 //! query reaches them), so start-up does not wait for it. Every answer goes through the engine's
 //! one planner. A store whose index load found corruption answers `history_storage_corrupt`
-//! (fail closed) until it is repaired.
+//! (fail closed) until it is repaired. An owner's read may carry the owner's filters
+//! (`annal_engine::query::OwnerFilter`); a filter on any other grant is refused
+//! (`invalid_history_query`).
 
 use std::sync::Arc;
 
 use annal_engine::clock::Clock;
 use annal_engine::keys::KeyError;
 use annal_engine::policy::{Operation, ReadGrant};
-use annal_engine::query::{QueryService, ReaderKeys, RetentionCutoff};
+use annal_engine::query::{OwnerFilter, QueryService, ReaderKeys, RetentionCutoff};
 use annal_engine::store::RecordLocation;
 use annal_schema::tools::{QueryRequest, QueryResponse};
 use annal_schema::{ErrorCode, Event};
@@ -35,6 +37,9 @@ pub enum QueryMsg {
         grant: ReadGrant,
         /// The request.
         request: QueryRequest,
+        /// The owner's filters (refused on any grant but the owner's; boxed: most reads carry
+        /// none, and the message stays small).
+        filter: Box<OwnerFilter>,
         /// The page below this sequence (exclusive; `None`: the first page).
         before_sequence: Option<u64>,
         /// The page, or the contract's error code.
@@ -154,9 +159,10 @@ impl QueryState {
         &mut self,
         grant: &ReadGrant,
         request: &QueryRequest,
+        filter: &OwnerFilter,
         before_sequence: Option<u64>,
     ) -> Result<QueryPage, ErrorCode> {
-        if grant.operation() != Operation::Query {
+        if grant.operation() != Operation::Query || !filter.permitted(grant) {
             return Err(ErrorCode::InvalidHistoryQuery);
         }
         let retention_days = ractor::call_t!(
@@ -166,10 +172,10 @@ impl QueryState {
         )
         .map_err(|_| ErrorCode::HistoryStorageUnavailable)?;
         let cutoff = RetentionCutoff::new(self.args.clock.now_since_epoch(), retention_days);
-        let page = self
-            .reader(None)
-            .await?
-            .page(request, cutoff, before_sequence)?;
+        let page =
+            self.reader(None)
+                .await?
+                .page_filtered(request, filter, cutoff, before_sequence)?;
         Ok(QueryPage {
             response: QueryResponse {
                 events: page.events,
@@ -259,10 +265,13 @@ impl Actor for QueryActor {
             QueryMsg::Query {
                 grant,
                 request,
+                filter,
                 before_sequence,
                 reply,
             } => {
-                let answer = state.query(&grant, &request, before_sequence).await;
+                let answer = state
+                    .query(&grant, &request, &filter, before_sequence)
+                    .await;
                 let _ = reply.send(answer);
             }
             QueryMsg::Appended(records) => {

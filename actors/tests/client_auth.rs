@@ -433,7 +433,7 @@ fn the_client_refuses_an_oversized_request_at_once_and_stays_usable() {
         arguments.insert("session_id".into(), json!("x".repeat(MAX_FRAME_BYTES)));
         let oversized = tokio::time::timeout(
             Duration::from_secs(ANSWER_TIMEOUT_SECS),
-            client.request(&Request::Query { arguments }),
+            client.request(&Request::query(arguments)),
         )
         .await
         .expect("an oversized request was waited on");

@@ -848,7 +848,7 @@ fn a_closed_pipe_ends_every_printing_command_quietly() {
     let sandbox = Sandbox::new();
     sandbox.ok(&["enable"]);
     sandbox.ok(&["grant", "host", "query"]);
-    let commands: [&[&str]; 14] = [
+    let commands: [&[&str]; 16] = [
         &["completions", "bash"],
         &["man"],
         &["skill", "show"],
@@ -857,6 +857,8 @@ fn a_closed_pipe_ends_every_printing_command_quietly() {
         &["status", "--json"],
         &["list", "200"],
         &["list", "200", "--json"],
+        &["search", "ui", "--since", "1h"],
+        &["owner-access", "on"],
         &["grants"],
         &["audit", "--json"],
         &["socket"],

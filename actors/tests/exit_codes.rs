@@ -31,9 +31,11 @@ fn bad_usage_and_input_exit_2_and_name_what_is_wrong_and_change_nothing() {
     let said = exits(&sandbox, &["grant", "agent-a", "query"], 2);
     assert!(said.contains("annal enable"), "{said}");
     exits(&sandbox, &["agents", "enable"], 2);
+    let said = exits(&sandbox, &["owner-access", "on"], 2);
+    assert!(said.contains("annal enable"), "{said}");
     sandbox.ok(&["enable"]);
     // (arguments, what stderr must name)
-    let cases: [(&[&str], &str); 16] = [
+    let cases: [(&[&str], &str); 25] = [
         (&["list", "--bogus"], "--bogus"),
         (
             &["grant", "agent-a", "query", "--expires-after", "1.5s"],
@@ -62,6 +64,29 @@ fn bad_usage_and_input_exit_2_and_name_what_is_wrong_and_change_nothing() {
         (&["revoke", "nobody-ever"], "annal grants"),
         (&["demo", "--actions", "10"], "--actions"),
         (&["delete"], "--yes"),
+        // The owner's filters: reversed bounds, what is not a duration or a time, an unknown
+        // outcome, empty or overlong texts.
+        (
+            &["list", "--since", "1h", "--until", "2h"],
+            "--since is after --until",
+        ),
+        (
+            &[
+                "query",
+                "--since",
+                "2026-12-04T10:00:00Z",
+                "--until",
+                "2026-12-03",
+            ],
+            "--since is after --until",
+        ),
+        (&["list", "--since", "soonish"], "--since"),
+        (&["search", "x", "--until", "1.5s"], "--until"),
+        (&["list", "--outcome", "great"], "--outcome"),
+        (&["list", "--app", ""], "--app"),
+        (&["query", "--capability", "\u{7}"], "--capability"),
+        (&["search", ""], "TEXT"),
+        (&["search", "x", "--limit", "201"], "1..=200"),
     ];
     for (args, named) in cases {
         let said = exits(&sandbox, args, 2);
@@ -70,6 +95,16 @@ fn bad_usage_and_input_exit_2_and_name_what_is_wrong_and_change_nothing() {
             "annal {args:?} does not name {named:?}: {said}"
         );
     }
+    // The errors give the fix: the forms --since takes, and every allowed outcome.
+    let said = exits(&sandbox, &["list", "--since", "soonish"], 2);
+    assert!(
+        said.contains("30m") && said.contains("2026-12-04"),
+        "{said}"
+    );
+    let said = exits(&sandbox, &["list", "--outcome", "great"], 2);
+    for outcome in annal_schema::Effect::ALL {
+        assert!(said.contains(outcome.as_str()), "{said}");
+    }
     // Nothing above changed anything: no grant, the default retention and quota, the store
     // still there.
     let grants = sandbox.json(&["grants"]);
@@ -77,6 +112,7 @@ fn bad_usage_and_input_exit_2_and_name_what_is_wrong_and_change_nothing() {
     let status = sandbox.json(&["status"]);
     assert_eq!(status["status"]["retention_days"], 7, "{status}");
     assert_eq!(status["status"]["enabled"], true, "{status}");
+    assert_eq!(status["owner_access_events"], true, "{status}");
 
     // Offline: not a store, and a key file others may read.
     let empty = sandbox.path("empty");

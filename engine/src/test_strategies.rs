@@ -240,6 +240,7 @@ pub fn policy_event() -> impl Strategy<Value = PolicyEvent> {
             .prop_map(|(actor, operation)| PolicyEvent::GrantWithdrawn { actor, operation }),
         actor().prop_map(|actor| PolicyEvent::ActorRevoked { actor }),
         any::<bool>().prop_map(|enabled| PolicyEvent::AgentsSwitched { enabled }),
+        any::<bool>().prop_map(|enabled| PolicyEvent::OwnerAccessSwitched { enabled }),
         (
             1..=u64::MAX,
             0..=JOURNAL_TIME_MAX_MS,

@@ -59,11 +59,32 @@ pub enum Request {
     Resume {},
     /// Make everything captured so far durable.
     Flush {},
-    /// The owner's read (`local_cli`): the `history_query` arguments.
+    /// The owner's read (`local_cli`): the `history_query` arguments, narrowed by the owner's
+    /// filters (each optional; absent fields are not sent, so an older daemon reads an
+    /// unfiltered request as before). Agents' `call_tool` takes none of them.
     Query {
         /// The tool's arguments (`limit`, `session_id`, `since_sequence`, `until_sequence`).
         #[serde(default)]
         arguments: serde_json::Map<String, serde_json::Value>,
+        /// Only events at or after this time, in ms since the epoch.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since_ms: Option<u64>,
+        /// Only events at or before this time, in ms since the epoch (not before `since_ms`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        until_ms: Option<u64>,
+        /// Only events of this application: its bundle id or display name, ignoring case.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        app: Option<String>,
+        /// Only events of this capability, ignoring case.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        capability: Option<String>,
+        /// Only `action_completed` events with this `effect`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outcome: Option<Effect>,
+        /// Only events whose capability, bundle id or display name holds this text, ignoring
+        /// case (`annal search`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
     },
     /// The tools `actor` may call now.
     ToolsFor {
@@ -156,6 +177,11 @@ pub enum Request {
         /// Agents may be allowed again.
         enabled: bool,
     },
+    /// Whether the owner's own reads append the contract's `access` event (default `true`).
+    SetOwnerAccess {
+        /// They do.
+        enabled: bool,
+    },
     /// A driver session starts (capture). The raw label stays in the daemon's memory.
     SessionStarted {
         /// The raw session label (never written).
@@ -187,6 +213,21 @@ pub enum Request {
     },
     /// Shut the daemon down (bounded drain).
     Stop {},
+}
+
+impl Request {
+    /// An owner's `query` of `arguments`, with no filter.
+    pub fn query(arguments: serde_json::Map<String, serde_json::Value>) -> Self {
+        Self::Query {
+            arguments,
+            since_ms: None,
+            until_ms: None,
+            app: None,
+            capability: None,
+            outcome: None,
+            text: None,
+        }
+    }
 }
 
 /// An application's identity on the wire: the contract's two fields, closed, checked with the
@@ -675,9 +716,12 @@ impl<'de> serde::de::Visitor<'de> for UniqueKeys<'_> {
 
 /// Every field name of the closed request schema: the requests' fields, an application's and an
 /// outcome's, and the `history_query` arguments. A name outside this list is never quoted.
-pub const FIELD_NAMES: [&str; 33] = [
+pub const FIELD_NAMES: [&str; 36] = [
     "op",
     "since_ms",
+    "until_ms",
+    "app",
+    "text",
     "denied",
     "reapprove",
     "arguments",
@@ -722,7 +766,7 @@ pub fn field_name(key: &str) -> String {
 }
 
 /// Every `op` the protocol knows.
-pub const KNOWN_OPS: [&str; 24] = [
+pub const KNOWN_OPS: [&str; 25] = [
     "hello",
     "status",
     "enable",
@@ -742,6 +786,7 @@ pub const KNOWN_OPS: [&str; 24] = [
     "approve_manifest",
     "revoke",
     "switch_agents",
+    "set_owner_access",
     "session_started",
     "session_ended",
     "action_started",

@@ -35,6 +35,7 @@ use std::time::Duration;
 use annal_engine::capture::{ActionToken, Admission, CaptureHandle, CaptureSession};
 use annal_engine::policy::manifest::Manifest;
 use annal_engine::policy::{ActorId, GrantTerms, Operation, Principal, Refusal};
+use annal_engine::query::{OwnerFilter, OwnerFilterParts};
 use annal_schema::AccessOperation;
 use annal_schema::tools::QueryRequest;
 use serde_json::{Value, json};
@@ -370,8 +371,12 @@ impl Dispatcher {
                         "quota_counted_bytes": usage.quota_counted_bytes(),
                     })
                 });
+                // The owner's setting (null while the journal cannot be read).
+                let owner_access = engine.grants_async().await.ok();
                 status.map(|mut reply| {
                     reply["usage"] = usage.unwrap_or(Value::Null);
+                    reply["owner_access_events"] =
+                        owner_access.map_or(Value::Null, |g| Value::Bool(g.owner_access_events));
                     reply
                 })
             }
@@ -392,13 +397,31 @@ impl Dispatcher {
             Request::SetQuota { bytes, on_quota } => {
                 self.set(Setting::Quota { bytes, on_quota }).await
             }
-            Request::Query { arguments } => {
+            Request::Query {
+                arguments,
+                since_ms,
+                until_ms,
+                app,
+                capability,
+                outcome,
+                text,
+            } => {
                 let refused = |code| Ok(ToolReply::Refusal(Refusal::Contract(code)).to_value());
+                let filter = OwnerFilter::new(OwnerFilterParts {
+                    since_ms,
+                    until_ms,
+                    application: app,
+                    capability,
+                    outcome,
+                    text,
+                })
+                .map_err(|e| invalid(e.to_string()))?;
                 let request = match QueryRequest::parse(&Value::Object(arguments)) {
                     Ok(request) => request,
                     Err(code) => return refused(code),
                 };
-                match engine.query_async(request, AccessOperation::LocalCli).await {
+                let read = engine.owner_query_async(request, filter, AccessOperation::LocalCli);
+                match read.await {
                     Ok(response) => Ok(ToolReply::Answer(json!(response)).to_value()),
                     Err(QueryError::Refused(code)) => refused(code),
                     Err(QueryError::Engine(error)) => Err(failed(&error)),
@@ -525,6 +548,9 @@ impl Dispatcher {
             }
             Request::SwitchAgents { enabled } => {
                 self.change(PolicyChange::SwitchAgents { enabled }).await
+            }
+            Request::SetOwnerAccess { enabled } => {
+                self.change(PolicyChange::OwnerAccess { enabled }).await
             }
             Request::SessionStarted { session } => {
                 if session.is_empty() || session.len() > SESSION_LABEL_MAX_BYTES {

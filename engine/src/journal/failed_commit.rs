@@ -6,11 +6,13 @@
 //!
 //! - **A failed commit never widens** what is captured or what agents may read (`enable`,
 //!   `resume`, a longer retention, a larger quota or another quota mode, a grant, agents
-//!   switched back on). Those events are withdrawn: out of the projection and out of the
+//!   switched back on, the owner's `access` events switched back on). Those events are
+//!   withdrawn: out of the projection and out of the
 //!   events held for the next append. The caller was told no, so the change must not happen
 //!   behind their back later.
 //! - **A narrowing or neutral event stays** (`disable`, `pause`, a shorter retention, a smaller
-//!   quota, a revocation, agents switched off, audit records, signals): in effect at once, held
+//!   quota, a revocation, agents switched off, the owner's `access` events switched off, audit
+//!   records, signals): in effect at once, held
 //!   and appended again until durable (the outbox's at-least-once). Capture stops on a failed
 //!   `disable` instead of going on while status says it stopped.
 //! - **A withdrawn event may be on disk all the same**: a failed `fsync` does not unwrite what

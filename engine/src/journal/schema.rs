@@ -706,6 +706,9 @@ enum WireEvent {
     AgentsSwitched {
         enabled: bool,
     },
+    OwnerAccessSwitched {
+        enabled: bool,
+    },
     AuditStarted {
         audit: u64,
         at_ms: u64,
@@ -895,6 +898,7 @@ impl WireEvent {
             }
             PolicyEvent::ActorRevoked { actor } => Self::ActorRevoked { actor },
             PolicyEvent::AgentsSwitched { enabled } => Self::AgentsSwitched { enabled },
+            PolicyEvent::OwnerAccessSwitched { enabled } => Self::OwnerAccessSwitched { enabled },
             PolicyEvent::AuditStarted {
                 audit,
                 at_ms,
@@ -1014,6 +1018,9 @@ impl WireEvent {
             }
             Self::AgentsSwitched { enabled } => {
                 JournalEvent::Policy(PolicyEvent::AgentsSwitched { enabled })
+            }
+            Self::OwnerAccessSwitched { enabled } => {
+                JournalEvent::Policy(PolicyEvent::OwnerAccessSwitched { enabled })
             }
             Self::AuditStarted {
                 audit,

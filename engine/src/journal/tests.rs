@@ -1152,6 +1152,10 @@ fn golden() -> Vec<(JournalEvent, &'static str)> {
             r#"{"kind":"unknown_tool_refused","audit":8,"at_ms":2100,"principal":"agent-a"}"#,
         ),
         (
+            JournalEvent::Policy(PolicyEvent::OwnerAccessSwitched { enabled: false }),
+            r#"{"kind":"owner_access_switched","enabled":false}"#,
+        ),
+        (
             JournalEvent::SupervisorSignalled(Signal {
                 at_ms: 14,
                 kind: SignalKind::CheckpointVerified,
@@ -1619,4 +1623,36 @@ fn lost_ranges_merge_when_they_touch_or_overlap_and_refuse_an_empty_or_zero_rang
     assert_eq!(lost(0, 3).check_bounds(), Err(BoundViolation::LostRange));
     assert_eq!(lost(5, 4).check_bounds(), Err(BoundViolation::LostRange));
     assert_eq!(lost(5, 5).check_bounds(), Ok(()));
+}
+
+/// The owner's access-event setting is a journaled fact: replayed, the last switch holds
+/// (default on); a failed commit of switching it back on leaves it off.
+#[test]
+fn the_owners_access_setting_replays_and_a_failed_switch_on_is_withdrawn() {
+    use crate::journal::{Outbox, Widenings};
+    let off = JournalEvent::Policy(PolicyEvent::OwnerAccessSwitched { enabled: false });
+    let on = JournalEvent::Policy(PolicyEvent::OwnerAccessSwitched { enabled: true });
+    assert!(given(&[]).state.policy.owner_access_events());
+    assert!(
+        !given(std::slice::from_ref(&off))
+            .state
+            .policy
+            .owner_access_events()
+    );
+    assert!(
+        given(&[off.clone(), on.clone()])
+            .state
+            .policy
+            .owner_access_events()
+    );
+    // Given off, when switching on fails to commit, then it stays off and the undo is held.
+    let mut state = given(std::slice::from_ref(&off)).state;
+    let mut widenings = Widenings::default();
+    widenings.note(&state, &on);
+    state.apply(&on);
+    let mut outbox = Outbox::default();
+    outbox.hold([on.clone()]);
+    widenings.withdraw(&mut state, &mut outbox);
+    assert!(!state.policy.owner_access_events());
+    assert_eq!(outbox.held(), [off]);
 }

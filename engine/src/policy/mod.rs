@@ -646,6 +646,13 @@ pub enum PolicyEvent {
         /// Agents may be allowed again (`true`) or none may (`false`).
         enabled: bool,
     },
+    /// The owner chose whether their own reads (recorded `local_cli`) append the contract's
+    /// `access` event (`true`, the default, as the contract wants) or not. Agents' reads
+    /// append theirs either way, and the audit records every read either way.
+    OwnerAccessSwitched {
+        /// The owner's reads append the `access` event.
+        enabled: bool,
+    },
     /// A gated operation is about to run, or was denied: durable before it runs.
     AuditStarted {
         /// The audit id (pairs this with its [`PolicyEvent::AuditFinished`]).
@@ -702,7 +709,8 @@ impl PolicyEvent {
             }
             Self::GrantWithdrawn { .. }
             | Self::ActorRevoked { .. }
-            | Self::AgentsSwitched { .. } => true,
+            | Self::AgentsSwitched { .. }
+            | Self::OwnerAccessSwitched { .. } => true,
             Self::AuditStarted { audit, at_ms, .. }
             | Self::UnknownToolRefused { audit, at_ms, .. } => *audit >= 1 && *at_ms <= time_max_ms,
             Self::AuditFinished {
@@ -759,17 +767,21 @@ pub struct PolicyState {
     revoked: BTreeSet<ActorId>,
     /// Agents may be allowed at all (the owner's global switch).
     agents_enabled: bool,
+    /// The owner's own reads append the contract's `access` event (the owner's setting).
+    owner_access_events: bool,
     /// The highest audit id used.
     last_audit: u64,
 }
 
 impl Default for PolicyState {
-    /// No grants, nobody revoked, agents not globally disabled, no audit yet: deny by default.
+    /// No grants, nobody revoked, agents not globally disabled, the owner's reads recorded by
+    /// `access` events, no audit yet: deny by default.
     fn default() -> Self {
         Self {
             grants: BTreeMap::new(),
             revoked: BTreeSet::new(),
             agents_enabled: true,
+            owner_access_events: true,
             last_audit: 0,
         }
     }
@@ -807,9 +819,14 @@ impl PolicyState {
             PolicyEvent::AgentsSwitched { enabled: true } if !self.agents_enabled => {
                 Some(vec![PolicyEvent::AgentsSwitched { enabled: false }])
             }
+            // More is captured again: a widening of capture, as `resume` is.
+            PolicyEvent::OwnerAccessSwitched { enabled: true } if !self.owner_access_events => {
+                Some(vec![PolicyEvent::OwnerAccessSwitched { enabled: false }])
+            }
             PolicyEvent::GrantWithdrawn { .. }
             | PolicyEvent::ActorRevoked { .. }
             | PolicyEvent::AgentsSwitched { .. }
+            | PolicyEvent::OwnerAccessSwitched { .. }
             | PolicyEvent::AuditStarted { .. }
             | PolicyEvent::UnknownToolRefused { .. }
             | PolicyEvent::AuditFinished { .. } => None,
@@ -848,6 +865,7 @@ impl PolicyState {
                 self.revoked.insert(actor.clone());
             }
             PolicyEvent::AgentsSwitched { enabled } => self.agents_enabled = *enabled,
+            PolicyEvent::OwnerAccessSwitched { enabled } => self.owner_access_events = *enabled,
             PolicyEvent::AuditStarted {
                 audit,
                 at_ms,
@@ -879,6 +897,27 @@ impl PolicyState {
     /// Whether agents are globally enabled.
     pub fn agents_enabled(&self) -> bool {
         self.agents_enabled
+    }
+
+    /// Whether the owner's own reads append the contract's `access` event (the owner's
+    /// setting, default `true`).
+    pub fn owner_access_events(&self) -> bool {
+        self.owner_access_events
+    }
+
+    /// Whether a read by `principal`, recorded as `access`, appends the contract's `access`
+    /// event when it returns events: an agent's read (`agent_query`) always; the owner's own
+    /// (`local_cli`) unless the owner switched that off ([`PolicyEvent::OwnerAccessSwitched`]).
+    /// The audit journal records every read either way.
+    pub fn appends_access(
+        &self,
+        principal: &Principal,
+        access: annal_schema::AccessOperation,
+    ) -> bool {
+        match (principal, access) {
+            (Principal::Owner, annal_schema::AccessOperation::LocalCli) => self.owner_access_events,
+            _ => true,
+        }
     }
 
     /// The grant `actor` holds for `operation`, if any (expired ones included).

@@ -927,3 +927,84 @@ fn the_paged_query_input_schema_is_exactly_what_clients_were_shown() {
         })
     );
 }
+
+/// The owner's access-event setting, given the journaled switches: the owner's own reads
+/// (`local_cli`) append the contract's `access` event by default and not once switched off;
+/// an agent's read appends one whatever the setting, as does a read on an agent's behalf.
+#[test]
+fn the_owners_access_events_are_the_owners_setting_and_agents_always_append() {
+    use annal_schema::AccessOperation::{AgentQuery, LocalCli};
+    let off = PolicyEvent::OwnerAccessSwitched { enabled: false };
+    let on = PolicyEvent::OwnerAccessSwitched { enabled: true };
+    let switched_off: &[PolicyEvent] = std::slice::from_ref(&off);
+    let back_on: &[PolicyEvent] = &[off.clone(), on.clone()];
+    let rows: [(
+        &str,
+        &[PolicyEvent],
+        Principal,
+        annal_schema::AccessOperation,
+        bool,
+    ); 9] = [
+        ("default, owner", &[], Principal::Owner, LocalCli, true),
+        ("default, agent", &[], agent("a"), AgentQuery, true),
+        (
+            "default, owner for an agent",
+            &[],
+            Principal::Owner,
+            AgentQuery,
+            true,
+        ),
+        (
+            "off, owner",
+            switched_off,
+            Principal::Owner,
+            LocalCli,
+            false,
+        ),
+        ("off, agent", switched_off, agent("a"), AgentQuery, true),
+        (
+            "off, owner for an agent",
+            switched_off,
+            Principal::Owner,
+            AgentQuery,
+            true,
+        ),
+        (
+            "off, an agent spelled local_cli",
+            switched_off,
+            agent("a"),
+            LocalCli,
+            true,
+        ),
+        ("back on, owner", back_on, Principal::Owner, LocalCli, true),
+        ("back on, agent", back_on, agent("a"), AgentQuery, true),
+    ];
+    for (name, given, principal, access, appends) in rows {
+        let policy = policy(given);
+        assert_eq!(policy.appends_access(&principal, access), appends, "{name}");
+        assert_eq!(
+            policy.owner_access_events(),
+            policy.appends_access(&Principal::Owner, LocalCli),
+            "{name}"
+        );
+    }
+    // Switching them back on captures more again: a failed commit withdraws it (undo: off);
+    // switching off, or on when already on, is no widening.
+    assert_eq!(
+        policy(switched_off).undo_widening(&on),
+        Some(vec![off.clone()])
+    );
+    assert_eq!(policy(&[]).undo_widening(&on), None);
+    assert_eq!(policy(&[]).undo_widening(&off), None);
+    // The setting decides nothing else: the owner is never denied, agents need grants.
+    let off_policy = policy(switched_off);
+    assert!(
+        off_policy
+            .decide(&Principal::Owner, Operation::Query, ADMITTED, T0, 1)
+            .is_ok()
+    );
+    assert_eq!(
+        off_policy.deny_reason(&agent("a"), Operation::Query, ADMITTED, T0),
+        Some(DenyReason::NotGranted)
+    );
+}

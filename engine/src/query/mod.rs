@@ -17,9 +17,16 @@
 //!   paged form [`plan_page`].
 //! - [`service`]: [`QueryService`], the reader every live query goes through: the lazily loaded
 //!   index, the hot cache of decrypted events, reads by location.
+//! - [`filter`]: [`OwnerFilter`], the owner's filters (time, application, capability,
+//!   outcome, search text) applied after every rule above, and which of them the index decides
+//!   without reading a record.
 
+pub mod filter;
 pub mod service;
 
+pub use filter::{
+    InvalidOwnerFilter, OWNER_FILTER_TEXT_MAX_LEN_CHARS, OwnerFilter, OwnerFilterParts,
+};
 pub use service::{EventPage, QueryService, ReaderKeys};
 
 use std::time::Duration;
@@ -252,10 +259,61 @@ pub fn plan_page(
     cutoff: RetentionCutoff,
     before_sequence: Option<u64>,
 ) -> Page {
+    plan_page_filtered(
+        request,
+        &OwnerFilter::NONE,
+        index,
+        session_key,
+        cutoff,
+        before_sequence,
+    )
+}
+
+/// [`plan_page`] with the part of an owner's `filter` the index decides
+/// ([`OwnerFilter::admits_entry`]). Exact for a filter that needs no event
+/// ([`OwnerFilter::needs_event`]); for one that does, these are the candidates whose records
+/// must still be read ([`QueryService`] does).
+pub fn plan_page_filtered(
+    request: &QueryRequest,
+    filter: &OwnerFilter,
+    index: &Index,
+    session_key: &SessionIdKey,
+    cutoff: RetentionCutoff,
+    before_sequence: Option<u64>,
+) -> Page {
     let session = request
         .session_id()
         .map(|value| SessionMatch::new(value, session_key));
     let limit = usize::from(request.limit());
+    let mut matching = candidates(
+        request,
+        filter,
+        index,
+        session.as_ref(),
+        cutoff,
+        before_sequence,
+    )
+    .map(|e| e.location);
+    let mut locations: Vec<RecordLocation> = matching.by_ref().take(limit).collect();
+    let has_more = matching.next().is_some();
+    locations.reverse();
+    Page {
+        locations,
+        has_more,
+    }
+}
+
+/// The entries below `before_sequence` (exclusive; `None`: no bound) that pass every rule the
+/// index can decide, newest first: the request's sequence bounds and session, the retention
+/// cutoff, and the index's part of `filter`.
+pub fn candidates<'a>(
+    request: &QueryRequest,
+    filter: &'a OwnerFilter,
+    index: &'a Index,
+    session: Option<&'a SessionMatch>,
+    cutoff: RetentionCutoff,
+    before_sequence: Option<u64>,
+) -> impl Iterator<Item = &'a IndexEntry> + 'a {
     // Sequences start at 1, so a bound of 0 leaves nothing to read.
     let until = match before_sequence {
         None => request.until_sequence(),
@@ -264,20 +322,13 @@ pub fn plan_page(
             Some(request.until_sequence().map_or(below, |u| u.min(below)))
         }
     };
-    let mut matching = index
+    index
         .range(request.since_sequence(), until)
         .iter()
         .rev()
-        .filter(|e| cutoff.admits(e.time))
-        .filter(|e| session.as_ref().is_none_or(|m| m.matches(e.session)))
-        .map(|e| e.location);
-    let mut locations: Vec<RecordLocation> = matching.by_ref().take(limit).collect();
-    let has_more = matching.next().is_some();
-    locations.reverse();
-    Page {
-        locations,
-        has_more,
-    }
+        .filter(move |e| cutoff.admits(e.time))
+        .filter(move |e| session.is_none_or(|m| m.matches(e.session)))
+        .filter(move |e| filter.admits_entry(e))
 }
 
 #[cfg(test)]

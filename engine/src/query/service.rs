@@ -1,7 +1,8 @@
 //! The query path's reader: answers `history_query` pages over one store from the lazily
 //! loaded index ([`LazyIndex`]), a cache of decrypted events, and reads by location, through
-//! the one planner ([`plan_page`]). The Query actor owns one (and checks the gate's grant before
-//! asking it); the bench drives one directly. Synchronous: the storage is injected.
+//! the one planner ([`plan_page_filtered`]). The Query actor owns one (and checks the gate's
+//! grant before asking it); the bench drives one directly. Synchronous: the storage is
+//! injected.
 //!
 //! - **Hot cache.** Events the writer appended (handed over with their locations), in sequence
 //!   order within [`HOT_CACHE_MAX_BYTES`] (by record size), and events read from disk, by
@@ -15,6 +16,12 @@
 //! - **Lazy index.** A plan over the loaded (newest) part is exact when it found more matches
 //!   than the page returns, or when the request's lower bound lies inside the loaded part;
 //!   otherwise the next older chunk is loaded and the plan repeated.
+//! - **Owner's filters** ([`QueryService::page_filtered`]). What the index decides (time
+//!   bounds, an outcome's event type) is planned like any rule: a record it rules out is never
+//!   read. A capability, application, outcome or text filter reads the remaining candidates,
+//!   newest first, until the page holds `limit` matches and one more match shows that older
+//!   ones remain (or the candidates end). [`QueryService::records_read`] counts the records
+//!   read from their chunks.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -22,7 +29,9 @@ use std::sync::Arc;
 use annal_schema::tools::QueryRequest;
 use annal_schema::{ErrorCode, Event};
 
-use super::{IndexEntry, Page, RetentionCutoff, plan_page};
+use super::{
+    IndexEntry, OwnerFilter, Page, RetentionCutoff, SessionMatch, candidates, plan_page_filtered,
+};
 use crate::index::{
     ChunkEnding, ChunkIndex, IndexKey, LazyIndex, LoadIndexError, load_index_lazily,
 };
@@ -42,6 +51,10 @@ pub const READ_CACHE_MAX_BYTES: usize = 4 * 1024 * 1024;
 
 /// Most chunk handles kept open for reads by location (each is one file descriptor).
 pub const OPEN_CHUNKS_MAX: usize = 16;
+
+/// Candidates an owner's filtered read takes from the index at a time before it reads their
+/// records (the index is borrowed while they are chosen, the reader while they are read).
+pub const FILTER_BATCH_RECORDS: usize = 256;
 
 /// The keys a reader needs.
 pub struct ReaderKeys {
@@ -102,6 +115,8 @@ pub struct QueryService {
     /// Sequences reported lost ([`QueryService::forget_lost`]): forgotten again in every
     /// chunk loaded later, where a failed sync may have left them.
     lost: Vec<std::ops::RangeInclusive<u64>>,
+    /// Records read from their chunks (authenticated and decrypted) over this reader's life.
+    records_read: u64,
 }
 
 impl QueryService {
@@ -128,6 +143,7 @@ impl QueryService {
             chunks: HashMap::new(),
             appending: None,
             lost: Vec::new(),
+            records_read: 0,
         })
     }
 
@@ -179,6 +195,13 @@ impl QueryService {
     /// How many records are indexed so far (deferred chunks not counted).
     pub fn indexed(&self) -> usize {
         self.index.index.len()
+    }
+
+    /// How many records this reader read from their chunks (authenticated and decrypted) over
+    /// its life: what the caches did not hold. What a filter skipped on the index's word is
+    /// never counted.
+    pub fn records_read(&self) -> u64 {
+        self.records_read
     }
 
     /// How many sealed chunks are not loaded yet.
@@ -300,7 +323,22 @@ impl QueryService {
         cutoff: RetentionCutoff,
         before_sequence: Option<u64>,
     ) -> Result<EventPage, ErrorCode> {
-        let page = self.plan(request, cutoff, before_sequence)?;
+        self.page_filtered(request, &OwnerFilter::NONE, cutoff, before_sequence)
+    }
+
+    /// [`QueryService::page`] narrowed by an owner's `filter` (see the module doc): the newest
+    /// `limit` events that match every rule of the request and the filter, ascending.
+    pub fn page_filtered(
+        &mut self,
+        request: &QueryRequest,
+        filter: &OwnerFilter,
+        cutoff: RetentionCutoff,
+        before_sequence: Option<u64>,
+    ) -> Result<EventPage, ErrorCode> {
+        if filter.needs_event() {
+            return self.read_filtered(request, filter, cutoff, before_sequence);
+        }
+        let page = self.plan(request, filter, cutoff, before_sequence)?;
         let mut events = Vec::with_capacity(page.locations.len());
         for location in &page.locations {
             events.push(self.event(location)?);
@@ -311,10 +349,93 @@ impl QueryService {
         })
     }
 
+    /// A filter that needs the events: the candidates the index leaves are read newest first,
+    /// a batch at a time, loading older chunks when the loaded part runs out.
+    fn read_filtered(
+        &mut self,
+        request: &QueryRequest,
+        filter: &OwnerFilter,
+        cutoff: RetentionCutoff,
+        before_sequence: Option<u64>,
+    ) -> Result<EventPage, ErrorCode> {
+        let limit = usize::from(request.limit());
+        let session = request
+            .session_id()
+            .map(|value| SessionMatch::new(value, &self.keys.session));
+        // Newest first while collected.
+        let mut matched: Vec<Event> = Vec::with_capacity(limit);
+        let mut below = before_sequence;
+        loop {
+            if self.is_corrupt() {
+                return Err(ErrorCode::HistoryStorageCorrupt);
+            }
+            let batch: Vec<RecordLocation> = candidates(
+                request,
+                filter,
+                &self.index.index,
+                session.as_ref(),
+                cutoff,
+                below,
+            )
+            .take(FILTER_BATCH_RECORDS)
+            .map(|e| e.location)
+            .collect();
+            let loaded_part_done = batch.len() < FILTER_BATCH_RECORDS;
+            for location in &batch {
+                below = Some(location.sequence);
+                let event = self.event(location)?;
+                if !filter.admits_event(&event) {
+                    continue;
+                }
+                if matched.len() == limit {
+                    // One more match: older matching events remain.
+                    matched.reverse();
+                    return Ok(EventPage {
+                        events: matched,
+                        has_more: true,
+                    });
+                }
+                matched.push(event);
+            }
+            if !loaded_part_done {
+                continue;
+            }
+            if self.lower_bound_loaded(request) || self.index.is_complete() {
+                matched.reverse();
+                return Ok(EventPage {
+                    events: matched,
+                    has_more: false,
+                });
+            }
+            self.load_older()?;
+        }
+    }
+
+    /// Whether the request's lower sequence bound lies inside the loaded part of the index (no
+    /// older chunk can hold a match).
+    fn lower_bound_loaded(&self, request: &QueryRequest) -> bool {
+        match (request.since_sequence(), self.index.index.first_sequence()) {
+            (Some(since), Some(first)) => since >= first,
+            _ => false,
+        }
+    }
+
+    /// Loads the next older chunk's entries, forgetting what was reported lost.
+    fn load_older(&mut self) -> Result<(), ErrorCode> {
+        self.index
+            .load_older(&self.storage, &self.keys.history, &self.keys.index)
+            .map_err(|_| ErrorCode::HistoryStorageUnavailable)?;
+        for lost in &self.lost {
+            self.index.index.forget_sequences(lost);
+        }
+        Ok(())
+    }
+
     /// The plan, loading older chunks until it is exact.
     fn plan(
         &mut self,
         request: &QueryRequest,
+        filter: &OwnerFilter,
         cutoff: RetentionCutoff,
         before_sequence: Option<u64>,
     ) -> Result<Page, ErrorCode> {
@@ -322,27 +443,18 @@ impl QueryService {
             if self.is_corrupt() {
                 return Err(ErrorCode::HistoryStorageCorrupt);
             }
-            let page = plan_page(
+            let page = plan_page_filtered(
                 request,
+                filter,
                 &self.index.index,
                 &self.keys.session,
                 cutoff,
                 before_sequence,
             );
-            let bounded_inside = match (request.since_sequence(), self.index.index.first_sequence())
-            {
-                (Some(since), Some(first)) => since >= first,
-                _ => false,
-            };
-            if page.has_more || bounded_inside || self.index.is_complete() {
+            if page.has_more || self.lower_bound_loaded(request) || self.index.is_complete() {
                 return Ok(page);
             }
-            self.index
-                .load_older(&self.storage, &self.keys.history, &self.keys.index)
-                .map_err(|_| ErrorCode::HistoryStorageUnavailable)?;
-            for lost in &self.lost {
-                self.index.index.forget_sequences(lost);
-            }
+            self.load_older()?;
         }
     }
 
@@ -368,6 +480,7 @@ impl QueryService {
             .read_at(location)
             .map(|record| record.event)
             .map_err(|_| ErrorCode::HistoryStorageCorrupt)?;
+        self.records_read = self.records_read.saturating_add(1);
         if self.hot_max_bytes > 0 {
             self.cache_read(*location, event.clone());
         }

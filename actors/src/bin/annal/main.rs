@@ -7,8 +7,10 @@
 //! - `location.rs`: where a store, its daemon's socket and its key-store record live.
 //! - `link.rs`: how a command reaches its store: the daemon (started on demand) or, with
 //!   `--no-daemon`, an engine in this process.
-//! - `owner.rs`: the owner's commands over the daemon: `enable` ... `status`, `list`, `show`,
-//!   `query`, `grant`, `revoke`, `agents`, `stop`, `socket`, `delete`.
+//! - `owner.rs`: the owner's commands over the daemon: `enable` ... `status`, `grant`,
+//!   `revoke`, `agents`, `owner-access`, `stop`, `socket`, `delete`.
+//! - `reads.rs`: the owner's reads, `list`, `show`, `query` and `search`, with the owner's
+//!   filters.
 //! - `repair.rs`: `annal repair --quarantine` and `annal index rebuild` (offline, the daemon
 //!   stopped first).
 //! - `serve.rs`: `annal serve`, the daemon.
@@ -53,6 +55,7 @@ mod mcp_config;
 mod own_key;
 mod owner;
 mod private_file;
+mod reads;
 mod repair;
 mod serve;
 mod service;
@@ -144,12 +147,17 @@ enum Command {
     /// Set the encrypted-byte quota (for example 100MiB; 1MiB..=1TiB) and what capture does
     /// at it.
     Quota(owner::QuotaArgs),
-    /// The newest N events (default 20), oldest first.
-    List(owner::ListArgs),
+    /// The newest N events (default 20), oldest first; --since, --until, --app,
+    /// --capability, --outcome and --session narrow them.
+    List(reads::ListArgs),
     /// One event by its sequence number.
-    Show(owner::ShowArgs),
-    /// A `history_query` as the owner (local_cli), the tool's fields as flags.
-    Query(owner::QueryArgs),
+    Show(reads::ShowArgs),
+    /// A `history_query` as the owner (local_cli), the tool's fields as flags, with the
+    /// owner's filters.
+    Query(reads::QueryArgs),
+    /// The newest events whose capability or application (bundle id, display name) holds
+    /// TEXT, ignoring case; the owner's filters narrow them further.
+    Search(reads::SearchArgs),
     /// Grant an agent one operation (status or query) for a bounded time.
     Grant(owner::GrantArgs),
     /// Revoke every grant of an agent; its next call is refused, also after its MCP server
@@ -164,6 +172,9 @@ enum Command {
     Preflight(views::PreflightArgs),
     /// Turn every agent off or back on.
     Agents(owner::AgentsArgs),
+    /// Whether your own reads append the contract's access event (on, the default) or not
+    /// (off: still audited). Agents' reads always do.
+    OwnerAccess(owner::OwnerAccessArgs),
     /// Destroy the store's key and delete the store (asks for confirmation unless --yes).
     Delete(owner::DeleteArgs),
     /// Move a corrupt chunk aside (never deleted) so the rest of the store reads again.
@@ -295,15 +306,17 @@ fn main() -> ExitCode {
         }
         Command::Retention(args) => with_location(&|l| owner::retention(l, no_daemon, args)),
         Command::Quota(args) => with_location(&|l| owner::quota(l, no_daemon, args)),
-        Command::List(args) => with_location(&|l| owner::list(l, no_daemon, args)),
-        Command::Show(args) => with_location(&|l| owner::show(l, no_daemon, args)),
-        Command::Query(args) => with_location(&|l| owner::query(l, no_daemon, args)),
+        Command::List(args) => with_location(&|l| reads::list(l, no_daemon, args)),
+        Command::Show(args) => with_location(&|l| reads::show(l, no_daemon, args)),
+        Command::Query(args) => with_location(&|l| reads::query(l, no_daemon, args)),
+        Command::Search(args) => with_location(&|l| reads::search(l, no_daemon, args)),
         Command::Grant(args) => with_location(&|l| owner::grant(l, no_daemon, args)),
         Command::Revoke(args) => with_location(&|l| owner::revoke(l, no_daemon, args)),
         Command::Grants(args) => with_location(&|l| views::grants(l, no_daemon, args)),
         Command::Audit(args) => with_location(&|l| views::audit(l, no_daemon, args)),
         Command::Preflight(args) => with_location(&|l| views::preflight(l, no_daemon, args)),
         Command::Agents(args) => with_location(&|l| owner::agents(l, no_daemon, args)),
+        Command::OwnerAccess(args) => with_location(&|l| owner::owner_access(l, no_daemon, args)),
         Command::Delete(args) => with_location(&|l| owner::delete(l, args)),
         Command::Repair(args) => with_location(&|l| repair::repair(l, args)),
         Command::Index(args) => with_location(&|l| repair::index(l, args)),

@@ -1,23 +1,19 @@
 //! The owner's commands, each a thin layer over one daemon request (or, with `--no-daemon`,
 //! the same request answered in this process): `enable`, `disable`, `pause`, `resume`, `flush`,
-//! `status`, `retention`, `quota`, `list`, `show`, `query`, `grant`, `revoke`, `agents`,
-//! `stop`, `socket`, `delete`.
+//! `status`, `retention`, `quota`, `grant`, `revoke`, `agents`, `owner-access`, `stop`,
+//! `socket`, `delete`. The reads (`list`, `show`, `query`, `search`) are in `reads.rs`.
 //!
-//! Reads (`list`, `show`, `query`) go through the policy gate as the owner (`local_cli`) and
-//! append the contract's `access` event when they return anything. `--json` prints the daemon's
-//! result object unchanged; the text form says what happened.
+//! `--json` prints the daemon's result object unchanged; the text form says what happened.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use annal_actors::daemon::{Request, ToolReply};
+use annal_actors::daemon::Request;
 use annal_engine::keys::{KEYUTILS_DURABILITY_WARNING, destroy_store_keys};
-use annal_engine::policy::Refusal;
 use annal_engine::policy::manifest::parse_duration_secs;
 use annal_engine::storage::Access;
 use annal_engine::store::{delete_store_files, open_store, plan_store_delete};
-use annal_schema::ErrorCode;
 use serde_json::{Value, json};
 
 use crate::link::Link;
@@ -28,65 +24,12 @@ use crate::{CliError, report_error};
 /// (its bounded drain plus margin).
 const DAEMON_STOP_WAIT_MS: u64 = annal_actors::config::SHUTDOWN_DEADLINE_MS + 2_000;
 
-/// Events `list` shows without an N.
-const LIST_DEFAULT_EVENTS: u8 = 20;
-
 /// `--json` for a command whose output a program may read.
 #[derive(Debug, clap::Args)]
 pub struct OutputArgs {
     /// Print the result as one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Arguments of `annal list`.
-#[derive(Debug, clap::Args)]
-pub struct ListArgs {
-    /// How many of the newest events (1..=200).
-    #[arg(
-        default_value_t = LIST_DEFAULT_EVENTS,
-        value_parser = clap::value_parser!(u8).range(
-            i64::from(annal_schema::tools::QUERY_LIMIT_MIN_EVENTS)
-                ..=i64::from(annal_schema::tools::QUERY_LIMIT_MAX_EVENTS)
-        )
-    )]
-    pub count: u8,
-    #[command(flatten)]
-    pub out: OutputArgs,
-}
-
-/// Arguments of `annal show`.
-#[derive(Debug, clap::Args)]
-pub struct ShowArgs {
-    /// The event's sequence number (`data.sequence`).
-    pub sequence: u64,
-    #[command(flatten)]
-    pub out: OutputArgs,
-}
-
-/// Arguments of `annal query`: the `history_query` fields.
-#[derive(Debug, clap::Args)]
-pub struct QueryArgs {
-    /// Newest events to keep (1..=200, default 50).
-    #[arg(
-        long,
-        value_parser = clap::value_parser!(u64).range(
-            u64::from(annal_schema::tools::QUERY_LIMIT_MIN_EVENTS)
-                ..=u64::from(annal_schema::tools::QUERY_LIMIT_MAX_EVENTS)
-        )
-    )]
-    pub limit: Option<u64>,
-    /// A session: its opaque id or its raw label.
-    #[arg(long)]
-    pub session_id: Option<String>,
-    /// Lowest sequence number (inclusive).
-    #[arg(long)]
-    pub since_sequence: Option<u64>,
-    /// Highest sequence number (inclusive).
-    #[arg(long)]
-    pub until_sequence: Option<u64>,
-    #[command(flatten)]
-    pub out: OutputArgs,
 }
 
 /// Arguments of `annal retention`.
@@ -181,6 +124,24 @@ pub enum AgentsSwitch {
 pub struct AgentsArgs {
     /// disable or enable.
     pub switch: AgentsSwitch,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+/// The owner's access-event setting.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum OwnerAccessSwitch {
+    /// The owner's reads append the contract's `access` event (the default).
+    On,
+    /// They append none (each is still in the audit journal: `annal audit`).
+    Off,
+}
+
+/// Arguments of `annal owner-access`.
+#[derive(Debug, clap::Args)]
+pub struct OwnerAccessArgs {
+    /// on or off.
+    pub switch: OwnerAccessSwitch,
     #[command(flatten)]
     pub out: OutputArgs,
 }
@@ -313,6 +274,11 @@ fn status_text(location: &Location, headline: &str, value: &Value) -> String {
         status["retention_days"],
         status["dropped_events"]
     ));
+    if value["owner_access_events"] == false {
+        text.push_str(
+            "your reads: audited, without the contract's access event (`annal owner-access on`)\n",
+        );
+    }
     let health = status["health"].as_str().unwrap_or("unknown");
     text.push_str(&format!("health: {health}{}\n", next_step(health)));
     text
@@ -362,140 +328,6 @@ pub fn control(
     finish(
         one(location, no_daemon, request)
             .map(|value| print(out, &value, || status_text(location, headline, &value))),
-    )
-}
-
-/// An answer's events, or its refusal as an error (exit 1).
-fn events(value: &Value) -> Result<Vec<Value>, CliError> {
-    match ToolReply::from_value(value.clone()) {
-        Some(ToolReply::Answer(answer)) => answer["events"]
-            .as_array()
-            .cloned()
-            .ok_or_else(|| CliError::unavailable("the daemon's answer holds no events")),
-        // The owner's own arguments out of bounds are bad input (exit 2), as the help states
-        // the bounds; any other refusal is a refused read (exit 1).
-        Some(ToolReply::Refusal(
-            refusal @ Refusal::Contract(
-                ErrorCode::InvalidHistoryQuery | ErrorCode::InvalidHistoryQueryRange,
-            ),
-        )) => Err(CliError::usage(format!(
-            "{}: {} (see `annal query --help` for the bounds)",
-            refusal.code(),
-            refusal.message()
-        ))),
-        Some(ToolReply::Refusal(refusal)) => Err(CliError::found(format!(
-            "the read was refused: {}",
-            refusal.code()
-        ))),
-        None => Err(CliError::unavailable(
-            "the daemon's answer is neither an answer nor a refusal",
-        )),
-    }
-}
-
-/// One event as a line: sequence, time, kind and the fields that say what happened.
-fn event_line(event: &Value) -> String {
-    let data = &event["data"];
-    let payload = &data["payload"];
-    let mut line = format!(
-        "{:>8}  {}  {}",
-        data["sequence"].as_u64().unwrap_or_default(),
-        event["time"]
-            .as_str()
-            .map_or_else(|| "-".to_owned(), crate::views::local_rfc3339),
-        payload["kind"].as_str().unwrap_or("-")
-    );
-    for field in ["operation", "phase", "category"] {
-        if let Some(value) = payload[field].as_str() {
-            line.push_str(&format!(" {value}"));
-        }
-    }
-    if let Some(capability) = data["capability"].as_str() {
-        line.push_str(&format!("  {capability}"));
-    }
-    if let Some(app) = data["application"]["display_name"]
-        .as_str()
-        .or(data["application"]["bundle_id"].as_str())
-    {
-        line.push_str(&format!("  [{app}]"));
-    }
-    for field in ["effect", "route"] {
-        if let Some(value) = payload[field].as_str() {
-            line.push_str(&format!(" {field}={value}"));
-        }
-    }
-    if let Some(count) = payload["returned_events"].as_u64() {
-        line.push_str(&format!(" returned_events={count}"));
-    }
-    line.push('\n');
-    line
-}
-
-fn events_text(events: &[Value]) -> String {
-    if events.is_empty() {
-        return "no events match.\n".to_owned();
-    }
-    events.iter().map(event_line).collect()
-}
-
-/// The `history_query` arguments that are set, for [`Request::Query`].
-fn query_arguments(fields: &[(&str, Option<Value>)]) -> serde_json::Map<String, Value> {
-    fields
-        .iter()
-        .filter_map(|(name, value)| Some(((*name).to_owned(), value.clone()?)))
-        .collect()
-}
-
-fn read(
-    location: &Location,
-    no_daemon: bool,
-    arguments: serde_json::Map<String, Value>,
-    out: &OutputArgs,
-) -> ExitCode {
-    finish(
-        one(location, no_daemon, Request::Query { arguments }).and_then(|value| {
-            let events = events(&value)?;
-            Ok(print(out, &value["answer"], || events_text(&events)))
-        }),
-    )
-}
-
-/// `list [N]`.
-pub fn list(location: &Location, no_daemon: bool, args: &ListArgs) -> ExitCode {
-    let arguments = query_arguments(&[("limit", Some(args.count.into()))]);
-    read(location, no_daemon, arguments, &args.out)
-}
-
-/// `query`.
-pub fn query(location: &Location, no_daemon: bool, args: &QueryArgs) -> ExitCode {
-    let arguments = query_arguments(&[
-        ("limit", args.limit.map(Value::from)),
-        ("session_id", args.session_id.clone().map(Value::from)),
-        ("since_sequence", args.since_sequence.map(Value::from)),
-        ("until_sequence", args.until_sequence.map(Value::from)),
-    ]);
-    read(location, no_daemon, arguments, &args.out)
-}
-
-/// `show SEQ`.
-pub fn show(location: &Location, no_daemon: bool, args: &ShowArgs) -> ExitCode {
-    let arguments = query_arguments(&[
-        ("limit", Some(1.into())),
-        ("since_sequence", Some(args.sequence.into())),
-        ("until_sequence", Some(args.sequence.into())),
-    ]);
-    finish(
-        one(location, no_daemon, Request::Query { arguments }).and_then(|value| {
-            let event = events(&value)?.into_iter().next().ok_or_else(|| {
-                CliError::found(format!(
-                    "no event has sequence {} (retention may have removed it)",
-                    args.sequence
-                ))
-            })?;
-            Ok(print(&args.out, &event, || {
-                serde_json::to_string_pretty(&event).unwrap_or_default() + "\n"
-            }))
-        }),
     )
 }
 
@@ -618,6 +450,30 @@ pub fn agents(location: &Location, no_daemon: bool, args: &AgentsArgs) -> ExitCo
                 "agents enabled: each is decided by its grants again.\n".to_owned()
             } else {
                 "agents disabled: every agent's next call is refused.\n".to_owned()
+            }
+        })
+    }))
+}
+
+/// `owner-access on|off`: whether the owner's own reads append the contract's `access` event.
+/// Switching it on records more, so (as `agents enable`) one that cannot be made durable is
+/// withdrawn; before the first `enable` it says so.
+pub fn owner_access(location: &Location, no_daemon: bool, args: &OwnerAccessArgs) -> ExitCode {
+    let enabled = matches!(args.switch, OwnerAccessSwitch::On);
+    let request = Request::SetOwnerAccess { enabled };
+    let sent = if enabled {
+        widen(location, no_daemon, request)
+    } else {
+        one(location, no_daemon, request)
+    };
+    finish(sent.map(|value| {
+        print(&args.out, &value, || {
+            if enabled {
+                "your reads append the contract's access event again.\n".to_owned()
+            } else {
+                "your reads append no access event to the history; each is still audited \
+                 (`annal audit`). Agents' reads always append theirs.\n"
+                    .to_owned()
             }
         })
     }))

@@ -187,6 +187,16 @@ fn sample_requests() -> Vec<Request> {
             denied: true,
         },
         Request::SwitchAgents { enabled: true },
+        Request::SetOwnerAccess { enabled: false },
+        Request::Query {
+            arguments: serde_json::Map::from_iter([("limit".to_owned(), 5.into())]),
+            since_ms: Some(1),
+            until_ms: Some(2),
+            app: Some("a".into()),
+            capability: Some("c".into()),
+            outcome: Some(Effect::Failed),
+            text: Some("t".into()),
+        },
         Request::ActionStarted {
             capability: "c".into(),
             application: Some(application),
@@ -374,4 +384,49 @@ fn the_codec_splits_frames_and_never_reserves_a_declared_body() {
     ));
     let mut header_only = BytesMut::from(&[0u8, 0][..]);
     assert!(codec.decode_eof(&mut header_only).unwrap().is_none());
+}
+
+/// The owner's filters are optional fields of `query`: an unfiltered request has the wire
+/// shape it had before them (an older daemon reads it), the old shape still decodes, and a
+/// filter of the wrong type or an unknown outcome is refused naming its field, never its value.
+#[test]
+fn the_owners_filters_are_optional_fields_of_query() {
+    let arguments = serde_json::Map::from_iter([("limit".to_owned(), 3.into())]);
+    let request = Request::query(arguments);
+    assert_eq!(
+        serde_json::to_value(&request).unwrap_or_default(),
+        serde_json::json!({"op": "query", "arguments": {"limit": 3}})
+    );
+    assert_eq!(
+        decode_request(br#"{"op":"query","arguments":{"limit":3}}"#).ok(),
+        Some(request)
+    );
+    let filtered = decode_request(
+        br#"{"op":"query","since_ms":1,"until_ms":2,"app":"a","capability":"c","outcome":"failed","text":"t"}"#,
+    );
+    assert!(
+        matches!(
+            filtered,
+            Ok(Request::Query {
+                outcome: Some(Effect::Failed),
+                ..
+            })
+        ),
+        "{filtered:?}"
+    );
+    for (body, field) in [
+        (
+            br#"{"op":"query","outcome":"planted-value"}"#.as_slice(),
+            "outcome",
+        ),
+        (br#"{"op":"query","since_ms":"planted-value"}"#, "since_ms"),
+        (br#"{"op":"query","until_ms":-1}"#, "until_ms"),
+        (br#"{"op":"query","app":["planted-value"]}"#, "app"),
+        (br#"{"op":"query","text":{"planted-value":1}}"#, "text"),
+    ] {
+        let error = decode_request(body).err();
+        let message = error.map(|e| e.message).unwrap_or_default();
+        assert!(message.contains(&format!("\"{field}\"")), "{message}");
+        assert!(!message.contains("planted"), "{message}");
+    }
 }
