@@ -13,14 +13,23 @@
 //! And the two ratios the floors are stated in (docs/benchmarks.md): `tools.scaling_8_over_1`
 //! (calls per second at 8 callers over 1; floor >= 4) and `tools.p99_8_over_1` (floor <= 3).
 //!
+//! The same through the daemon's socket (`annal serve`'s server, `daemon::serve`, in this
+//! process): N clients, each on its own connection and thread as N MCP bridges would be, each
+//! for its own agent, sending `call_tool` newest-50: `tools.socket{N}.calls_per_s`,
+//! `tools.socket{N}.p50_us`/`p99_us`, and `tools.socket_scaling_8_over_1`. Calls that
+//! serialized somewhere (one connection's handler, one mailbox) would show 8 clients at the
+//! 1-client rate, with 8 times its latency.
+//!
 //! criterion (`tools/call_newest50_small_store`) times single calls on a small store (also run
 //! once, in debug, by `cargo test --all-targets`).
 #![allow(missing_docs)]
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use annal_actors::Engine;
+use annal_actors::daemon::{DaemonClient, Request, ServeOptions, serve};
 use annal_actors::gate::PolicyChange;
 use annal_bench::engine::RigError;
 use annal_bench::query::{fill_store, start_engine};
@@ -156,9 +165,153 @@ fn print_concurrency_figures() {
             "x",
         );
     }
+    print_socket_figures(&engine, most);
     if let Ok(engine) = Arc::try_unwrap(engine) {
         engine.shutdown();
     }
+}
+
+/// One `call_tool` of newest 50 for `actor` over `client`; an error when refused or short.
+async fn socket_call(client: &mut DaemonClient, actor: &str) -> Result<(), String> {
+    let request = Request::CallTool {
+        actor: actor.to_owned(),
+        tool: "history_query".to_owned(),
+        arguments: serde_json::Map::from_iter([("limit".to_owned(), 50.into())]),
+    };
+    let reply = client.request(&request).await.map_err(|e| e.to_string())?;
+    match reply["answer"]["events"].as_array() {
+        Some(events) if events.len() == 50 => Ok(()),
+        _ => Err(format!("a socket call answered {reply}")),
+    }
+}
+
+/// `callers` client threads, each with its own connection and runtime, call for [`RUN_FOR`].
+fn run_socket(socket: &Path, callers: usize) -> Result<(Vec<u64>, Duration), RigError> {
+    let started = Instant::now();
+    let threads: Vec<_> = (0..callers)
+        .map(|n| {
+            let socket = socket.to_path_buf();
+            std::thread::spawn(move || -> Result<Vec<u64>, String> {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                runtime.block_on(async move {
+                    let actor = format!("bench-agent-{n:02}");
+                    let mut client = DaemonClient::connect(&socket)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    for _ in 0..WARM_UP_CALLS {
+                        socket_call(&mut client, &actor).await?;
+                    }
+                    let mut latencies = Vec::new();
+                    let until = Instant::now() + RUN_FOR;
+                    while Instant::now() < until {
+                        let at = Instant::now();
+                        socket_call(&mut client, &actor).await?;
+                        latencies.push(u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX));
+                    }
+                    Ok(latencies)
+                })
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for thread in threads {
+        let latencies = thread
+            .join()
+            .map_err(|_| "a client thread panicked")?
+            .map_err(RigError::from)?;
+        all.extend(latencies);
+    }
+    Ok((all, started.elapsed()))
+}
+
+/// The socket case: the daemon's server over `engine` on a socket in a private temporary
+/// directory, and the figures for each number of clients in [`CALLERS`] (at most `agents`).
+fn print_socket_figures(engine: &Arc<Engine>, agents: usize) {
+    let dir = must("tempdir", tempfile::tempdir().map_err(Into::into));
+    // The client trusts only a private socket directory, as the daemon's own is.
+    must(
+        "socket directory",
+        annal_actors::daemon::create_private_dir(&dir.path().join("run"))
+            .map_err(|e| e.to_string().into()),
+    );
+    let socket = dir.path().join("run").join("annal.sock");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (bound, is_bound) = std::sync::mpsc::channel::<Result<(), String>>();
+    let server = {
+        let engine = Arc::clone(engine);
+        let socket = socket.clone();
+        std::thread::spawn(move || {
+            // As `annal serve` runs its server: one thread, the engine's runtime beside it.
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    let _ = bound.send(Err(error.to_string()));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let listener = match tokio::net::UnixListener::bind(&socket) {
+                    Ok(listener) => listener,
+                    Err(error) => {
+                        let _ = bound.send(Err(error.to_string()));
+                        return;
+                    }
+                };
+                let _ = bound.send(Ok(()));
+                let options = ServeOptions {
+                    idle_exit: None,
+                    key_store: "memory".to_owned(),
+                    on_enabled: None,
+                };
+                let _ = serve(listener, engine, options, async {
+                    let _ = stopped.await;
+                })
+                .await;
+            });
+        })
+    };
+    let ready = is_bound
+        .recv()
+        .map_err(|e| e.to_string())
+        .and_then(|bound| bound);
+    must("bind the socket", ready.map_err(RigError::from));
+    let mut by_callers = Vec::new();
+    for callers in CALLERS.into_iter().filter(|&n| n <= agents) {
+        let (mut latencies, wall) = must("socket run", run_socket(&socket, callers));
+        latencies.sort_unstable();
+        let per_s = latencies.len() as f64 / RUN_FOR.as_secs_f64().min(wall.as_secs_f64());
+        let p50 = quantile(&latencies, 0.50) / 1_000;
+        let p99 = quantile(&latencies, 0.99) / 1_000;
+        print_figure(
+            &format!("tools.socket{callers}.calls_per_s"),
+            format!("{per_s:.0}"),
+            "calls/s",
+        );
+        print_figure(&format!("tools.socket{callers}.p50_us"), p50, "us");
+        print_figure(&format!("tools.socket{callers}.p99_us"), p99, "us");
+        by_callers.push((callers, per_s, p50));
+    }
+    let at = |n: usize| by_callers.iter().find(|(callers, ..)| *callers == n);
+    if let (Some((_, one_per_s, one_p50)), Some((_, eight_per_s, eight_p50))) = (at(1), at(8)) {
+        print_figure(
+            "tools.socket_scaling_8_over_1",
+            format!("{:.2}", eight_per_s / one_per_s),
+            "x",
+        );
+        print_figure(
+            "tools.socket_p50_8_over_1",
+            format!("{:.2}", *eight_p50 as f64 / (*one_p50).max(1) as f64),
+            "x",
+        );
+    }
+    let _ = stop.send(());
+    let _ = server.join();
 }
 
 fn bench_tools(c: &mut Criterion) {
