@@ -13,6 +13,11 @@
 //! And the two ratios the floors are stated in (docs/benchmarks.md): `tools.scaling_8_over_1`
 //! (calls per second at 8 callers over 1; floor >= 4) and `tools.p99_8_over_1` (floor <= 3).
 //!
+//! A call costs at least one `fdatasync` (its pre-execution audit record is durable before the
+//! read runs). The same run measures the disk's own: [`FDATASYNC_ROUNDS`] appends of an
+//! audit-record-sized write, each synced, in the store's directory: `tools.fdatasync.{p50,p99}_us`,
+//! and `tools.call.p99_over_fdatasync_p99`, one caller's p99 over the disk's (issue 30: <= 1.3).
+//!
 //! The same through the daemon's socket (`annal serve`'s server, `daemon::serve`, in this
 //! process): N clients, each on its own connection and thread as N MCP bridges would be, each
 //! for its own agent, sending `call_tool` newest-50: `tools.socket{N}.calls_per_s`,
@@ -48,6 +53,12 @@ const CALLERS: [usize; 5] = [1, 2, 4, 8, 16];
 
 /// How long each number of callers runs, after its warm-up.
 const RUN_FOR: Duration = Duration::from_secs(4);
+
+/// Syncs of the disk's own `fdatasync` figure.
+const FDATASYNC_ROUNDS: usize = 1_000;
+
+/// Bytes appended before each of those syncs (about one audit record in its chunk).
+const FDATASYNC_WRITE_BYTES: usize = 320;
 
 /// Calls each caller makes before the clock starts (caches, the gate's policy, the cursor key).
 const WARM_UP_CALLS: usize = 5;
@@ -153,6 +164,14 @@ fn print_concurrency_figures() {
         by_callers.push((callers, per_s, p99));
     }
     let at = |n: usize| by_callers.iter().find(|(callers, ..)| *callers == n);
+    let sync_p99 = print_fdatasync_figures(dir.path());
+    if let Some((_, _, one_p99)) = at(1) {
+        print_figure(
+            "tools.call.p99_over_fdatasync_p99",
+            format!("{:.2}", *one_p99 as f64 / sync_p99.max(1) as f64),
+            "x",
+        );
+    }
     if let (Some((_, one_per_s, one_p99)), Some((_, eight_per_s, eight_p99))) = (at(1), at(8)) {
         print_figure(
             "tools.scaling_8_over_1",
@@ -169,6 +188,37 @@ fn print_concurrency_figures() {
     if let Ok(engine) = Arc::try_unwrap(engine) {
         engine.shutdown();
     }
+}
+
+/// The disk's own `fdatasync` in `dir` (the store's file system), as the journal syncs one audit
+/// record: its p50 and p99 printed, its p99 in microseconds returned.
+fn print_fdatasync_figures(dir: &Path) -> u64 {
+    use std::io::Write;
+    let path = dir.join("fdatasync.probe");
+    let mut file = must(
+        "probe",
+        std::fs::OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&path)
+            .map_err(Into::into),
+    );
+    let record = [0x5a_u8; FDATASYNC_WRITE_BYTES];
+    let mut took = Vec::with_capacity(FDATASYNC_ROUNDS);
+    for _ in 0..FDATASYNC_ROUNDS {
+        must("probe write", file.write_all(&record).map_err(Into::into));
+        let at = Instant::now();
+        must("probe sync", file.sync_data().map_err(Into::into));
+        took.push(u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    }
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    took.sort_unstable();
+    let p50 = quantile(&took, 0.50) / 1_000;
+    let p99 = quantile(&took, 0.99) / 1_000;
+    print_figure("tools.fdatasync.p50_us", p50, "us");
+    print_figure("tools.fdatasync.p99_us", p99, "us");
+    p99
 }
 
 /// One `call_tool` of newest 50 for `actor` over `client`; an error when refused or short.

@@ -39,7 +39,10 @@ impl WriterState {
         if open.unsynced_since.take().is_none() {
             return Ok(());
         }
-        match open.history.sync() {
+        // The fdatasync blocks: the worker thread is handed over to the runtime's other work
+        // meanwhile (the engine's runtime is multi-threaded), as the journal's group commit
+        // does, so tool calls and the journal's commits go on beside a history sync.
+        match tokio::task::block_in_place(|| open.history.sync()) {
             Ok(_) => Ok(()),
             Err(error) => {
                 // What the failed sync covered can never be acknowledged and, after a failed
