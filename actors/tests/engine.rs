@@ -2340,3 +2340,38 @@ fn a_crashed_generations_complete_last_chunk_is_sealed_at_the_next_open() {
     assert!(report.is_clean(), "{report:#?}");
     assert_eq!(action_events(&s.events()), 20);
 }
+
+/// A store that exists and cannot be opened for writing (here a sidecar writable by others,
+/// which the writer refuses) is a storage failure: status says so and capture admits nothing.
+/// It is never reported as history switched off.
+#[test]
+fn a_store_that_cannot_be_opened_is_a_storage_failure_never_off() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = setup();
+    let engine = s.start_with(s.config());
+    engine.enable().unwrap();
+    let _ = capture_after(&engine);
+    engine.flush().unwrap();
+    engine.shutdown();
+    let sidecar = s.layout.sidecar().unwrap().to_owned();
+    std::fs::set_permissions(&sidecar, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let engine = s.start_with(s.config());
+    let status = engine.status();
+    let admission = capture_after(&engine).admission();
+    engine.shutdown();
+    std::fs::set_permissions(&sidecar, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let status = status.unwrap();
+    assert_eq!(
+        status.health,
+        HealthCategory::StorageUnavailable,
+        "{status:?}"
+    );
+    assert_ne!(admission, annal_engine::capture::Admission::Accepted);
+    // Put right, the store is as it was: enabled, its event there.
+    let engine = s.start_with(s.config());
+    let status = engine.status().unwrap();
+    engine.shutdown();
+    assert!(status.enabled, "{status:?}");
+    assert_eq!(status.health, HealthCategory::Ready, "{status:?}");
+    assert_eq!(action_events(&s.events()), 1);
+}

@@ -41,7 +41,9 @@ impl WriterState {
                 Ok(storage) => {
                     let _ = self.storage.set(Arc::new(storage));
                 }
-                Err(_) if !create => return Ok(()),
+                // No store: history is off. A store that exists and cannot be opened (locked,
+                // permissions, I/O) is a storage failure, never "off".
+                Err(error) if !create && error.is_absent() => return Ok(()),
                 Err(_) => return Err(self.storage_fault(HealthCategory::StorageUnavailable)),
             }
         }

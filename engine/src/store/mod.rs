@@ -166,6 +166,20 @@ pub enum OpenStoreError {
     },
 }
 
+impl OpenStoreError {
+    /// Whether there is simply no store of annal's here: no root, a root that is no store (no
+    /// marker), or a contract store annal never adopted. Every other failure is a store that
+    /// exists and cannot be opened (locked by another writer, permissions, a symlink, an I/O
+    /// error, a bad marker): a storage failure to report, never "history is off".
+    pub fn is_absent(&self) -> bool {
+        matches!(
+            self,
+            Self::Storage(OpenStorageError::Missing { .. } | OpenStorageError::NotAdopted { .. })
+                | Self::NoMarker { .. }
+        )
+    }
+}
+
 /// Opens the store of `layout`: its directories (as [`FsStorage::open`]) and a check of the
 /// marker. [`Access::Write`] needs the sidecar ([`adopt_store`] makes one for a reference store).
 pub fn open_store(layout: &StoreLayout, access: Access) -> Result<FsStorage, OpenStoreError> {
