@@ -58,6 +58,13 @@ pub enum EngineError {
     /// The engine did not answer in time, or was shut down.
     #[error("the engine did not answer in time")]
     Unavailable,
+    /// The engine journal (the policy and the audit trail) cannot be read now: its key or its
+    /// storage is failing. Never shown as an empty answer.
+    #[error(
+        "the engine journal cannot be read now: its key or its storage is failing (`annal status` \
+         says which; `annal doctor` checks the credential stores)"
+    )]
+    JournalUnreadable,
 }
 
 /// Why a query returned no answer.
@@ -519,16 +526,20 @@ impl Engine {
     /// from the journal's projection, which the gate keeps its policy from.
     pub fn grants(&self) -> Result<Grants, EngineError> {
         let journal = self.children.journal().ok_or(EngineError::Unavailable)?;
-        let policy = self.ask_blocking_to(&journal, |reply| JournalMsg::Policy { reply })?;
+        let policy = self
+            .ask_blocking_to(&journal, |reply| JournalMsg::OwnerPolicy { reply })?
+            .map_err(|_| EngineError::JournalUnreadable)?;
         Ok(Grants::of(&policy, self.clock.now_ms()))
     }
 
     /// [`Engine::grants`], for async callers.
     pub async fn grants_async(&self) -> Result<Grants, EngineError> {
         let journal = self.children.journal().ok_or(EngineError::Unavailable)?;
-        let policy =
-            Self::ask_async_to(&self.runtime, journal, |reply| JournalMsg::Policy { reply })
-                .await?;
+        let policy = Self::ask_async_to(&self.runtime, journal, |reply| JournalMsg::OwnerPolicy {
+            reply,
+        })
+        .await?
+        .map_err(|_| EngineError::JournalUnreadable)?;
         Ok(Grants::of(&policy, self.clock.now_ms()))
     }
 
@@ -537,7 +548,7 @@ impl Engine {
     pub fn audit(&self, filter: AuditFilter) -> Result<Vec<AuditEntry>, EngineError> {
         let journal = self.children.journal().ok_or(EngineError::Unavailable)?;
         self.ask_blocking_to(&journal, |reply| JournalMsg::Audit { filter, reply })?
-            .map_err(|_| EngineError::Unavailable)
+            .map_err(|_| EngineError::JournalUnreadable)
     }
 
     /// [`Engine::audit`], for async callers.
@@ -548,7 +559,7 @@ impl Engine {
             reply,
         })
         .await?
-        .map_err(|_| EngineError::Unavailable)
+        .map_err(|_| EngineError::JournalUnreadable)
     }
 
     /// [`Engine::tools_for`], for async callers.

@@ -103,6 +103,12 @@ pub enum JournalMsg {
         /// Where it goes.
         reply: RpcReplyPort<annal_engine::policy::PolicyState>,
     },
+    /// The policy as the owner's grants view reads it: refused while the journal is not open
+    /// (its key or storage failing), so no view shows "no grants" for "cannot read them".
+    OwnerPolicy {
+        /// Where it goes.
+        reply: RpcReplyPort<Result<annal_engine::policy::PolicyState, JournalUnavailable>>,
+    },
     /// Group commit of what was recorded.
     Tick,
     /// Makes every [`JournalMsg::Commit`] appended since the last one durable with one sync
@@ -445,6 +451,13 @@ impl Actor for JournalActor {
             }
             JournalMsg::Policy { reply } => {
                 let _ = reply.send(state.projection.policy.clone());
+            }
+            JournalMsg::OwnerPolicy { reply } => {
+                let _ = reply.send(if state.writer.is_some() {
+                    Ok(state.projection.policy.clone())
+                } else {
+                    Err(JournalUnavailable)
+                });
             }
             JournalMsg::Tick => {
                 state.tick_armed = false;

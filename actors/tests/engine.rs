@@ -2375,3 +2375,46 @@ fn a_store_that_cannot_be_opened_is_a_storage_failure_never_off() {
     assert_eq!(status.health, HealthCategory::Ready, "{status:?}");
     assert_eq!(action_events(&s.events()), 1);
 }
+
+/// With the store's key gone, the owner's views of the journal say it cannot be read, at once:
+/// never an empty list of grants or audit entries, never a timeout.
+#[test]
+fn without_its_key_the_journal_views_refuse_instead_of_answering_empty() {
+    use annal_engine::policy::views::AuditFilter;
+    let s = setup();
+    let engine = s.start_with(s.config());
+    engine.enable().unwrap();
+    engine
+        .change_policy(annal_actors::gate::PolicyChange::Grant {
+            actor: annal_engine::policy::ActorId::new("agent-a").unwrap(),
+            operation: annal_engine::policy::Operation::Query,
+            terms: annal_engine::policy::GrantTerms::DEFAULT,
+        })
+        .unwrap();
+    assert_eq!(engine.grants().unwrap().grants.len(), 1);
+    engine.shutdown();
+    // Another credential store, empty: the store's key is not there.
+    let empty =
+        annal_engine::keys::InMemoryProvider::new(Box::new(annal_engine::entropy::OsEntropy))
+            .unwrap();
+    let engine = Engine::start(s.config(), Arc::new(empty)).unwrap();
+    assert_eq!(
+        engine.status().unwrap().health,
+        HealthCategory::KeyUnavailable
+    );
+    let started = Instant::now();
+    assert_eq!(
+        engine.grants().map(|g| g.grants.len()),
+        Err(EngineError::JournalUnreadable)
+    );
+    assert_eq!(
+        engine.audit(AuditFilter::default()).map(|e| e.len()),
+        Err(EngineError::JournalUnreadable)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    engine.shutdown();
+}
