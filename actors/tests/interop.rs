@@ -387,6 +387,33 @@ fn the_first_event_after_a_clean_restart_follows_the_last_one_before_it() {
     assert_eq!(sequences(&s.events()), vec![1, 2, 3]);
 }
 
+/// An engine on `storage` (a fault-injecting store) in `in_boot`, given up on after `restarts`
+/// writer failures, whose group-commit tick never comes (only a flush syncs); with
+/// `flush_drains_only`, nothing but a flush drains the capture queue either.
+fn start_faulty(
+    s: &Setup,
+    storage: &annal_engine::storage::FaultyStorage,
+    in_boot: Option<BootId>,
+    restarts: u32,
+    flush_drains_only: bool,
+) -> Engine {
+    let mut config = EngineConfig::new(s.layout.clone(), s.namespace.clone());
+    config.boot = in_boot;
+    config.restart_policy.max_restarts = restarts;
+    config.sync_interval = std::time::Duration::from_secs(600);
+    if flush_drains_only {
+        config.drain_tick = std::time::Duration::from_secs(600);
+        config.drain_idle_tick = std::time::Duration::from_secs(600);
+    }
+    Engine::start_with(
+        config,
+        Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
+        Arc::new(SystemClock),
+        Some(Arc::new(storage.clone())),
+    )
+    .unwrap()
+}
+
 /// A boot of the machine, as a test names it.
 fn boot(n: u8) -> Option<BootId> {
     Some(BootId::from_bytes([n; 16]))
@@ -518,20 +545,8 @@ fn a_power_loss_loses_and_skips_at_most_the_in_flight_bound() {
     let s = setup();
     annal_engine::store::create_store(&s.layout).unwrap();
     let storage = FaultyStorage::new(open_store(&s.layout, Access::Write).unwrap());
-    let start_in = |in_boot: Option<BootId>| {
-        let mut config = EngineConfig::new(s.layout.clone(), s.namespace.clone());
-        config.boot = in_boot;
-        config.restart_policy.max_restarts = 0;
-        // Appended on the drain tick; the group commit's tick never comes.
-        config.sync_interval = std::time::Duration::from_secs(600);
-        Engine::start_with(
-            config,
-            Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
-            Arc::new(SystemClock),
-            Some(Arc::new(storage.clone())),
-        )
-        .unwrap()
-    };
+    // Appended on the drain tick; the group commit's tick never comes.
+    let start_in = |in_boot| start_faulty(&s, &storage, in_boot, 0, false);
     let engine = start_in(boot(1));
     engine.enable().unwrap();
     engine.flush().unwrap();
@@ -614,20 +629,8 @@ fn a_recovering_writer_makes_the_crashed_writers_unsynced_records_durable_first(
     let s = setup();
     annal_engine::store::create_store(&s.layout).unwrap();
     let storage = FaultyStorage::new(open_store(&s.layout, Access::Write).unwrap());
-    let start_in = |in_boot: Option<BootId>, restarts: u32| {
-        let mut config = EngineConfig::new(s.layout.clone(), s.namespace.clone());
-        config.boot = in_boot;
-        config.restart_policy.max_restarts = restarts;
-        // Appended on the drain tick, synced only by a flush.
-        config.sync_interval = std::time::Duration::from_secs(600);
-        Engine::start_with(
-            config,
-            Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
-            Arc::new(SystemClock),
-            Some(Arc::new(storage.clone())),
-        )
-        .unwrap()
-    };
+    // Appended on the drain tick, synced only by a flush.
+    let start_in = |in_boot, restarts| start_faulty(&s, &storage, in_boot, restarts, false);
     // Life 1: three durable, then five appended and never synced; the writer crashes.
     let engine = start_in(boot(1), 0);
     engine.enable().unwrap();
@@ -739,22 +742,8 @@ fn every_gap_has_a_recorded_cause() {
     let s = setup();
     annal_engine::store::create_store(&s.layout).unwrap();
     let storage = FaultyStorage::new(open_store(&s.layout, Access::Write).unwrap());
-    let start_in = |in_boot: Option<BootId>, restarts: u32| {
-        let mut config = EngineConfig::new(s.layout.clone(), s.namespace.clone());
-        config.boot = in_boot;
-        config.restart_policy.max_restarts = restarts;
-        // Only a flush drains and syncs, so the failed sync below meets a known batch.
-        config.sync_interval = std::time::Duration::from_secs(600);
-        config.drain_tick = std::time::Duration::from_secs(600);
-        config.drain_idle_tick = std::time::Duration::from_secs(600);
-        Engine::start_with(
-            config,
-            Arc::clone(&s.provider) as Arc<dyn KeyProvider>,
-            Arc::new(SystemClock),
-            Some(Arc::new(storage.clone())),
-        )
-        .unwrap()
-    };
+    // Only a flush drains and syncs, so the failed sync below meets a known batch.
+    let start_in = |in_boot, restarts| start_faulty(&s, &storage, in_boot, restarts, true);
     let start = || {
         start_in(
             boot(1),

@@ -415,6 +415,25 @@ fn take_writer_lock(
     }
 }
 
+impl FsStorage {
+    /// Opens `name` in `area` read-only, never following a symlink, refusing anything but a
+    /// regular file: its descriptor and its length. `O_NONBLOCK`: opening a FIFO planted under
+    /// a chunk's name must not hang.
+    fn open_regular(&self, area: Area, name: &FileName) -> Result<(OwnedFd, u64), StorageError> {
+        let fd = rustix::fs::openat(
+            self.dir(area)?,
+            name.as_str(),
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+            Mode::empty(),
+        )?;
+        let stat = rustix::fs::fstat(&fd)?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(StorageError::NotRegularFile);
+        }
+        Ok((fd, u64::try_from(stat.st_size).unwrap_or(0)))
+    }
+}
+
 impl Storage for FsStorage {
     fn writable(&self) -> bool {
         self.access == Access::Write
@@ -444,18 +463,7 @@ impl Storage for FsStorage {
     }
 
     fn open_read(&self, area: Area, name: &FileName) -> Result<Box<dyn ReadFile>, StorageError> {
-        // O_NONBLOCK: opening a FIFO planted under a chunk's name must not hang the reader.
-        let fd = rustix::fs::openat(
-            self.dir(area)?,
-            name.as_str(),
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
-            Mode::empty(),
-        )?;
-        let stat = rustix::fs::fstat(&fd)?;
-        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-            return Err(StorageError::NotRegularFile);
-        }
-        let len = u64::try_from(stat.st_size).unwrap_or(0);
+        let (fd, len) = self.open_regular(area, name)?;
         Ok(Box::new(FsReadFile {
             file: File::from(fd),
             len,
@@ -464,16 +472,7 @@ impl Storage for FsStorage {
 
     fn sync_file(&self, area: Area, name: &FileName) -> Result<(), StorageError> {
         self.require_write()?;
-        let fd = rustix::fs::openat(
-            self.dir(area)?,
-            name.as_str(),
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
-            Mode::empty(),
-        )?;
-        let stat = rustix::fs::fstat(&fd)?;
-        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-            return Err(StorageError::NotRegularFile);
-        }
+        let (fd, _) = self.open_regular(area, name)?;
         rustix::fs::fdatasync(&fd)?;
         Ok(())
     }

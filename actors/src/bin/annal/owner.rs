@@ -438,21 +438,36 @@ pub fn revoke(location: &Location, no_daemon: bool, args: &RevokeArgs) -> ExitCo
 /// `agents disable|enable`.
 pub fn agents(location: &Location, no_daemon: bool, args: &AgentsArgs) -> ExitCode {
     let enabled = matches!(args.switch, AgentsSwitch::Enable);
-    let request = Request::SwitchAgents { enabled };
+    switch(
+        location,
+        no_daemon,
+        Request::SwitchAgents { enabled },
+        enabled,
+        &args.out,
+        [
+            "agents disabled: every agent's next call is refused.\n",
+            "agents enabled: each is decided by its grants again.\n",
+        ],
+    )
+}
+
+/// A switch the owner turns on or off (`enabled`): turning it on records or allows more, so
+/// one that cannot be made durable is withdrawn (`widen`); `said` is what the terminal is told,
+/// off then on.
+fn switch(
+    location: &Location,
+    no_daemon: bool,
+    request: Request,
+    enabled: bool,
+    out: &OutputArgs,
+    said: [&str; 2],
+) -> ExitCode {
     let sent = if enabled {
         widen(location, no_daemon, request)
     } else {
         one(location, no_daemon, request)
     };
-    finish(sent.map(|value| {
-        print(&args.out, &value, || {
-            if enabled {
-                "agents enabled: each is decided by its grants again.\n".to_owned()
-            } else {
-                "agents disabled: every agent's next call is refused.\n".to_owned()
-            }
-        })
-    }))
+    finish(sent.map(|value| print(out, &value, || said[usize::from(enabled)].to_owned())))
 }
 
 /// `owner-access on|off`: whether the owner's own reads append the contract's `access` event.
@@ -460,23 +475,18 @@ pub fn agents(location: &Location, no_daemon: bool, args: &AgentsArgs) -> ExitCo
 /// withdrawn; before the first `enable` it says so.
 pub fn owner_access(location: &Location, no_daemon: bool, args: &OwnerAccessArgs) -> ExitCode {
     let enabled = matches!(args.switch, OwnerAccessSwitch::On);
-    let request = Request::SetOwnerAccess { enabled };
-    let sent = if enabled {
-        widen(location, no_daemon, request)
-    } else {
-        one(location, no_daemon, request)
-    };
-    finish(sent.map(|value| {
-        print(&args.out, &value, || {
-            if enabled {
-                "your reads append the contract's access event again.\n".to_owned()
-            } else {
-                "your reads append no access event to the history; each is still audited \
-                 (`annal audit`). Agents' reads always append theirs.\n"
-                    .to_owned()
-            }
-        })
-    }))
+    switch(
+        location,
+        no_daemon,
+        Request::SetOwnerAccess { enabled },
+        enabled,
+        &args.out,
+        [
+            "your reads append no access event to the history; each is still audited \
+             (`annal audit`). Agents' reads always append theirs.\n",
+            "your reads append the contract's access event again.\n",
+        ],
+    )
 }
 
 /// Asks a running daemon to stop and waits until its socket is gone. `Ok(false)`: none ran.
