@@ -372,6 +372,10 @@ impl WriterState {
         // records, not the headers of chunks created since).
         if let Some(storage) = self.storage.get() {
             self.bytes = StoreBytes::read(storage.as_ref());
+        } else if let Ok(storage) = open_store(&self.config.layout, Access::Read) {
+            // A contract store annal has not adopted (the reference's own): its chunks count
+            // all the same, as the reference reports them.
+            self.bytes = StoreBytes::read(&storage);
         }
         let admitted = self.config.admitted;
         let pending_drops = self.capture.pending_drops() + self.rules.lost_unreported();

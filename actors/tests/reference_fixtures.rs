@@ -761,3 +761,24 @@ fn enable_takes_over_a_store_the_real_reference_created() {
         [f.namespace.primary_reference()].into()
     );
 }
+
+/// annal started on a store the stock reference created, before any `enable`: history is off
+/// (annal never enabled it), and `bytes_used` counts the reference's chunks as the reference's
+/// own status does, never 0 because annal has no sidecar there yet.
+#[test]
+fn a_store_the_real_reference_created_reports_its_chunks_before_annal_adopts_it() {
+    let f = Fixture::contract_store("reference-stock-key", "stock");
+    let chunks: u64 = std::fs::read_dir(f.layout.history_root().join("chunks"))
+        .unwrap()
+        .map(|entry| entry.unwrap().metadata().unwrap())
+        .filter(|meta| meta.is_file())
+        .map(|meta| meta.len())
+        .sum();
+    assert!(chunks > 0);
+    let engine = f.start();
+    let status = engine.status().unwrap();
+    engine.shutdown();
+    assert_eq!(status.bytes_used, chunks, "{status:?}");
+    // Nothing of annal's was added by looking.
+    assert!(f.layout.sidecar().is_none_or(|sidecar| !sidecar.exists()));
+}
