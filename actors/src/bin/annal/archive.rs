@@ -474,9 +474,12 @@ mod tests {
         ));
     }
 
+    /// One change to a manifest.
+    type Edit = fn(&mut Manifest);
+
     #[test]
     fn each_manifest_field_is_checked() {
-        let cases: [(&str, fn(&mut Manifest)); 4] = [
+        let cases: [(&str, Edit); 4] = [
             ("first_sequence", |m| m.first_sequence = Some(2)),
             ("last_sequence", |m| m.last_sequence = Some(9)),
             ("gaps", |m| m.missing_sequences = 0),
