@@ -158,6 +158,9 @@ pub enum ArchiveError {
         /// What was counted.
         found: String,
     },
+    /// Writing an event where it goes failed (`annal import`'s new store).
+    #[error("writing the imported store failed: {0}")]
+    Sink(String),
     /// Reading failed (for an age archive: a tampered or truncated payload fails here).
     #[error("reading the archive failed: {0}")]
     Read(String),
@@ -337,7 +340,7 @@ fn read_line(
 /// when everything holds.
 pub fn read_content(
     input: &mut impl BufRead,
-    mut on_event: impl FnMut(&Event, &[u8]) -> Result<(), ArchiveError>,
+    mut on_event: impl FnMut(Event, &[u8]) -> Result<(), ArchiveError>,
 ) -> Result<(Manifest, Tally), ArchiveError> {
     let mut buf = Vec::new();
     let mut line_no = 1;
@@ -375,7 +378,7 @@ pub fn read_content(
             return Err(ArchiveError::NonCanonicalEvent { line: line_no });
         }
         tally.push(event.data.sequence.get(), &buf, line_no)?;
-        on_event(&event, &buf)?;
+        on_event(event, &buf)?;
     }
 }
 
@@ -441,7 +444,7 @@ mod tests {
     fn a_written_content_reads_back_with_its_gaps() {
         let bytes = content(&[3, 4, 7, 9], |_| {});
         let mut seen = Vec::new();
-        let (manifest, tally) = read_content(&mut &bytes[..], |e, line| {
+        let (manifest, tally) = read_content(&mut &bytes[..], |e: Event, line| {
             seen.push((e.data.sequence.get(), line.to_vec()));
             Ok(())
         })

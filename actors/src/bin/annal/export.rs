@@ -1,7 +1,6 @@
-//! `annal export` and `annal import --check`: the whole history (or what `--since` and
-//! `--session` keep) as one archive encrypted to age X25519 recipients with the `age` crate,
-//! and its verification. The content is `archive.rs`'s; docs/format.md ("Export archives")
-//! describes both layers.
+//! `annal export`: the whole history (or what `--since` and `--session` keep) as one archive
+//! encrypted to age X25519 recipients with the `age` crate (`import.rs` reads it back). The
+//! content is `archive.rs`'s; docs/format.md ("Export archives") describes both layers.
 //!
 //! An export is the owner's read: it pages through the store with the daemon's `query`
 //! request (or in this process with `--no-daemon`), each page audited as the owner's
@@ -17,7 +16,7 @@
 //! writes the same content unencrypted, only to a file named with `--out` and only once
 //! confirmed (`--yes`, or the prompt on a terminal).
 
-use std::io::{BufReader, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -27,7 +26,7 @@ use annal_schema::Event;
 use annal_schema::tools::QUERY_LIMIT_MAX_EVENTS;
 use serde_json::Value;
 
-use crate::archive::{self, ArchiveError, HEADER_LINE, Tally};
+use crate::archive::{self, HEADER_LINE, Tally};
 use crate::link::Link;
 use crate::location::Location;
 use crate::private_file::PRIVATE_FILE_MODE;
@@ -60,22 +59,6 @@ pub struct ExportArgs {
     /// Confirm --plaintext without asking.
     #[arg(long)]
     pub yes: bool,
-}
-
-/// Arguments of `annal import`.
-#[derive(Debug, clap::Args)]
-pub struct ImportArgs {
-    /// The archive `annal export` wrote.
-    pub file: PathBuf,
-    /// An age identity file (as age-keygen writes it) holding a key the archive was encrypted
-    /// to.
-    #[arg(long, value_name = "FILE")]
-    pub identity: PathBuf,
-    /// Verify only: decrypt, check every event, the counts and the digest, and write nothing.
-    #[arg(long)]
-    pub check: bool,
-    #[command(flatten)]
-    pub out: crate::owner::OutputArgs,
 }
 
 /// The recipients, each parsed; a bad one names `--recipient` and the form.
@@ -399,88 +382,4 @@ async fn encrypted(
     let tally = write_content(link, filter, &mut writer, exported_at_ms, head).await?;
     writer.finish().map_err(io)?;
     Ok(tally)
-}
-
-/// Why an archive could not be opened or read, for a person.
-fn refused(file: &Path, why: impl std::fmt::Display) -> CliError {
-    CliError::found(format!("{}: refused: {why}", file.display()))
-}
-
-/// `annal import`.
-pub fn import(location: &Location, args: &ImportArgs) -> ExitCode {
-    match run_import(location, args) {
-        Ok(text) => match crate::write_out(&text) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(code) => code,
-        },
-        Err(error) => report_error(&error),
-    }
-}
-
-fn run_import(location: &Location, args: &ImportArgs) -> Result<String, CliError> {
-    let identity_path = args.identity.to_string_lossy().into_owned();
-    let identities = age::IdentityFile::from_file(identity_path)
-        .map_err(|e| CliError::usage(format!("--identity {}: {e}", args.identity.display())))?
-        .into_identities()
-        .map_err(|e| CliError::usage(format!("--identity {}: {e}", args.identity.display())))?;
-    if identities.is_empty() {
-        return Err(CliError::usage(format!(
-            "--identity {}: holds no identity: give the file age-keygen wrote",
-            args.identity.display()
-        )));
-    }
-    if !args.check {
-        return Err(CliError::usage(format!(
-            "writing an archive into a new store is not available yet: `annal import {} \
-             --identity {} --check` verifies it",
-            args.file.display(),
-            args.identity.display()
-        )));
-    }
-    let _ = location;
-    let file = std::fs::File::open(&args.file)
-        .map_err(|e| CliError::usage(format!("{}: {e}", args.file.display())))?;
-    let decryptor = age::Decryptor::new_buffered(BufReader::new(file)).map_err(|e| {
-        refused(
-            &args.file,
-            format!("not an age archive, or its header is damaged ({e})"),
-        )
-    })?;
-    let reader = decryptor
-        .decrypt(identities.iter().map(|i| i.as_ref() as &dyn age::Identity))
-        .map_err(|e| match e {
-            age::DecryptError::NoMatchingKeys => refused(
-                &args.file,
-                format!(
-                    "no identity in {} opens it (wrong identity: give the one whose public \
-                     key was a --recipient of the export)",
-                    args.identity.display()
-                ),
-            ),
-            other => refused(&args.file, format!("its header does not open ({other})")),
-        })?;
-    let (manifest, _) =
-        archive::read_content(&mut BufReader::new(reader), |_, _| Ok(())).map_err(|e| match e {
-            ArchiveError::Read(why) => refused(
-                &args.file,
-                format!("tampered or truncated: the encryption's authentication failed ({why})"),
-            ),
-            other => refused(&args.file, other),
-        })?;
-    if args.out.json {
-        let value = serde_json::json!({ "checked": true, "manifest": manifest });
-        return Ok(format!("{value}\n"));
-    }
-    let range = match (manifest.first_sequence, manifest.last_sequence) {
-        (Some(first), Some(last)) => format!(", sequences {first}..={last}"),
-        _ => String::new(),
-    };
-    Ok(format!(
-        "{}: verified: {} events{range}, {} missing; content digest {}; nothing written \
-         (--check)\n",
-        args.file.display(),
-        manifest.event_count,
-        manifest.missing_sequences,
-        manifest.content_blake3
-    ))
 }

@@ -25,8 +25,8 @@
 //! - `demo.rs`: `annal demo`, the whole pipeline on a temporary store with a short report.
 //! - `inspect.rs`, `verify.rs`: the offline read-only decoder and checker (`keyfile.rs` reads
 //!   their key file).
-//! - `export.rs`, `archive.rs`: `annal export` and `annal import --check`, and the archive's
-//!   content (manifest, digest, reading and checking).
+//! - `export.rs`, `import.rs`, `archive.rs`: `annal export`, `annal import` (into a new
+//!   store, or `--check`), and the archive's content (manifest, digest, reading, checking).
 //! - `doctor.rs`: `annal doctor`, credential-store diagnostics.
 //! - `own_key.rs`: `annal enable --own-key`, a key of the store's own (docs/key-custody.md).
 //!
@@ -50,6 +50,7 @@ mod archive;
 mod demo;
 mod doctor;
 mod export;
+mod import;
 mod inspect;
 mod keyfile;
 mod link;
@@ -165,9 +166,10 @@ enum Command {
     /// Write the history (or what --since and --session keep) to one archive encrypted to
     /// age recipients: the owner's read, audited, paging through the whole store.
     Export(export::ExportArgs),
-    /// Check an archive `annal export` wrote (decrypt with an age identity, check every
-    /// event, the counts and the digest).
-    Import(export::ImportArgs),
+    /// Read an archive `annal export` wrote (decrypt with an age identity, check every event,
+    /// the counts and the digest) into a new store (the namespace must not exist), or only
+    /// check it with --check.
+    Import(import::ImportArgs),
     /// Grant an agent one operation (status or query) for a bounded time.
     Grant(owner::GrantArgs),
     /// Revoke every grant of an agent; its next call is refused, also after its MCP server
@@ -321,7 +323,7 @@ fn main() -> ExitCode {
         Command::Query(args) => with_location(&|l| reads::query(l, no_daemon, args)),
         Command::Search(args) => with_location(&|l| reads::search(l, no_daemon, args)),
         Command::Export(args) => with_location(&|l| export::export(l, no_daemon, args)),
-        Command::Import(args) => with_location(&|l| export::import(l, args)),
+        Command::Import(args) => with_location(&|l| import::import(l, args)),
         Command::Grant(args) => with_location(&|l| owner::grant(l, no_daemon, args)),
         Command::Revoke(args) => with_location(&|l| owner::revoke(l, no_daemon, args)),
         Command::Grants(args) => with_location(&|l| views::grants(l, no_daemon, args)),
