@@ -442,3 +442,62 @@ fn a_refused_import_leaves_nothing_behind() {
     // The archive itself still imports.
     assert!(import(&target, &archive, &id_path).status.success());
 }
+
+/// An archive whose events are four years old: the import journals a retention that keeps
+/// them visible (with the default 7 days the new store's first writer would hide, then prune
+/// them), and `list` shows them.
+#[test]
+fn an_import_of_old_events_keeps_them_visible() {
+    let source = Sandbox::new();
+    captured(&source);
+    let (id, id_path, recipient) = identity(&source, "id.txt");
+    let archive = source.path("history.age");
+    export(&source, &archive, &recipient);
+    let content = age::decrypt(&id, &archive_bytes(&archive)).unwrap();
+    let all = lines(&content);
+    // Each event's year four back (a leap year stays one), the digest recomputed.
+    let older: Vec<Vec<u8>> = all[1..all.len() - 1]
+        .iter()
+        .map(|line| {
+            let text = std::str::from_utf8(line).unwrap();
+            let at = text.find("\"time\":\"").unwrap() + 8;
+            let year: u32 = text[at..at + 4].parse().unwrap();
+            format!("{}{}{}", &text[..at], year - 4, &text[at + 4..]).into_bytes()
+        })
+        .collect();
+    let mut m = manifest(&content);
+    m["content_blake3"] = json!(blake3::hash(&older.concat()).to_hex().as_str());
+    let mut edited = all[0].to_vec();
+    edited.extend(older.concat());
+    edited.extend(serde_json::to_vec(&json!({"annal_export_manifest": m})).unwrap());
+    edited.push(b'\n');
+    let recipient = age::x25519::Recipient::from_str(&recipient).unwrap();
+    let old = source.path("old.age");
+    std::fs::write(&old, age::encrypt(&recipient, &edited).unwrap()).unwrap();
+
+    let target = Sandbox::new();
+    let output = import(&target, &old, &id_path);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let listed = target.json(&["list", "200"]);
+    assert_eq!(listed["events"].as_array().unwrap().len(), 200);
+    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let days = reply["imported"]["retention_days_set"].as_u64().unwrap();
+    assert!((4 * 365..=5 * 365).contains(&days), "{days}");
+    assert_eq!(
+        target.json(&["status"])["status"]["retention_days"].as_u64(),
+        Some(days)
+    );
+    // A recent archive leaves the default retention alone.
+    let recent = Sandbox::new();
+    let output = import(&recent, &archive, &id_path);
+    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(reply["imported"]["retention_days_set"], Value::Null);
+}
+
+fn archive_bytes(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap()
+}

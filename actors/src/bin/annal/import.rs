@@ -14,7 +14,10 @@
 //! 3. the events are written as they are read, in batches of at most
 //!    [`IMPORT_BATCH_EVENTS`], with their ids, sources and sequences
 //!    (`StoreWriter::append_imported`), then synced and closed;
-//! 4. only when the whole archive verified (the manifest is its last line) is the directory
+//! 4. when the oldest event is older than the default retention (7 days) covers, the new
+//!    store's retention is journaled long enough to keep it visible (at most 3650 days), so
+//!    its first writer neither hides nor prunes what was imported;
+//! 5. only when the whole archive verified (the manifest is its last line) is the directory
 //!    renamed into place (never over an existing one) and its parent synced.
 //!
 //! Any failure removes the directory aside and destroys its key, so nothing half-written is
@@ -40,6 +43,22 @@ use crate::{CliError, report_error};
 
 /// Most events an import holds before it writes them (one `append_imported` batch).
 pub const IMPORT_BATCH_EVENTS: usize = 256;
+
+/// Milliseconds in a day.
+const MS_PER_DAY: u64 = 86_400_000;
+
+/// The retention (days) a new store needs for an event of `oldest_ms` to stay visible at
+/// `now_ms`, with a day to spare: none when the default retention already covers it, at most
+/// the longest retention (older events stay hidden, and are pruned, as in any store).
+fn retention_days_for(oldest_ms: u64, now_ms: u64) -> Option<u32> {
+    use annal_engine::journal::RETENTION_MAX_DAYS;
+    use annal_schema::tools::DEFAULT_RETENTION_DAYS;
+    let age_days = now_ms.saturating_sub(oldest_ms).div_ceil(MS_PER_DAY) + 1;
+    let days = u32::try_from(age_days)
+        .unwrap_or(u32::MAX)
+        .min(RETENTION_MAX_DAYS);
+    (days > DEFAULT_RETENTION_DAYS).then_some(days)
+}
 
 /// Arguments of `annal import`.
 #[derive(Debug, clap::Args)]
@@ -147,9 +166,9 @@ fn run(location: &Location, args: &ImportArgs) -> Result<String, CliError> {
     }
     let staging = Staging::create(location)?;
     match staging.fill(args) {
-        Ok(manifest) => {
+        Ok((manifest, retention)) => {
             staging.commit(location)?;
-            Ok(summary(args, &manifest, Some(location)))
+            Ok(summary(args, &manifest, Some((location, retention))))
         }
         Err(error) => {
             staging.discard();
@@ -159,13 +178,18 @@ fn run(location: &Location, args: &ImportArgs) -> Result<String, CliError> {
 }
 
 /// What `import` says: the manifest's figures, and where the store is.
-fn summary(args: &ImportArgs, manifest: &Manifest, into: Option<&Location>) -> String {
+fn summary(
+    args: &ImportArgs,
+    manifest: &Manifest,
+    into: Option<(&Location, Option<u32>)>,
+) -> String {
     if args.out.json {
         let mut value = serde_json::json!({ "checked": true, "manifest": manifest });
-        if let Some(location) = into {
+        if let Some((location, retention)) = into {
             value["imported"] = serde_json::json!({
                 "namespace": location.namespace.as_str(),
                 "dir": location.dir,
+                "retention_days_set": retention,
             });
         }
         return format!("{value}\n");
@@ -176,10 +200,13 @@ fn summary(args: &ImportArgs, manifest: &Manifest, into: Option<&Location>) -> S
     };
     let outcome = match into {
         None => "nothing written (--check)".to_owned(),
-        Some(location) => format!(
-            "imported into namespace {} ({}); it is not enabled",
+        Some((location, retention)) => format!(
+            "imported into namespace {} ({}); it is not enabled{}",
             location.namespace.as_str(),
-            location.dir.display()
+            location.dir.display(),
+            retention.map_or_else(String::new, |days| format!(
+                "; its retention is {days} days, so the oldest event stays visible"
+            ))
         ),
     };
     format!(
@@ -250,7 +277,7 @@ impl Staging {
     }
 
     /// Creates the key durably, then writes the archive's events as they are verified.
-    fn fill(&self, args: &ImportArgs) -> Result<Manifest, CliError> {
+    fn fill(&self, args: &ImportArgs) -> Result<(Manifest, Option<u32>), CliError> {
         let layout = self.location.layout();
         let storage: Arc<dyn Storage> = Arc::new(
             annal_engine::store::open_store(&layout, Access::Write)
@@ -276,12 +303,19 @@ impl Staging {
             .record_key_store(self.provider.kind().as_str())?;
         let config = WriterConfig::new(custody.reference().clone(), std::num::NonZeroU64::MIN);
         let clock: Arc<dyn annal_engine::clock::Clock> = Arc::new(annal_engine::clock::SystemClock);
-        let mut writer =
-            StoreWriter::<History>::open(storage, custody.history_keys(), config, clock)
-                .map_err(|e| CliError::unavailable(format!("cannot open the new store: {e}")))?;
+        let mut writer = StoreWriter::<History>::open(
+            Arc::clone(&storage),
+            custody.history_keys(),
+            config,
+            clock,
+        )
+        .map_err(|e| CliError::unavailable(format!("cannot open the new store: {e}")))?;
         let sink = |e: annal_engine::store::AppendError| ArchiveError::Sink(e.to_string());
         let mut batch: Vec<Event> = Vec::with_capacity(IMPORT_BATCH_EVENTS);
+        let mut oldest_ms = u64::MAX;
         let manifest = read_archive(args, |event, _| {
+            let at_ms = u64::try_from(event.time.since_epoch().as_millis()).unwrap_or(u64::MAX);
+            oldest_ms = oldest_ms.min(at_ms);
             let other_stream = batch.first().is_some_and(|b| b.source != event.source);
             if other_stream || batch.len() >= IMPORT_BATCH_EVENTS {
                 writer
@@ -299,7 +333,46 @@ impl Staging {
         writer.append_imported(batch).map_err(failed)?;
         writer.sync().map_err(failed)?;
         writer.close().map_err(failed)?;
-        Ok(manifest)
+        let now_ms = annal_engine::clock::Clock::now_ms(&annal_engine::clock::SystemClock);
+        let retention = retention_days_for(oldest_ms, now_ms);
+        if let Some(days) = retention {
+            self.set_retention(storage, &custody, days)?;
+        }
+        Ok((manifest, retention))
+    }
+
+    /// Journals `days` as the new store's retention (`retention_set`, as `annal retention`
+    /// does), durably, so its first writer neither hides nor prunes what was imported.
+    fn set_retention(
+        &self,
+        storage: Arc<dyn Storage>,
+        custody: &annal_engine::keys::KeyCustody,
+        days: u32,
+    ) -> Result<(), CliError> {
+        use annal_engine::journal::{CallerKind, Journal, JournalEntry, JournalEvent};
+        let failed = |e: &dyn std::fmt::Display| {
+            CliError::unavailable(format!(
+                "the new store's retention could not be set ({e}); nothing was kept"
+            ))
+        };
+        let clock: Arc<dyn annal_engine::clock::Clock> = Arc::new(annal_engine::clock::SystemClock);
+        let now_ms = clock.now_ms();
+        let config = WriterConfig::new(custody.reference().clone(), std::num::NonZeroU64::MIN);
+        let mut journal =
+            StoreWriter::<Journal>::open(storage, custody.journal_keys(), config, clock)
+                .map_err(|e| failed(&e))?;
+        journal
+            .append(vec![JournalEntry {
+                time_ms: now_ms,
+                event: JournalEvent::RetentionSet {
+                    days,
+                    caller: CallerKind::OwnerCli,
+                },
+            }])
+            .map_err(|e| failed(&e))?;
+        journal.sync().map_err(|e| failed(&e))?;
+        journal.close().map_err(|e| failed(&e))?;
+        Ok(())
     }
 
     /// Renames the finished store into place (never over an existing one) and syncs its
@@ -342,5 +415,23 @@ impl Staging {
             &scope,
         );
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_is_raised_only_past_the_default_and_never_past_the_maximum() {
+        let now = 1_000 * MS_PER_DAY;
+        assert_eq!(retention_days_for(now, now), None);
+        assert_eq!(retention_days_for(now - 5 * MS_PER_DAY, now), None);
+        // 6 days and a bit: 7 days, plus one to spare.
+        assert_eq!(retention_days_for(now - 6 * MS_PER_DAY - 1, now), Some(8));
+        assert_eq!(retention_days_for(now - 400 * MS_PER_DAY, now), Some(401));
+        assert_eq!(retention_days_for(0, u64::MAX), Some(3_650));
+        // An event from the future needs nothing.
+        assert_eq!(retention_days_for(now + MS_PER_DAY, now), None);
     }
 }
