@@ -9,8 +9,163 @@
 //!   gaps are kept (they are the archive's), a sequence is never reused.
 //! - One batch names one `source` (one stream): its chunks' headers carry that stream's id,
 //!   which the reader checks each record against. The caller splits at a change of source.
+//!
+//! [`Importer`] is the whole write side of an import into a new store: the store's own key
+//! first, created in the credential store and read back (durable) before any chunk names it,
+//! then the events in batches of at most [`IMPORT_BATCH_EVENTS`], then a sync, the close, and
+//! the retention the caller asks for, journaled. It reports success only when everything it
+//! wrote is durable; after any error the caller throws the store away whole (`annal import`
+//! builds it aside and renames it into place only after [`Importer::finish`]).
+
+use std::num::NonZeroU64;
+use std::sync::Arc;
 
 use annal_schema::{Event, Sequence, WriteRuleViolation};
+
+use crate::clock::Clock;
+use crate::journal::{CallerKind, Journal, JournalEntry, JournalEvent};
+use crate::keys::{
+    KeyChoice, KeyCustody, KeyError, KeyProvider, Namespace, OpenMode, StoreKeyScope,
+};
+use crate::storage::Storage;
+use crate::store::{AppendError, History, OpenWriterError, StoreWriter, WriterConfig};
+
+/// Most events an [`Importer`] holds before it writes them (one
+/// [`StoreWriter::append_imported`] batch).
+pub const IMPORT_BATCH_EVENTS: usize = 256;
+
+/// Why an import's write failed. The store being built is to be thrown away whole.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The store's key could not be created (or read back) in the credential store: nothing
+    /// was written.
+    #[error("the new store's key: {0}")]
+    Key(KeyError),
+    /// The writer could not open.
+    #[error("opening the new store's writer: {0}")]
+    Open(OpenWriterError),
+    /// A batch was refused or could not be written.
+    #[error("writing the events: {0}")]
+    Append(AppendError),
+    /// The journal (the retention record) could not be written.
+    #[error("writing the new store's journal: {0}")]
+    Journal(String),
+}
+
+/// The write side of an import into a new store (module doc).
+pub struct Importer {
+    storage: Arc<dyn Storage>,
+    custody: KeyCustody,
+    clock: Arc<dyn Clock>,
+    writer: StoreWriter<History>,
+    batch: Vec<Event>,
+    written: u64,
+}
+
+impl std::fmt::Debug for Importer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Importer")
+            .field("written", &self.written)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Importer {
+    /// Creates the store's own key in `provider` (read back before it is used), then opens
+    /// the history writer on `storage` (which holds the writer lock of a new, empty store
+    /// whose `scope` carries its id).
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        provider: &dyn KeyProvider,
+        namespace: &Namespace,
+        scope: &StoreKeyScope,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, ImportError> {
+        let custody = crate::keys::open_store_key(
+            provider,
+            namespace,
+            scope,
+            OpenMode::Write {
+                create: true,
+                choice: KeyChoice::Own,
+            },
+        )
+        .map_err(ImportError::Key)?;
+        let config = WriterConfig::new(custody.reference().clone(), NonZeroU64::MIN);
+        let writer = StoreWriter::<History>::open(
+            Arc::clone(&storage),
+            custody.history_keys(),
+            config,
+            Arc::clone(&clock),
+        )
+        .map_err(ImportError::Open)?;
+        Ok(Self {
+            storage,
+            custody,
+            clock,
+            writer,
+            batch: Vec::with_capacity(IMPORT_BATCH_EVENTS),
+            written: 0,
+        })
+    }
+
+    /// The key the store's chunks are written under.
+    pub fn custody(&self) -> &KeyCustody {
+        &self.custody
+    }
+
+    /// Takes the next event (in the archive's order); writes the batch held when it is full
+    /// or the event starts another stream.
+    pub fn push(&mut self, event: Event) -> Result<(), ImportError> {
+        let other_stream = self.batch.first().is_some_and(|b| b.source != event.source);
+        if other_stream || self.batch.len() >= IMPORT_BATCH_EVENTS {
+            self.write_batch()?;
+        }
+        self.batch.push(event);
+        Ok(())
+    }
+
+    fn write_batch(&mut self) -> Result<(), ImportError> {
+        let batch = std::mem::take(&mut self.batch);
+        let len = batch.len() as u64;
+        self.writer
+            .append_imported(batch)
+            .map_err(ImportError::Append)?;
+        self.written += len;
+        Ok(())
+    }
+
+    /// Writes what is held, syncs and closes the writer, then journals `retention_days` when
+    /// given (synced). The number of events written, all of them durable.
+    pub fn finish(mut self, retention_days: Option<u32>) -> Result<u64, ImportError> {
+        self.write_batch()?;
+        self.writer.sync().map_err(ImportError::Append)?;
+        self.writer.close().map_err(ImportError::Append)?;
+        if let Some(days) = retention_days {
+            let failed = |e: &dyn std::fmt::Display| ImportError::Journal(e.to_string());
+            let config = WriterConfig::new(self.custody.reference().clone(), NonZeroU64::MIN);
+            let now_ms = self.clock.now_ms();
+            let mut journal = StoreWriter::<Journal>::open(
+                Arc::clone(&self.storage),
+                self.custody.journal_keys(),
+                config,
+                Arc::clone(&self.clock),
+            )
+            .map_err(|e| failed(&e))?;
+            journal
+                .append(vec![JournalEntry {
+                    time_ms: now_ms,
+                    event: JournalEvent::RetentionSet {
+                        days,
+                        caller: CallerKind::OwnerCli,
+                    },
+                }])
+                .map_err(|e| failed(&e))?;
+            journal.sync().map_err(|e| failed(&e))?;
+        }
+        Ok(self.written)
+    }
+}
 
 /// Why a batch of finished events is refused. Nothing was written, no sequence was used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -11,9 +11,9 @@
 //!    of its own and the "own key" choice recorded (docs/key-custody.md, "One key per store");
 //! 2. its key is created in the credential store, durably (`open_store_key`, as the writer's
 //!    `enable` does) before any chunk names it;
-//! 3. the events are written as they are read, in batches of at most
-//!    [`IMPORT_BATCH_EVENTS`], with their ids, sources and sequences
-//!    (`StoreWriter::append_imported`), then synced and closed;
+//! 3. the events are written as they are read, in batches of at most 256, with their ids,
+//!    sources and sequences (`annal_engine::store::import::Importer`), then synced and
+//!    closed;
 //! 4. when the oldest event is older than the default retention (7 days) covers, the new
 //!    store's retention is journaled long enough to keep it visible (at most 3650 days), so
 //!    its first writer neither hides nor prunes what was imported;
@@ -32,17 +32,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use annal_engine::keys::{KeyChoice, KeyProvider, OpenMode, StoreKeyScope};
+use annal_engine::keys::{KeyProvider, StoreKeyScope};
 use annal_engine::storage::{Access, Storage};
-use annal_engine::store::{History, StoreWriter, WriterConfig};
 use annal_schema::Event;
 
 use crate::archive::{self, ArchiveError, Manifest};
 use crate::location::Location;
 use crate::{CliError, report_error};
-
-/// Most events an import holds before it writes them (one `append_imported` batch).
-pub const IMPORT_BATCH_EVENTS: usize = 256;
 
 /// Milliseconds in a day.
 const MS_PER_DAY: u64 = 86_400_000;
@@ -276,103 +272,47 @@ impl Staging {
         }
     }
 
-    /// Creates the key durably, then writes the archive's events as they are verified.
+    /// Creates the key durably, then writes the archive's events as they are verified
+    /// (`annal_engine::store::import::Importer`).
     fn fill(&self, args: &ImportArgs) -> Result<(Manifest, Option<u32>), CliError> {
+        use annal_engine::store::import::{ImportError, Importer};
         let layout = self.location.layout();
         let storage: Arc<dyn Storage> = Arc::new(
             annal_engine::store::open_store(&layout, Access::Write)
                 .map_err(|e| CliError::unavailable(format!("cannot open the new store: {e}")))?,
         );
-        let custody = annal_engine::keys::open_store_key(
+        let clock: Arc<dyn annal_engine::clock::Clock> = Arc::new(annal_engine::clock::SystemClock);
+        let written = |e: ImportError| match e {
+            ImportError::Key(key) => CliError::unavailable(format!(
+                "the new store's key could not be created ({}): `annal doctor` checks the \
+                 credential stores; nothing was kept",
+                key.category().as_str()
+            )),
+            other => CliError::unavailable(format!(
+                "the new store could not be written ({other}); nothing was kept"
+            )),
+        };
+        let mut importer = Importer::open(
+            storage,
             self.provider.as_ref(),
             &self.location.namespace,
             &self.scope,
-            OpenMode::Write {
-                create: true,
-                choice: KeyChoice::Own,
-            },
+            Arc::clone(&clock),
         )
-        .map_err(|e| {
-            CliError::unavailable(format!(
-                "the new store's key could not be created ({}): `annal doctor` checks the \
-                 credential stores",
-                e.category().as_str()
-            ))
-        })?;
+        .map_err(written)?;
         self.location
             .record_key_store(self.provider.kind().as_str())?;
-        let config = WriterConfig::new(custody.reference().clone(), std::num::NonZeroU64::MIN);
-        let clock: Arc<dyn annal_engine::clock::Clock> = Arc::new(annal_engine::clock::SystemClock);
-        let mut writer = StoreWriter::<History>::open(
-            Arc::clone(&storage),
-            custody.history_keys(),
-            config,
-            clock,
-        )
-        .map_err(|e| CliError::unavailable(format!("cannot open the new store: {e}")))?;
-        let sink = |e: annal_engine::store::AppendError| ArchiveError::Sink(e.to_string());
-        let mut batch: Vec<Event> = Vec::with_capacity(IMPORT_BATCH_EVENTS);
         let mut oldest_ms = u64::MAX;
         let manifest = read_archive(args, |event, _| {
             let at_ms = u64::try_from(event.time.since_epoch().as_millis()).unwrap_or(u64::MAX);
             oldest_ms = oldest_ms.min(at_ms);
-            let other_stream = batch.first().is_some_and(|b| b.source != event.source);
-            if other_stream || batch.len() >= IMPORT_BATCH_EVENTS {
-                writer
-                    .append_imported(std::mem::take(&mut batch))
-                    .map_err(sink)?;
-            }
-            batch.push(event);
-            Ok(())
+            importer
+                .push(event)
+                .map_err(|e| ArchiveError::Sink(e.to_string()))
         })?;
-        let failed = |e: annal_engine::store::AppendError| {
-            CliError::unavailable(format!(
-                "the new store could not be written ({e}); nothing was kept"
-            ))
-        };
-        writer.append_imported(batch).map_err(failed)?;
-        writer.sync().map_err(failed)?;
-        writer.close().map_err(failed)?;
-        let now_ms = annal_engine::clock::Clock::now_ms(&annal_engine::clock::SystemClock);
-        let retention = retention_days_for(oldest_ms, now_ms);
-        if let Some(days) = retention {
-            self.set_retention(storage, &custody, days)?;
-        }
+        let retention = retention_days_for(oldest_ms, clock.now_ms());
+        importer.finish(retention).map_err(written)?;
         Ok((manifest, retention))
-    }
-
-    /// Journals `days` as the new store's retention (`retention_set`, as `annal retention`
-    /// does), durably, so its first writer neither hides nor prunes what was imported.
-    fn set_retention(
-        &self,
-        storage: Arc<dyn Storage>,
-        custody: &annal_engine::keys::KeyCustody,
-        days: u32,
-    ) -> Result<(), CliError> {
-        use annal_engine::journal::{CallerKind, Journal, JournalEntry, JournalEvent};
-        let failed = |e: &dyn std::fmt::Display| {
-            CliError::unavailable(format!(
-                "the new store's retention could not be set ({e}); nothing was kept"
-            ))
-        };
-        let clock: Arc<dyn annal_engine::clock::Clock> = Arc::new(annal_engine::clock::SystemClock);
-        let now_ms = clock.now_ms();
-        let config = WriterConfig::new(custody.reference().clone(), std::num::NonZeroU64::MIN);
-        let mut journal =
-            StoreWriter::<Journal>::open(storage, custody.journal_keys(), config, clock)
-                .map_err(|e| failed(&e))?;
-        journal
-            .append(vec![JournalEntry {
-                time_ms: now_ms,
-                event: JournalEvent::RetentionSet {
-                    days,
-                    caller: CallerKind::OwnerCli,
-                },
-            }])
-            .map_err(|e| failed(&e))?;
-        journal.sync().map_err(|e| failed(&e))?;
-        journal.close().map_err(|e| failed(&e))?;
-        Ok(())
     }
 
     /// Renames the finished store into place (never over an existing one) and syncs its
