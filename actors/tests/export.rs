@@ -119,8 +119,9 @@ fn an_export_holds_every_event_byte_for_byte_and_import_check_verifies_it() {
     export(&sandbox, &archive, &recipient);
     let mode = std::fs::metadata(&archive).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
-    // Audited as the owner's reads: at least two pages down and two up.
-    assert!(owner_audits(&sandbox) >= audits_before + 4);
+    // Audited as the owner's reads (at least two pages down and two up), then as the export
+    // itself, with its count.
+    assert!(owner_audits(&sandbox) >= audits_before + 5);
 
     let content = age::decrypt(&id, &std::fs::read(&archive).unwrap()).unwrap();
     let all = lines(&content);
@@ -129,6 +130,25 @@ fn an_export_holds_every_event_byte_for_byte_and_import_check_verifies_it() {
     assert!(events.len() > 2 * ACTIONS, "{} events", events.len());
     let m = manifest(&content);
     assert_eq!(m["event_count"], events.len());
+    let audit = sandbox.json(&["audit"]);
+    let exports: Vec<&Value> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["operation"] == "export")
+        .collect();
+    assert_eq!(exports.len(), 1, "{audit}");
+    assert_eq!(exports[0]["actor"], "owner");
+    assert_eq!(exports[0]["exported_events"], events.len());
+    assert_eq!(exports[0]["outcome"], "completed");
+    let text = sandbox.ok(&["audit"]);
+    assert!(
+        text.contains(&format!(
+            "owner export: allowed, completed, {} events",
+            events.len()
+        )),
+        "{text}"
+    );
     assert_eq!(
         m["content_blake3"],
         blake3::hash(&events.concat()).to_hex().as_str()
@@ -294,6 +314,21 @@ fn plaintext_needs_a_file_and_a_confirmation() {
         .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
         .collect();
     assert!(beside.is_empty());
+
+    // The export's record with counts that disagree is refused, and nothing is journaled.
+    let mut raw = sandbox.connect_when_up();
+    for (events, first, last) in [(5, 0, 0), (0, 1, 1), (2, 9, 3), (2, 0, 3)] {
+        let reply = raw.ask(json!({
+            "op": "record_export",
+            "events": events,
+            "first_sequence": first,
+            "last_sequence": last,
+            "encrypted": true,
+        }));
+        assert_eq!(reply["error"]["code"], "invalid_request", "{reply}");
+    }
+    let audit = sandbox.json(&["audit"]);
+    assert!(!audit.to_string().contains("\"export\""), "{audit}");
 
     sandbox.ok(&["export", "--plaintext", "--out", out_arg, "--yes"]);
     let content = std::fs::read(&out).unwrap();

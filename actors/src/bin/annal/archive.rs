@@ -201,6 +201,11 @@ impl Tally {
         self.count
     }
 
+    /// The first and last sequence counted, 0 each when none was.
+    pub fn range(&self) -> (u64, u64) {
+        (self.first.unwrap_or(0), self.last.unwrap_or(0))
+    }
+
     /// Adds the event line `line` (its bytes with the newline) of sequence `sequence`; `line_no`
     /// names it in the error when the sequence does not increase.
     pub fn push(&mut self, sequence: u64, line: &[u8], line_no: u64) -> Result<(), ArchiveError> {

@@ -11,6 +11,9 @@
 //! oldest first. The sequences above the newest event seen first (this export's own access
 //! events among them) are not read.
 //!
+//! Once the content was read, the export itself is journaled (`record_export`, the audit
+//! journal's `owner_exported`): `annal audit` lists it as the owner's `export` with its count.
+//!
 //! A file is written 0600 beside its destination, synced, and renamed into place only when
 //! complete; on any error it is removed, so nothing half-written is left. `--plaintext`
 //! writes the same content unencrypted, only to a file named with `--out` and only once
@@ -22,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::str::FromStr;
 
+use annal_actors::daemon::Request;
 use annal_schema::Event;
 use annal_schema::tools::QUERY_LIMIT_MAX_EVENTS;
 use serde_json::Value;
@@ -341,6 +345,21 @@ fn run_export(location: &Location, no_daemon: bool, args: &ExportArgs) -> Result
                 head,
             )
             .await
+        };
+        // Journaled as an export (`owner_exported`, in `annal audit`) once its content was
+        // read, beside the owner's reads it was made of.
+        let result = match result {
+            Ok(tally) => {
+                let (first_sequence, last_sequence) = tally.range();
+                let record = Request::RecordExport {
+                    events: tally.count(),
+                    first_sequence,
+                    last_sequence,
+                    encrypted: !args.plaintext,
+                };
+                link.request(record).await.map(|_| tally)
+            }
+            Err(error) => Err(error),
         };
         link.close().await;
         result
