@@ -337,7 +337,7 @@ fn plaintext_needs_a_file_and_a_confirmation() {
     let all = lines(&content);
     assert_eq!(all[0], b"{\"annal_export\":1}\n");
     assert_eq!(manifest(&content)["event_count"], all.len() - 2);
-    // An existing file is not replaced by a refused export; a session filter narrows.
+    // A session filter narrows the export to that session's events.
     let session = sandbox.path("session.jsonl");
     sandbox.ok(&[
         "export",
