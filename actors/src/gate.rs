@@ -103,6 +103,18 @@ pub enum PolicyChange {
         /// They do.
         enabled: bool,
     },
+    /// Record an export the owner made (`annal export`): `PolicyEvent::OwnerExported`, with
+    /// the next audit id.
+    Exported {
+        /// Events in the archive.
+        events: u64,
+        /// The first event's sequence (0: none).
+        first_sequence: u64,
+        /// The last event's sequence (0: none).
+        last_sequence: u64,
+        /// Encrypted to age recipients.
+        encrypted: bool,
+    },
 }
 
 /// What the gate can be asked.
@@ -414,6 +426,22 @@ impl GateState {
             PolicyChange::OwnerAccess { enabled } => {
                 vec![PolicyEvent::OwnerAccessSwitched { enabled }]
             }
+            PolicyChange::Exported {
+                events,
+                first_sequence,
+                last_sequence,
+                encrypted,
+            } => match self.policy.as_ref() {
+                Some(policy) => vec![PolicyEvent::OwnerExported {
+                    audit: policy.next_audit(),
+                    at_ms: now_ms,
+                    events,
+                    first_sequence,
+                    last_sequence,
+                    encrypted,
+                }],
+                None => return Err(JournalUnavailable),
+            },
         };
         if events.is_empty() {
             return Ok(());

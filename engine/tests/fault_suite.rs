@@ -24,6 +24,10 @@
 //! - a writer opened afterwards (above the journal's high-water mark) hands out no sequence
 //!   ever acknowledged, pruned or not.
 //!
+//! Then the import (`store::import::Importer`) runs the same way at each of its own operations,
+//! and against a credential store that fails when its key is made
+//! (`FIGURE fault.import.cases`, `fault.import.cases_injected`; see `import_faults`).
+//!
 //! A `harness = false` target: it prints `FIGURE fault.cases_injected N`. `FAULT_CASES` bounds
 //! the CI run; `ANNAL_FAULT_CASES=100000 cargo test --release -p annal-engine --test
 //! fault_suite` runs every case there is; `ANNAL_FAULT_SEED` replays one run.
@@ -39,11 +43,12 @@ use std::time::Duration;
 use annal_engine::entropy::SeededEntropy;
 use annal_engine::index::{IndexKey, chunk_index_of, write_index_file};
 use annal_engine::journal::{Journal, JournalEntry, JournalEvent, PruneReason, State};
-use annal_engine::keys::{JournalKeys, KeyReference};
+use annal_engine::keys::{JournalKeys, KeyReference, Namespace};
 use annal_engine::profile::ChunkId;
 use annal_engine::query::RetentionCutoff;
 use annal_engine::seal::{SealKey, prepare_seal, read_seals, verify, write_seal};
 use annal_engine::storage::{Access, Area, FaultKind, FaultOp, FaultyStorage, Storage};
+use annal_engine::store::import::{ImportError, Importer};
 use annal_engine::store::{
     Eviction, History, Pruner, StoreReader, StoreWriter, WriterConfig, open_store, pruned_chunks,
     quarantine_chunk,
@@ -661,4 +666,213 @@ fn main() {
     );
     println!("FIGURE fault.cases_injected {injected} faults");
     println!("FIGURE fault.cases {cases} cases");
+    import_faults(seed, limit);
+}
+
+/// A credential-store fault armed on the new store's key reference.
+type KeyFault = fn(&annal_engine::keys::InMemoryProvider, &Namespace, &KeyReference);
+
+/// The events an import writes: a store's whole history of two writer generations (two
+/// streams), read back.
+fn import_source() -> Vec<annal_schema::Event> {
+    let (_dir, layout) = new_store();
+    let storage = FaultyStorage::new(open_store(&layout, Access::Write).unwrap());
+    for seed in [1, 2] {
+        let mut w = writer(&storage, seed).unwrap();
+        w.append(fixture_drafts()).unwrap();
+        w.sync().unwrap();
+    }
+    let report = StoreReader::<History>::new(Arc::new(storage))
+        .read(&fixture_keys())
+        .unwrap();
+    report.records().map(|r| r.event.clone()).collect()
+}
+
+/// One import into a fresh store under `storage` (a new namespace's key in `provider`), with
+/// 30 days of retention journaled: what `Importer` reported.
+fn import_into(
+    storage: &FaultyStorage,
+    layout: &annal_engine::storage::StoreLayout,
+    provider: &annal_engine::keys::InMemoryProvider,
+    events: &[annal_schema::Event],
+) -> Result<u64, ImportError> {
+    let namespace = Namespace::new("imported").unwrap();
+    let scope = annal_engine::store::key_scope(layout).unwrap();
+    let mut importer = Importer::open(
+        Arc::new(storage.clone()),
+        provider,
+        &namespace,
+        &scope,
+        common::clock(),
+    )?;
+    for event in events {
+        importer.push(event.clone())?;
+    }
+    importer.finish(Some(30))
+}
+
+/// The chunks' key references, and the history read with the key the provider holds for the
+/// store (none when it holds none).
+fn imported(
+    storage: &FaultyStorage,
+    layout: &annal_engine::storage::StoreLayout,
+    provider: &annal_engine::keys::InMemoryProvider,
+) -> (BTreeSet<KeyReference>, Option<Vec<annal_schema::Event>>) {
+    let namespace = Namespace::new("imported").unwrap();
+    let scope = annal_engine::store::key_scope(layout).unwrap();
+    let custody = annal_engine::keys::open_store_key(
+        provider,
+        &namespace,
+        &scope,
+        annal_engine::keys::OpenMode::Read,
+    )
+    .ok();
+    let events = custody.map(|custody| {
+        StoreReader::<History>::new(Arc::new(storage.clone()))
+            .read(&custody.history_keys())
+            .unwrap()
+            .records()
+            .map(|r| r.event.clone())
+            .collect()
+    });
+    (scope.named, events)
+}
+
+/// The import under faults (issue 34 item 5): at every storage operation of a clean import in
+/// turn, one fault (a failed or short write, ENOSPC, a failed create, sync, rename or
+/// directory sync), then a crash keeping a seeded prefix of every unsynced byte; and a
+/// credential store that fails, or does not keep what it was given, when the key is made.
+/// Invariants: an import that reported success reads back whole and byte for byte after the
+/// crash; one that failed said so (the caller throws the store away); no byte position is
+/// written twice; and never a chunk under a key the credential store does not hold.
+fn import_faults(seed: u64, limit: usize) {
+    let events = import_source();
+    assert!(events.len() >= 2 * fixture_drafts().len());
+    let provider =
+        || annal_engine::keys::InMemoryProvider::new(Box::new(SeededEntropy::new(seed))).unwrap();
+
+    let (_dir, layout) = new_store();
+    let storage = FaultyStorage::new(open_store(&layout, Access::Write).unwrap());
+    let keys = provider();
+    assert_eq!(
+        import_into(&storage, &layout, &keys, &events).unwrap(),
+        events.len() as u64
+    );
+    let counts: Vec<(FaultOp, u64)> = OPS.into_iter().map(|op| (op, storage.count(op))).collect();
+    // Reported whole, it survives a crash right after: everything it wrote was synced.
+    let mut crash_rng = SeededEntropy::new(seed | 5);
+    storage
+        .crash(&mut |unsynced| crash_rng.next_u64() % (unsynced + 1))
+        .unwrap();
+    let (_, read) = imported(&storage, &layout, &keys);
+    let read = read.unwrap();
+    assert_eq!(read.len(), events.len());
+    for (a, b) in read.iter().zip(&events) {
+        assert_eq!(a.to_json_vec(), b.to_json_vec());
+    }
+    drop(storage);
+
+    let mut faults = Vec::new();
+    for (op, count) in &counts {
+        for nth in 1..=*count {
+            faults.push(Fault::Fail {
+                op: *op,
+                nth,
+                kind: FaultKind::Eio,
+            });
+            if matches!(op, FaultOp::Write | FaultOp::Create) {
+                faults.push(Fault::Fail {
+                    op: *op,
+                    nth,
+                    kind: FaultKind::NoSpace,
+                });
+            }
+            if *op == FaultOp::Write {
+                faults.push(Fault::ShortWrite {
+                    nth,
+                    keep: nth % 64,
+                });
+            }
+        }
+    }
+    let stride = faults.len().div_ceil(limit.max(1)).max(1);
+    let mut rng = SeededEntropy::new(seed | 3);
+    let (mut cases, mut injected, mut succeeded) = (0usize, 0u64, 0usize);
+    for (index, fault) in faults.iter().enumerate().filter(|(i, _)| i % stride == 0) {
+        let case = format!("import case {index} {fault:?} (seed {seed})");
+        let (_dir, layout) = new_store();
+        let storage = FaultyStorage::new(open_store(&layout, Access::Write).unwrap());
+        let keys = provider();
+        arm(&storage, *fault);
+        let result = import_into(&storage, &layout, &keys, &events);
+        injected += storage.injected();
+        let mut crash_rng = SeededEntropy::new(rng.next_u64() | 1);
+        storage
+            .crash(&mut |unsynced| crash_rng.next_u64() % (unsynced + 1))
+            .unwrap();
+        assert_eq!(
+            storage.rewrites(),
+            0,
+            "{case}: a byte position was written twice"
+        );
+        let (named, read) = imported(&storage, &layout, &keys);
+        // Never a chunk under a key the credential store does not hold.
+        if !named.is_empty() {
+            assert!(
+                read.is_some(),
+                "{case}: chunks name {named:?}, the key is not held"
+            );
+        }
+        if result.is_ok() {
+            succeeded += 1;
+            let read = read.unwrap();
+            assert_eq!(
+                read.len(),
+                events.len(),
+                "{case}: a reported import lost events"
+            );
+            for (a, b) in read.iter().zip(&events) {
+                assert_eq!(a.to_json_vec(), b.to_json_vec(), "{case}");
+            }
+        }
+        cases += 1;
+    }
+    assert!(injected > 0);
+
+    // The credential store fails when the key is made, or keeps other bytes than it was
+    // given: the import fails before any chunk exists.
+    let key_cases: [(&str, KeyFault); 2] = [
+        ("unreachable", |p, ns, reference| {
+            p.inject_error(
+                ns,
+                reference,
+                keyring_core::Error::PlatformFailure(Box::new(std::io::Error::other("no bus"))),
+            )
+            .unwrap();
+        }),
+        ("kept other bytes", |p, _, _| p.tamper_next_write()),
+    ];
+    for (name, fail) in key_cases {
+        let (_dir, layout) = new_store();
+        let storage = FaultyStorage::new(open_store(&layout, Access::Write).unwrap());
+        let keys = provider();
+        let namespace = Namespace::new("imported").unwrap();
+        let id = annal_engine::store::key_scope(&layout).unwrap().id.unwrap();
+        fail(&keys, &namespace, &namespace.store_reference(&id));
+        let result = import_into(&storage, &layout, &keys, &events);
+        assert!(
+            matches!(result, Err(ImportError::Key(_))),
+            "{name}: {result:?}"
+        );
+        let chunks = storage.list(Area::Chunks).unwrap();
+        assert!(chunks.is_empty(), "{name}: a chunk was written: {chunks:?}");
+        cases += 1;
+    }
+    println!(
+        "fault suite: import: {cases} cases ({succeeded} imports reported whole and read back \
+         whole after the crash, as the clean one did), {injected} faults injected, 2 \
+         key-store faults"
+    );
+    println!("FIGURE fault.import.cases {cases} cases");
+    println!("FIGURE fault.import.cases_injected {injected} faults");
 }

@@ -182,6 +182,18 @@ pub enum Request {
         /// They do.
         enabled: bool,
     },
+    /// The owner's export (`annal export`), recorded in the audit journal once its archive's
+    /// content was read (`owner_exported`; durable before the reply).
+    RecordExport {
+        /// Events in the archive.
+        events: u64,
+        /// The first event's `data.sequence` (0 when there is none).
+        first_sequence: u64,
+        /// The last event's `data.sequence` (0 when there is none).
+        last_sequence: u64,
+        /// Encrypted to age recipients (`false`: `--plaintext`).
+        encrypted: bool,
+    },
     /// A driver session starts (capture). The raw label stays in the daemon's memory.
     SessionStarted {
         /// The raw session label (never written).
@@ -716,7 +728,7 @@ impl<'de> serde::de::Visitor<'de> for UniqueKeys<'_> {
 
 /// Every field name of the closed request schema: the requests' fields, an application's and an
 /// outcome's, and the `history_query` arguments. A name outside this list is never quoted.
-pub const FIELD_NAMES: [&str; 36] = [
+pub const FIELD_NAMES: [&str; 40] = [
     "op",
     "since_ms",
     "until_ms",
@@ -753,6 +765,10 @@ pub const FIELD_NAMES: [&str; 36] = [
     "since_sequence",
     "until_sequence",
     "cursor",
+    "events",
+    "first_sequence",
+    "last_sequence",
+    "encrypted",
 ];
 
 /// How a message names `key`: `the field "x"` when `x` is a field of the closed schema, else
@@ -766,7 +782,7 @@ pub fn field_name(key: &str) -> String {
 }
 
 /// Every `op` the protocol knows.
-pub const KNOWN_OPS: [&str; 25] = [
+pub const KNOWN_OPS: [&str; 26] = [
     "hello",
     "status",
     "enable",
@@ -787,6 +803,7 @@ pub const KNOWN_OPS: [&str; 25] = [
     "revoke",
     "switch_agents",
     "set_owner_access",
+    "record_export",
     "session_started",
     "session_ended",
     "action_started",

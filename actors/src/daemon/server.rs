@@ -234,7 +234,7 @@ fn audit_json(entry: &annal_engine::policy::views::AuditEntry) -> Value {
         Principal::Owner => "owner",
         Principal::Agent(actor) => actor.as_str(),
     };
-    json!({
+    let mut value = json!({
         "audit": entry.audit,
         "at_ms": entry.at_ms,
         "actor": who,
@@ -242,7 +242,13 @@ fn audit_json(entry: &annal_engine::policy::views::AuditEntry) -> Value {
         "verdict": entry.verdict.map(|v| v.code()),
         "outcome": entry.outcome.map(|o| o.code()),
         "returned_events": entry.returned_events,
-    })
+    });
+    // An export: its operation is `export`, and its count the archive's (never a tool call's).
+    if let Some(events) = entry.exported_events {
+        value["operation"] = json!("export");
+        value["exported_events"] = json!(events);
+    }
+    value
 }
 
 fn invalid(message: impl Into<String>) -> DaemonError {
@@ -551,6 +557,30 @@ impl Dispatcher {
             }
             Request::SetOwnerAccess { enabled } => {
                 self.change(PolicyChange::OwnerAccess { enabled }).await
+            }
+            Request::RecordExport {
+                events,
+                first_sequence,
+                last_sequence,
+                encrypted,
+            } => {
+                if first_sequence > last_sequence
+                    || (events == 0) != (last_sequence == 0)
+                    || (events == 0) != (first_sequence == 0)
+                {
+                    return Err(invalid(
+                        "\"first_sequence\", \"last_sequence\" and \"events\" disagree: an \
+                         export of events names its first and last sequence, in order; an \
+                         empty one names 0 for both",
+                    ));
+                }
+                self.change(PolicyChange::Exported {
+                    events,
+                    first_sequence,
+                    last_sequence,
+                    encrypted,
+                })
+                .await
             }
             Request::SessionStarted { session } => {
                 if session.is_empty() || session.len() > SESSION_LABEL_MAX_BYTES {

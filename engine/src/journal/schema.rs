@@ -726,6 +726,14 @@ enum WireEvent {
         at_ms: u64,
         principal: Principal,
     },
+    OwnerExported {
+        audit: u64,
+        at_ms: u64,
+        events: u64,
+        first_sequence: u64,
+        last_sequence: u64,
+        encrypted: bool,
+    },
     ContractObserved {
         operation: ControlOperation,
         source: ContractSource,
@@ -930,6 +938,21 @@ impl WireEvent {
                 at_ms,
                 principal,
             },
+            PolicyEvent::OwnerExported {
+                audit,
+                at_ms,
+                events,
+                first_sequence,
+                last_sequence,
+                encrypted,
+            } => Self::OwnerExported {
+                audit,
+                at_ms,
+                events,
+                first_sequence,
+                last_sequence,
+                encrypted,
+            },
         }
     }
 
@@ -1052,6 +1075,21 @@ impl WireEvent {
                 audit,
                 at_ms,
                 principal,
+            }),
+            Self::OwnerExported {
+                audit,
+                at_ms,
+                events,
+                first_sequence,
+                last_sequence,
+                encrypted,
+            } => JournalEvent::Policy(PolicyEvent::OwnerExported {
+                audit,
+                at_ms,
+                events,
+                first_sequence,
+                last_sequence,
+                encrypted,
             }),
             Self::ContractObserved {
                 operation,

@@ -1152,6 +1152,17 @@ fn golden() -> Vec<(JournalEvent, &'static str)> {
             r#"{"kind":"unknown_tool_refused","audit":8,"at_ms":2100,"principal":"agent-a"}"#,
         ),
         (
+            JournalEvent::Policy(PolicyEvent::OwnerExported {
+                audit: 9,
+                at_ms: 2_200,
+                events: 4_096,
+                first_sequence: 3,
+                last_sequence: 4_200,
+                encrypted: true,
+            }),
+            r#"{"kind":"owner_exported","audit":9,"at_ms":2200,"events":4096,"first_sequence":3,"last_sequence":4200,"encrypted":true}"#,
+        ),
+        (
             JournalEvent::Policy(PolicyEvent::OwnerAccessSwitched { enabled: false }),
             r#"{"kind":"owner_access_switched","enabled":false}"#,
         ),

@@ -678,6 +678,23 @@ pub enum PolicyEvent {
         /// Who called.
         principal: Principal,
     },
+    /// The owner exported history (`annal export`): recorded once the archive's content was
+    /// read, beside the owner's reads (`local_cli` queries, one per page) it was made of. It
+    /// takes an audit id of its own, so `annal audit` lists it in order.
+    OwnerExported {
+        /// Its audit id (no completion record follows: this is the whole record).
+        audit: u64,
+        /// When it was recorded, in ms since the epoch.
+        at_ms: u64,
+        /// Events in the archive.
+        events: u64,
+        /// The first event's `data.sequence` (0 when there is none).
+        first_sequence: u64,
+        /// The last event's `data.sequence` (0 when there is none).
+        last_sequence: u64,
+        /// Encrypted to age recipients (`false`: `--plaintext`).
+        encrypted: bool,
+    },
     /// A gated operation ended.
     AuditFinished {
         /// The audit id of its [`PolicyEvent::AuditStarted`].
@@ -713,6 +730,20 @@ impl PolicyEvent {
             | Self::OwnerAccessSwitched { .. } => true,
             Self::AuditStarted { audit, at_ms, .. }
             | Self::UnknownToolRefused { audit, at_ms, .. } => *audit >= 1 && *at_ms <= time_max_ms,
+            Self::OwnerExported {
+                audit,
+                at_ms,
+                events,
+                first_sequence,
+                last_sequence,
+                ..
+            } => {
+                *audit >= 1
+                    && *at_ms <= time_max_ms
+                    && first_sequence <= last_sequence
+                    && (*events == 0) == (*last_sequence == 0)
+                    && (*events == 0) == (*first_sequence == 0)
+            }
             Self::AuditFinished {
                 audit,
                 returned_events,
@@ -829,6 +860,7 @@ impl PolicyState {
             | PolicyEvent::OwnerAccessSwitched { .. }
             | PolicyEvent::AuditStarted { .. }
             | PolicyEvent::UnknownToolRefused { .. }
+            | PolicyEvent::OwnerExported { .. }
             | PolicyEvent::AuditFinished { .. } => None,
         }
     }
@@ -883,7 +915,8 @@ impl PolicyState {
                 }
             }
             PolicyEvent::AuditFinished { audit, .. }
-            | PolicyEvent::UnknownToolRefused { audit, .. } => {
+            | PolicyEvent::UnknownToolRefused { audit, .. }
+            | PolicyEvent::OwnerExported { audit, .. } => {
                 self.last_audit = self.last_audit.max(*audit);
             }
         }

@@ -78,6 +78,9 @@ pub struct AuditEntry {
     pub outcome: Option<AuditOutcome>,
     /// How many events it returned.
     pub returned_events: u16,
+    /// An export (`annal export`, [`PolicyEvent::OwnerExported`]): how many events its
+    /// archive holds. `None` for a tool call.
+    pub exported_events: Option<u64>,
 }
 
 /// Which audit entries the owner asks for.
@@ -120,6 +123,7 @@ pub fn audit_entries<'a>(
         verdict: None,
         outcome: None,
         returned_events: 0,
+        exported_events: None,
     };
     for event in events {
         match event {
@@ -147,6 +151,20 @@ pub fn audit_entries<'a>(
                         annal_schema::ErrorCode::UnknownTool,
                     ))),
                     ..started(*audit, *at_ms, principal)
+                };
+                entries.insert(*audit, entry);
+            }
+            PolicyEvent::OwnerExported {
+                audit,
+                at_ms,
+                events,
+                ..
+            } => {
+                let entry = AuditEntry {
+                    verdict: Some(Verdict::Allowed),
+                    outcome: Some(AuditOutcome::Completed),
+                    exported_events: Some(*events),
+                    ..started(*audit, *at_ms, &Principal::Owner)
                 };
                 entries.insert(*audit, entry);
             }
@@ -201,6 +219,57 @@ mod tests {
             outcome,
             returned_events,
         }
+    }
+
+    #[test]
+    fn an_export_is_an_owner_entry_in_audit_order_with_its_count() {
+        // Given an owner's read (audit 1), an export (audit 2) and an agent's read (audit 3).
+        let mut state = PolicyState::default();
+        let export = PolicyEvent::OwnerExported {
+            audit: 2,
+            at_ms: T0 + 1,
+            events: 500,
+            first_sequence: 1,
+            last_sequence: 520,
+            encrypted: true,
+        };
+        state.apply(&export);
+        assert_eq!(state.next_audit(), 3);
+        let events = [
+            started(1, T0, Principal::Owner, Verdict::Allowed),
+            finished(1, AuditOutcome::Completed, 200),
+            export,
+            started(3, T0 + 2, Principal::Agent(actor("a")), Verdict::Allowed),
+        ];
+        // When the whole trail is read, then the export is the second entry, the owner's.
+        let entries = audit_entries(&events, &AuditFilter::default());
+        assert_eq!(entries.len(), 3);
+        assert_eq!(entries[1].audit, 2);
+        assert_eq!(entries[1].principal, Principal::Owner);
+        assert_eq!(entries[1].operation, None);
+        assert_eq!(entries[1].exported_events, Some(500));
+        assert_eq!(entries[0].exported_events, None);
+        // An agent's filter and the denied filter leave it out.
+        let agent = AuditFilter {
+            actor: Some(actor("a")),
+            ..AuditFilter::default()
+        };
+        assert!(audit_entries(&events, &agent).iter().all(|e| e.audit == 3));
+        let denied = AuditFilter {
+            denied_only: true,
+            ..AuditFilter::default()
+        };
+        assert!(audit_entries(&events, &denied).is_empty());
+        // Its bounds: a count without sequences, or reversed sequences, are out of bounds.
+        let bad = PolicyEvent::OwnerExported {
+            audit: 2,
+            at_ms: T0,
+            events: 5,
+            first_sequence: 0,
+            last_sequence: 0,
+            encrypted: false,
+        };
+        assert!(!bad.in_bounds(u64::MAX));
     }
 
     #[test]

@@ -34,6 +34,7 @@
 
 pub mod delete;
 pub mod identity;
+pub mod import;
 pub mod prune;
 pub mod quarantine;
 pub mod read;

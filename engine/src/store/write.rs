@@ -164,6 +164,10 @@ pub enum AppendError {
     /// No sequence is left (the stream reached `u64::MAX`).
     #[error("the stream has no sequence numbers left")]
     SequencesExhausted,
+    /// A batch of finished events ([`StoreWriter::append_imported`]) breaks the import
+    /// rules. Nothing was written, no sequence was used.
+    #[error("the imported batch is refused: {0}")]
+    InvalidImport(super::import::ImportViolation),
     /// Sealing failed.
     #[error("sealing a record: {source}")]
     Seal {
@@ -196,13 +200,16 @@ impl AppendError {
     /// what waits for its sync, is as it was. Any other failure abandoned that chunk, and
     /// [`AppendError::lost`] says what is not durable.
     pub fn is_refused(&self) -> bool {
-        matches!(self, Self::InvalidDraft { .. } | Self::SequencesExhausted)
+        matches!(
+            self,
+            Self::InvalidDraft { .. } | Self::SequencesExhausted | Self::InvalidImport(_)
+        )
     }
 
     /// The sequences this failure made impossible to acknowledge.
     pub fn lost(&self) -> Option<&RangeInclusive<u64>> {
         match self {
-            Self::InvalidDraft { .. } | Self::SequencesExhausted => None,
+            Self::InvalidDraft { .. } | Self::SequencesExhausted | Self::InvalidImport(_) => None,
             Self::TooLarge { lost, .. }
             | Self::Seal { lost, .. }
             | Self::Entropy { lost }
@@ -216,7 +223,7 @@ impl AppendError {
     /// refused draft (a caller's bug, not the store's state).
     pub fn health_category(&self) -> Option<HealthCategory> {
         match self {
-            Self::InvalidDraft { .. } | Self::TooLarge { .. } => None,
+            Self::InvalidDraft { .. } | Self::TooLarge { .. } | Self::InvalidImport(_) => None,
             Self::SequencesExhausted => Some(HealthCategory::WriterStopped),
             Self::Seal { .. } | Self::Entropy { .. } | Self::Storage { .. } => {
                 Some(HealthCategory::StorageUnavailable)
@@ -241,7 +248,7 @@ impl AppendError {
             | Self::Seal { lost, .. }
             | Self::Entropy { lost }
             | Self::Storage { lost, .. } => *lost = range,
-            Self::InvalidDraft { .. } | Self::SequencesExhausted => {}
+            Self::InvalidDraft { .. } | Self::SequencesExhausted | Self::InvalidImport(_) => {}
         }
         self
     }
@@ -488,6 +495,13 @@ struct Generation {
     /// within the stream (sequences never repeat) and unguessable, with no system call per
     /// event, and a batch's ids are one read.
     id_key: [u8; EVENT_ID_KEY_LEN_BYTES],
+}
+
+/// One record of a batch: a draft the writer gives its identity (capture), or a finished event
+/// that keeps its own (an import, [`StoreWriter::append_imported`]).
+enum BatchItem<S: Stream> {
+    Draft(S::Draft),
+    Finished(EventOf<S>),
 }
 
 /// A chunk this close to its size limit (the last 1/8) is closed early after a sync
@@ -916,7 +930,9 @@ impl<S: Stream> StoreWriter<S> {
         self.high_water = Some(last);
         let batch = first.get()..=last.get();
         let mut receipt = AppendReceipt::default();
-        match self.write_batch(drafts, first.get(), &mut receipt) {
+        let len = drafts.len();
+        let items = drafts.into_iter().map(BatchItem::Draft);
+        match self.write_batch(items, len, first.get(), &mut receipt) {
             Ok(()) => {
                 (receipt.recovered, receipt.recovered_events) =
                     std::mem::take(&mut self.written_unreported);
@@ -1078,15 +1094,17 @@ impl<S: Stream> StoreWriter<S> {
                 >= max
     }
 
-    /// Serializes, seals and writes the batch whose first sequence is `first`.
+    /// Serializes, seals and writes the batch of `len` items whose first sequence is `first`
+    /// (drafts take `first`, `first + 1`, ...; finished events keep theirs).
     fn write_batch(
         &mut self,
-        drafts: Vec<S::Draft>,
+        items: impl Iterator<Item = BatchItem<S>>,
+        len: usize,
         first: u64,
         receipt: &mut AppendReceipt<EventOf<S>>,
     ) -> Result<(), AppendError> {
-        let mut pending: Vec<RecordLocation> = Vec::with_capacity(drafts.len());
-        let mut pending_events: Vec<EventOf<S>> = Vec::with_capacity(drafts.len());
+        let mut pending: Vec<RecordLocation> = Vec::with_capacity(len);
+        let mut pending_events: Vec<EventOf<S>> = Vec::with_capacity(len);
         self.batch.clear();
         // The chunk first: starting one may start a new generation, and each record's `source`
         // must name the stream of the chunk it goes into. Rotation below keeps the generation.
@@ -1096,16 +1114,23 @@ impl<S: Stream> StoreWriter<S> {
         // The age limit is checked once per batch (two clock reads), not per record.
         let mut aged = self.current.as_ref().is_some_and(|c| self.is_aged(c));
         // Every id of the batch at once (rotation below keeps the generation, so its key).
-        event_ids(&self.generation.id_key, first, drafts.len(), &mut self.ids);
-        for (index, draft) in drafts.into_iter().enumerate() {
-            let sequence = first + index as u64;
-            let identity = RecordIdentity {
-                id: OpaqueId::from_bytes(keyed_id_at(&self.ids, index)),
-                stream_id: &self.generation.stream_id,
-                source: &self.generation.source,
-                sequence: Sequence::new(sequence).ok_or(AppendError::SequencesExhausted)?,
+        event_ids(&self.generation.id_key, first, len, &mut self.ids);
+        for (index, item) in items.enumerate() {
+            let (sequence, event) = match item {
+                BatchItem::Draft(draft) => {
+                    let sequence = first + index as u64;
+                    let identity = RecordIdentity {
+                        id: OpaqueId::from_bytes(keyed_id_at(&self.ids, index)),
+                        stream_id: &self.generation.stream_id,
+                        source: &self.generation.source,
+                        sequence: Sequence::new(sequence).ok_or(AppendError::SequencesExhausted)?,
+                    };
+                    (sequence, S::finish(draft, &identity))
+                }
+                BatchItem::Finished(event) => {
+                    (<S::Schema as RecordSchema>::sequence(&event), event)
+                }
             };
-            let event: EventOf<S> = S::finish(draft, &identity);
             self.plaintext.clear();
             S::encode(&event, &mut self.plaintext);
             if self.plaintext.len() > MAX_PLAINTEXT_LEN_BYTES {
@@ -1304,6 +1329,64 @@ impl<S: Stream> StoreWriter<S> {
             chain,
         });
         Ok(chunk_id)
+    }
+}
+
+impl StoreWriter<super::History> {
+    /// An import's append (`annal import`): finished events, each keeping its id, `source`
+    /// and `data.sequence`, checked first against the import rules
+    /// ([`check_imported`](super::import::check_imported): write rules, sequences above the
+    /// high water and increasing, one `source`); a refused batch writes nothing and uses no
+    /// sequence ([`AppendError::InvalidImport`]). The batch goes into chunks of the stream its
+    /// `source` names: when that is not the current generation's, the current chunk is closed
+    /// and a generation of that stream begins (so each record's `source` is its chunk
+    /// header's, as the reader checks). Not synced, like [`Self::append`]. Any failure after
+    /// the check abandons the chunk and reports the whole batch lost: an import that fails is
+    /// thrown away whole by its caller.
+    pub fn append_imported(
+        &mut self,
+        events: Vec<annal_schema::Event>,
+    ) -> Result<AppendReceipt, AppendError> {
+        super::import::check_imported(&events, self.high_water)
+            .map_err(AppendError::InvalidImport)?;
+        let (Some(first), Some(last)) = (events.first(), events.last()) else {
+            return Ok(AppendReceipt::default());
+        };
+        let (first_sequence, last_sequence) = (first.data.sequence, last.data.sequence);
+        if self.generation_spent || self.generation.source != first.source {
+            let stream_id = OpaqueId::new(first.source.stream_id()).map_err(|_| {
+                AppendError::InvalidImport(super::import::ImportViolation::NoStream { index: 0 })
+            })?;
+            if self.current.as_ref().is_some_and(|c| c.first.is_some()) {
+                if let Some(closed) = self.close_or_abandon()? {
+                    // Reported by the next receipt, as a rotation's closed chunk is.
+                    self.closed_unreported.push(closed);
+                }
+            } else {
+                self.current = None;
+            }
+            let mut id_key = [0u8; EVENT_ID_KEY_LEN_BYTES];
+            self.entropy
+                .fill(&mut id_key)
+                .map_err(|EntropyError| AppendError::Entropy { lost: None })?;
+            self.generation = Generation {
+                source: first.source.clone(),
+                stream_id,
+                id_key,
+            };
+            self.generation_spent = false;
+        }
+        self.high_water = Some(last_sequence);
+        let mut receipt = AppendReceipt::default();
+        let len = events.len();
+        let items = events.into_iter().map(BatchItem::Finished);
+        match self.write_batch(items, len, first_sequence.get(), &mut receipt) {
+            Ok(()) => Ok(receipt),
+            Err(error) => {
+                self.abandon();
+                Err(error.with_lost(Some(first_sequence.get()..=last_sequence.get())))
+            }
+        }
     }
 }
 

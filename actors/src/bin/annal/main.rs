@@ -25,6 +25,8 @@
 //! - `demo.rs`: `annal demo`, the whole pipeline on a temporary store with a short report.
 //! - `inspect.rs`, `verify.rs`: the offline read-only decoder and checker (`keyfile.rs` reads
 //!   their key file).
+//! - `export.rs`, `import.rs`, `archive.rs`: `annal export`, `annal import` (into a new
+//!   store, or `--check`), and the archive's content (manifest, digest, reading, checking).
 //! - `doctor.rs`: `annal doctor`, credential-store diagnostics.
 //! - `own_key.rs`: `annal enable --own-key`, a key of the store's own (docs/key-custody.md).
 //!
@@ -44,8 +46,11 @@ use std::process::ExitCode;
 use annal_engine::keys::KeyStoreChoice;
 use clap::{Parser, Subcommand};
 
+mod archive;
 mod demo;
 mod doctor;
+mod export;
+mod import;
 mod inspect;
 mod keyfile;
 mod link;
@@ -158,6 +163,13 @@ enum Command {
     /// The newest events whose capability or application (bundle id, display name) holds
     /// TEXT, ignoring case; the owner's filters narrow them further.
     Search(reads::SearchArgs),
+    /// Write the history (or what --since and --session keep) to one archive encrypted to
+    /// age recipients: the owner's read, audited, paging through the whole store.
+    Export(export::ExportArgs),
+    /// Read an archive `annal export` wrote (decrypt with an age identity, check every event,
+    /// the counts and the digest) into a new store (the namespace must not exist), or only
+    /// check it with --check.
+    Import(import::ImportArgs),
     /// Grant an agent one operation (status or query) for a bounded time.
     Grant(owner::GrantArgs),
     /// Revoke every grant of an agent; its next call is refused, also after its MCP server
@@ -310,6 +322,8 @@ fn main() -> ExitCode {
         Command::Show(args) => with_location(&|l| reads::show(l, no_daemon, args)),
         Command::Query(args) => with_location(&|l| reads::query(l, no_daemon, args)),
         Command::Search(args) => with_location(&|l| reads::search(l, no_daemon, args)),
+        Command::Export(args) => with_location(&|l| export::export(l, no_daemon, args)),
+        Command::Import(args) => with_location(&|l| import::import(l, args)),
         Command::Grant(args) => with_location(&|l| owner::grant(l, no_daemon, args)),
         Command::Revoke(args) => with_location(&|l| owner::revoke(l, no_daemon, args)),
         Command::Grants(args) => with_location(&|l| views::grants(l, no_daemon, args)),

@@ -158,7 +158,10 @@ pub fn audit(location: &Location, no_daemon: bool, args: &AuditArgs) -> ExitCode
                                 entry["operation"].as_str().unwrap_or("(unknown tool)"),
                                 entry["verdict"].as_str().unwrap_or("refused"),
                                 entry["outcome"].as_str().unwrap_or("unfinished"),
-                                entry["returned_events"].as_u64().unwrap_or(0),
+                                entry["exported_events"]
+                                    .as_u64()
+                                    .or(entry["returned_events"].as_u64())
+                                    .unwrap_or(0),
                             )
                         })
                         .collect()
