@@ -11,6 +11,8 @@
 //!   `revoke`, `agents`, `owner-access`, `stop`, `socket`, `delete`.
 //! - `reads.rs`: the owner's reads, `list`, `show`, `query` and `search`, with the owner's
 //!   filters.
+//! - `report/`: `annal report` (one self-contained HTML page) and `annal stats`, owner reads
+//!   through the gate with the journal's facts.
 //! - `repair.rs`: `annal repair --quarantine` and `annal index rebuild` (offline, the daemon
 //!   stopped first).
 //! - `serve.rs`: `annal serve`, the daemon.
@@ -57,6 +59,7 @@ mod owner;
 mod private_file;
 mod reads;
 mod repair;
+mod report;
 mod serve;
 mod service;
 mod shell;
@@ -158,6 +161,12 @@ enum Command {
     /// The newest events whose capability or application (bundle id, display name) holds
     /// TEXT, ignoring case; the owner's filters narrow them further.
     Search(reads::SearchArgs),
+    /// Write one self-contained HTML report (no network, no script): a timeline per session,
+    /// activity, mixes, gaps and drops, health changes, agent access and disk use.
+    Report(report::ReportArgs),
+    /// Totals, top capabilities and applications, outcomes, sessions, a per-day sparkline,
+    /// drops, gaps and disk use, on the terminal (or --json).
+    Stats(report::StatsArgs),
     /// Grant an agent one operation (status or query) for a bounded time.
     Grant(owner::GrantArgs),
     /// Revoke every grant of an agent; its next call is refused, also after its MCP server
@@ -310,6 +319,8 @@ fn main() -> ExitCode {
         Command::Show(args) => with_location(&|l| reads::show(l, no_daemon, args)),
         Command::Query(args) => with_location(&|l| reads::query(l, no_daemon, args)),
         Command::Search(args) => with_location(&|l| reads::search(l, no_daemon, args)),
+        Command::Report(args) => with_location(&|l| report::report(l, no_daemon, args)),
+        Command::Stats(args) => with_location(&|l| report::stats(l, no_daemon, args)),
         Command::Grant(args) => with_location(&|l| owner::grant(l, no_daemon, args)),
         Command::Revoke(args) => with_location(&|l| owner::revoke(l, no_daemon, args)),
         Command::Grants(args) => with_location(&|l| views::grants(l, no_daemon, args)),

@@ -214,7 +214,7 @@ fn outcome_error() -> String {
 
 /// The daemon's `query` request for `arguments` narrowed by the filter flags (the daemon
 /// checks the values again with the same rules).
-fn request(
+pub(crate) fn request(
     mut arguments: serde_json::Map<String, Value>,
     args: &FilterArgs,
     text: Option<&str>,
@@ -236,7 +236,7 @@ fn request(
 }
 
 /// An answer's events, or its refusal as an error (exit 1).
-fn events(value: &Value) -> Result<Vec<Value>, CliError> {
+pub(crate) fn events(value: &Value) -> Result<Vec<Value>, CliError> {
     match ToolReply::from_value(value.clone()) {
         Some(ToolReply::Answer(answer)) => answer["events"]
             .as_array()
@@ -309,7 +309,7 @@ fn events_text(events: &[Value]) -> String {
 }
 
 /// The `history_query` arguments that are set.
-fn query_arguments(fields: &[(&str, Option<Value>)]) -> serde_json::Map<String, Value> {
+pub(crate) fn query_arguments(fields: &[(&str, Option<Value>)]) -> serde_json::Map<String, Value> {
     fields
         .iter()
         .filter_map(|(name, value)| Some(((*name).to_owned(), value.clone()?)))

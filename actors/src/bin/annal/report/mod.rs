@@ -1,0 +1,323 @@
+//! `annal report` (one self-contained HTML page) and `annal stats` (the same figures on a
+//! terminal, or as JSON).
+//!
+//! Both are owner reads through the policy gate, as every `annal list` is: the events come
+//! from daemon `query` requests (the owner's `history_query`, audited as `local_cli`, each
+//! non-empty page appending the contract's `access` event unless `annal owner-access off`),
+//! paged newest first by `until_sequence` in pages of [`QUERY_LIMIT_MAX_EVENTS`], at most
+//! [`REPORT_EVENTS_MAX`] events; the owner's journal facts from the `status` (disk use, quota,
+//! retention, health), `audit` (who read, how much, when, denials) and `grants` (revoked
+//! agents) requests. Nothing reads a chunk directly.
+//!
+//! - `model.rs`: the pure fold of events and facts into what is drawn (tested there).
+//! - `html.rs`: the page (maud, inline SVG, a CSP that forbids every fetch).
+//! - `stats.rs`: the terminal and JSON forms.
+
+mod html;
+mod model;
+mod stats;
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use annal_actors::daemon::Request;
+use annal_schema::tools::QUERY_LIMIT_MAX_EVENTS;
+#[cfg(test)]
+use serde_json::Value;
+
+use crate::CliError;
+use crate::link::Link;
+use crate::location::Location;
+use crate::owner::finish;
+use crate::reads::FilterArgs;
+
+/// Most events one report or stats run reads (about 200 MB of answers' JSON at the most);
+/// beyond it the oldest are left out, and the report says so.
+pub const REPORT_EVENTS_MAX: usize = 2_000_000;
+
+/// Mode of the report file: the owner's alone (it holds metadata of their history).
+const REPORT_FILE_MODE: u32 = 0o600;
+
+/// Where the report goes without `--out`.
+const REPORT_DEFAULT_FILE: &str = "annal-report.html";
+
+/// The read's bounds, shared by `report` and `stats`.
+#[derive(Debug, Default, clap::Args)]
+pub struct ScopeArgs {
+    /// Only events at or after WHEN: a duration back from now (30m, 2h, 7d) or a time
+    /// (as `annal list --since`).
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+    /// Only events at or before WHEN (as --since).
+    #[arg(long, value_name = "WHEN")]
+    pub until: Option<String>,
+    /// Only this session's events: its opaque id or its raw label (never written to the
+    /// report: the page names sessions by their opaque ids).
+    #[arg(long, value_name = "SESSION")]
+    pub session: Option<String>,
+}
+
+/// Arguments of `annal report`.
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    /// The HTML file to write (mode 0600; replaced when it exists).
+    #[arg(long, value_name = "FILE.html", default_value = REPORT_DEFAULT_FILE)]
+    pub out: PathBuf,
+    /// Open the file in the desktop's browser afterwards (`xdg-open`).
+    #[arg(long)]
+    pub open: bool,
+}
+
+/// Arguments of `annal stats`.
+#[derive(Debug, clap::Args)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    #[command(flatten)]
+    pub out: crate::owner::OutputArgs,
+}
+
+/// What was read for one report.
+struct Collected {
+    summary: model::Summary,
+    facts: html::Facts,
+}
+
+/// The owner's filter flags of `scope` (the rest unset).
+fn filter(scope: &ScopeArgs) -> FilterArgs {
+    FilterArgs {
+        since: scope.since.clone(),
+        until: scope.until.clone(),
+        session: scope.session.clone(),
+        ..FilterArgs::default()
+    }
+}
+
+/// Reads the events (paged) and the journal facts over one link.
+async fn collect(link: &mut Link, scope: &ScopeArgs) -> Result<Collected, CliError> {
+    let now_ms = annal_engine::clock::Clock::now_ms(&annal_engine::clock::SystemClock);
+    let base = crate::reads::request(
+        crate::reads::query_arguments(&[("limit", Some(QUERY_LIMIT_MAX_EVENTS.into()))]),
+        &filter(scope),
+        None,
+    )?;
+    let status = link.request(Request::Status {}).await?;
+    let audit = link
+        .request(Request::Audit {
+            actor: None,
+            since_ms: None,
+            denied: false,
+        })
+        .await?;
+    let grants = link.request(Request::Grants).await?;
+    let mut rows = Vec::new();
+    let mut until_sequence: Option<u64> = None;
+    let mut truncated = false;
+    loop {
+        let mut request = base.clone();
+        if let (Request::Query { arguments, .. }, Some(until)) = (&mut request, until_sequence) {
+            arguments.insert("until_sequence".into(), until.into());
+        }
+        let value = link.request(request).await?;
+        let events = crate::reads::events(&value)?;
+        let lowest = events
+            .iter()
+            .filter_map(|e| e["data"]["sequence"].as_u64())
+            .min();
+        rows.extend(events.iter().filter_map(model::Row::from_event));
+        match lowest {
+            Some(lowest) if events.len() >= usize::from(QUERY_LIMIT_MAX_EVENTS) && lowest > 1 => {
+                if rows.len() >= REPORT_EVENTS_MAX {
+                    truncated = true;
+                    break;
+                }
+                until_sequence = Some(lowest - 1);
+            }
+            _ => break,
+        }
+    }
+    let revoked: Vec<String> = grants["revoked"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
+    let entries = audit["entries"].as_array().cloned().unwrap_or_default();
+    let contract = &status["status"];
+    let facts = html::Facts {
+        generated_ms: now_ms,
+        scope: scope_text(scope),
+        readers: model::readers(&entries, &revoked),
+        bytes_used: contract["bytes_used"].as_u64().unwrap_or(0),
+        quota_bytes: contract["quota_bytes"].as_u64().unwrap_or(0),
+        quota_counted_bytes: status["usage"]["quota_counted_bytes"].as_u64(),
+        retention_days: contract["retention_days"]
+            .as_u64()
+            .and_then(|d| u32::try_from(d).ok())
+            .unwrap_or(0),
+        health: contract["health"].as_str().unwrap_or("unknown").to_owned(),
+        dropped_events: contract["dropped_events"].as_u64().unwrap_or(0),
+        truncated,
+    };
+    Ok(Collected {
+        summary: model::summarize(rows, scope.session.is_none()),
+        facts,
+    })
+}
+
+/// What the read covered, for the page's heading. Never the `--session` value (it may be a
+/// raw label): the lanes name the session by its opaque id.
+fn scope_text(scope: &ScopeArgs) -> String {
+    let mut parts = Vec::new();
+    if let Some(since) = &scope.since {
+        parts.push(format!("since {since}"));
+    }
+    if let Some(until) = &scope.until {
+        parts.push(format!("until {until}"));
+    }
+    if scope.session.is_some() {
+        parts.push("one session".to_owned());
+    }
+    if parts.is_empty() {
+        "the whole history".to_owned()
+    } else {
+        format!("the history {}", parts.join(", "))
+    }
+}
+
+/// Reads what a report needs through one link to the store.
+fn read(location: &Location, no_daemon: bool, scope: &ScopeArgs) -> Result<Collected, CliError> {
+    let runtime = crate::runtime()?;
+    runtime.block_on(async {
+        let mut link = Link::open(location, no_daemon).await?;
+        let result = collect(&mut link, scope).await;
+        link.close().await;
+        result
+    })
+}
+
+/// Writes `text` to `path` with mode 0600: to a new file beside it, then renamed over it.
+fn write_private(path: &Path, text: &str) -> Result<(), CliError> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| CliError::usage("--out: give a file name (for example report.html)"))?;
+    let mut temporary_name = std::ffi::OsString::from(".");
+    temporary_name.push(name);
+    temporary_name.push(format!(".{}.tmp", std::process::id()));
+    let temporary = path.with_file_name(temporary_name);
+    let fail = |e: std::io::Error| {
+        CliError::found(format!("--out: cannot write {}: {e}", path.display()))
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(REPORT_FILE_MODE)
+        .open(&temporary)
+        .map_err(fail)?;
+    let written = file
+        .write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .and_then(|()| std::fs::rename(&temporary, path));
+    if let Err(error) = written {
+        let _ = std::fs::remove_file(&temporary);
+        return Err(fail(error));
+    }
+    Ok(())
+}
+
+/// `annal report`.
+pub fn report(location: &Location, no_daemon: bool, args: &ReportArgs) -> ExitCode {
+    finish((|| {
+        if args.out.is_dir() {
+            return Err(CliError::usage(
+                "--out: that is a directory: give a file name (for example report.html)",
+            ));
+        }
+        let collected = read(location, no_daemon, &args.scope)?;
+        let page = html::page(&collected.summary, &collected.facts);
+        write_private(&args.out, &page)?;
+        let shown = args.out.display();
+        let mut text = format!(
+            "wrote {shown} ({} events, {} sessions, mode 0600)\n",
+            collected.summary.totals.events, collected.summary.totals.sessions
+        );
+        if args.open {
+            match std::process::Command::new("xdg-open")
+                .arg(&args.out)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+            {
+                Ok(mut child) => {
+                    std::thread::spawn(move || child.wait());
+                }
+                Err(e) => text.push_str(&format!("could not open it (xdg-open: {e})\n")),
+            }
+        }
+        Ok(match crate::write_out(&text) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(code) => code,
+        })
+    })())
+}
+
+/// `annal stats`.
+pub fn stats(location: &Location, no_daemon: bool, args: &StatsArgs) -> ExitCode {
+    finish(read(location, no_daemon, &args.scope).map(|collected| {
+        if args.out.json {
+            let value = stats::json(&collected.summary, &collected.facts);
+            match crate::write_out(&format!("{value}\n")) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(code) => code,
+            }
+        } else {
+            stats::print(&collected.summary, &collected.facts)
+        }
+    }))
+}
+
+/// The report page for `events` and `facts` (for tests of the whole page).
+#[cfg(test)]
+fn page_of(events: &[Value], facts: &html::Facts) -> String {
+    html::page(
+        &model::summarize(events.iter().filter_map(model::Row::from_event).collect(), true),
+        facts,
+    )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scope_never_repeats_the_session_value() {
+        let scope = ScopeArgs {
+            since: Some("2h".into()),
+            until: None,
+            session: Some("planted-label-x".into()),
+        };
+        let text = scope_text(&scope);
+        assert!(!text.contains("planted-label-x"));
+        assert_eq!(text, "the history since 2h, one session");
+        let page = page_of(&[], &html::Facts { scope: text, ..html::Facts::default() });
+        assert!(!page.contains("planted-label-x"));
+    }
+
+    #[test]
+    fn the_report_file_is_the_owners_alone_and_replaced_whole() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.html");
+        std::fs::write(&path, "old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_private(&path, "new").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}
