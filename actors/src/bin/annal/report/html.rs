@@ -34,6 +34,9 @@ const LANE_HEADING_PX: u64 = 18;
 /// column's most frequent outcome), so a large store stays a page of bounded size.
 const TIMELINE_COLUMNS: u64 = 385;
 
+/// Rows the gap, drop and health-change tables list (all are drawn on the timeline).
+const TABLE_ROWS_MAX: usize = 20;
+
 /// Height of the activity chart's plot, in px.
 const ACTIVITY_HEIGHT_PX: u64 = 120;
 
@@ -96,12 +99,12 @@ pub struct Facts {
     pub truncated: bool,
 }
 
-/// `ms` as UTC to the minute.
+/// `ms` as UTC to the second.
 pub fn utc(ms: u64) -> String {
     i64::try_from(ms)
         .ok()
         .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
-        .map_or_else(|| "-".to_owned(), |t| t.strftime("%Y-%m-%d %H:%M UTC").to_string())
+        .map_or_else(|| "-".to_owned(), |t| t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string())
 }
 
 /// An outcome's CSS class (a fixed one: a stored value never becomes a class name).
@@ -168,7 +171,7 @@ pub fn page(summary: &Summary, facts: &Facts) -> String {
                 h2 { "Timeline" }
                 (legend())
                 (timeline(summary))
-                h2 { "Actions per " (summary.activity.as_ref().map_or("hour", |a| a.unit)) }
+                h2 { "Events per " (summary.activity.as_ref().map_or("hour", |a| a.unit)) }
                 (activity(summary))
                 h2 { "Capabilities, applications and outcomes" }
                 div.cards {
@@ -376,12 +379,16 @@ fn gaps_and_drops(summary: &Summary) -> Markup {
         } @else {
             table id="gaps" {
                 tr { th { "what" } th { "sequences" } th { "when" } }
-                @for gap in &summary.gaps {
+                @for gap in summary.gaps.iter().take(TABLE_ROWS_MAX) {
                     tr.gap-row { td { "gap" } td { (gap.first) "..=" (gap.last) } td { "after " (utc(gap.at_ms)) } }
                 }
-                @for drop in &summary.drops {
+                @for drop in summary.drops.iter().take(TABLE_ROWS_MAX) {
                     tr.drop-row { td { (drop.count) " dropped" } td { "marker " (drop.sequence) } td { (utc(drop.at_ms)) } }
                 }
+            }
+            @let hidden = summary.gaps.len().saturating_sub(TABLE_ROWS_MAX) + summary.drops.len().saturating_sub(TABLE_ROWS_MAX);
+            @if hidden > 0 {
+                p.meta { "And " (hidden) " more, drawn on the timeline; `annal stats --json` lists them all." }
             }
         }
     }
@@ -394,9 +401,12 @@ fn changes(changes: &[Change]) -> Markup {
         } @else {
             table id="changes" {
                 tr { th { "when" } th { "what" } th { "sequence" } }
-                @for change in changes {
+                @for change in changes.iter().take(TABLE_ROWS_MAX) {
                     tr { td { (utc(change.at_ms)) } td { (change.kind) " " (change.what) } td.num { (change.sequence) } }
                 }
+            }
+            @if changes.len() > TABLE_ROWS_MAX {
+                p.meta { "And " (changes.len() - TABLE_ROWS_MAX) " more, drawn on the timeline." }
             }
         }
     }

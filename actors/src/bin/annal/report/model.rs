@@ -12,13 +12,16 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-/// Longest bucket series of the activity chart, in buckets: hours while the span fits, else
-/// days (and days beyond this many are folded into the last ones' width).
+/// Longest bucket series of the activity chart, in buckets: minutes while the span fits, else
+/// hours while it fits, else days.
 pub const ACTIVITY_BUCKETS_MAX: usize = 24 * 14;
 
 /// Longest bucket series of any chart, in buckets (ten years of days): times further apart
 /// widen the buckets.
 pub const BUCKETS_MAX: usize = 3_660;
+
+/// One minute, in milliseconds.
+pub const MINUTE_MS: u64 = 60_000;
 
 /// One hour, in milliseconds.
 pub const HOUR_MS: u64 = 3_600_000;
@@ -191,7 +194,7 @@ pub struct Lane {
 /// Events per hour or per day.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Activity {
-    /// `hour` or `day`.
+    /// `minute`, `hour` or `day`.
     pub unit: &'static str,
     /// The first bucket's start, ms since the epoch (aligned to the unit, UTC).
     pub start_ms: u64,
@@ -243,7 +246,7 @@ pub struct Summary {
     pub kinds: Vec<Count>,
     /// One lane per session, busiest first.
     pub lanes: Vec<Lane>,
-    /// Events per hour or day.
+    /// Events per minute, hour or day.
     pub activity: Option<Activity>,
     /// Events per day (UTC), for the terminal's sparkline.
     pub days: Option<Activity>,
@@ -286,11 +289,14 @@ pub fn gaps(rows: &[Row]) -> Vec<Gap> {
         .collect()
 }
 
-/// Events per hour (when the span fits [`ACTIVITY_BUCKETS_MAX`] hours) or per day.
+/// Events per minute or per hour (when the span fits [`ACTIVITY_BUCKETS_MAX`] of them), else
+/// per day.
 pub fn activity(rows: &[Row]) -> Option<Activity> {
     let first = rows.iter().map(|r| r.at_ms).min()?;
     let last = rows.iter().map(|r| r.at_ms).max()?;
-    if (last - first) / HOUR_MS < ACTIVITY_BUCKETS_MAX as u64 {
+    if (last - first) / MINUTE_MS < ACTIVITY_BUCKETS_MAX as u64 {
+        buckets(rows, "minute", MINUTE_MS)
+    } else if (last - first) / HOUR_MS < ACTIVITY_BUCKETS_MAX as u64 {
         buckets(rows, "hour", HOUR_MS)
     } else {
         buckets(rows, "day", DAY_MS)
@@ -663,11 +669,17 @@ mod tests {
     }
 
     #[test]
-    fn activity_is_hourly_over_short_spans_and_daily_over_long_ones() {
-        let hourly = activity(&rows(&[
+    fn activity_is_by_minute_hour_or_day_as_the_span_fits() {
+        let by_minute = activity(&rows(&[
             event(1, 0, None, None, completed("confirmed")),
             event(2, 61, None, None, completed("confirmed")),
-            event(3, 62, None, None, completed("confirmed")),
+        ]))
+        .unwrap();
+        assert_eq!((by_minute.unit, by_minute.counts.len()), ("minute", 62));
+        let hourly = activity(&rows(&[
+            event(1, 0, None, None, completed("confirmed")),
+            event(2, 61 * 10, None, None, completed("confirmed")),
+            event(3, 62 * 10, None, None, completed("confirmed")),
         ]))
         .unwrap();
         assert_eq!(hourly.unit, "hour");
