@@ -11,8 +11,9 @@
 //! marks the events imply, and the access table; a `--screenshot` is not blank (pixel
 //! variance); chromium's NetLog (`--log-net-log`) shows no request from the page and its log
 //! (`--enable-logging=stderr`) no console message, both checks first shown to catch a planted
-//! request and a planted console error on a control page. `ANNAL_REPORT_PNG=PATH` keeps the
-//! screenshot (how `docs/report.png` is made).
+//! request and a planted console error on a control page. `ANNAL_REPORT_PNG=PATH` also runs
+//! `annal demo --report` and keeps the same kind of screenshot of the demo's report there (how
+//! `docs/report.png` is made).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -50,6 +51,12 @@ const FLOOD_ROUNDS_MAX: usize = 20;
 /// Lowest variance of the screenshot's grey levels (0..=255) that counts as not blank: a
 /// blank page is 0; the report's text and charts are far above it.
 const SCREENSHOT_VARIANCE_MIN: f64 = 50.0;
+
+/// Where to keep a screenshot of the demo's report (`docs/report.png`); unset: none is made.
+const REPORT_PNG: &str = "ANNAL_REPORT_PNG";
+
+/// The browser window of that screenshot (width,height in px).
+const DOCS_SCREENSHOT_SIZE: &str = "1060,1400";
 
 /// Longest chromium may take for one page, in seconds.
 const CHROMIUM_TIMEOUT_SECS: u64 = 60;
@@ -153,7 +160,10 @@ fn all_events(sandbox: &Sandbox, session: Option<&str>) -> Vec<Value> {
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let page = sandbox.json(&args)["events"].as_array().unwrap().clone();
-        let lowest = page.iter().filter_map(|e| e["data"]["sequence"].as_u64()).min();
+        let lowest = page
+            .iter()
+            .filter_map(|e| e["data"]["sequence"].as_u64())
+            .min();
         let full = page.len() == 200;
         events.extend(page);
         match lowest {
@@ -304,8 +314,14 @@ fn the_report_of_a_known_store_shows_what_history_query_returns_and_fetches_noth
     let stats = sandbox.json(&["stats"]);
     let totals = &stats["totals"];
     assert_eq!(totals["events"], events.len() as u64, "{stats}");
-    assert_eq!(totals["actions_started"], kind_count(&events, "action_started"));
-    assert_eq!(totals["actions_completed"], kind_count(&events, "action_completed"));
+    assert_eq!(
+        totals["actions_started"],
+        kind_count(&events, "action_started")
+    );
+    assert_eq!(
+        totals["actions_completed"],
+        kind_count(&events, "action_completed")
+    );
     assert_eq!(totals["sessions"], SESSIONS.len() as u64);
     assert_eq!(totals["applications"], 4);
     assert_eq!(totals["gaps"], gap_count(&events) as u64);
@@ -327,7 +343,13 @@ fn the_report_of_a_known_store_shows_what_history_query_returns_and_fetches_noth
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(!html.contains(PLANTED_LABEL));
     let one = sandbox.path("one-session.html");
-    sandbox.ok(&["report", "--session", PLANTED_LABEL, "--out", one.to_str().unwrap()]);
+    sandbox.ok(&[
+        "report",
+        "--session",
+        PLANTED_LABEL,
+        "--out",
+        one.to_str().unwrap(),
+    ]);
     let one_html = std::fs::read_to_string(&one).unwrap();
     assert!(!one_html.contains(PLANTED_LABEL));
     assert_eq!(tags(&one_html, "<g class=\"lane\"").len(), 1);
@@ -371,7 +393,11 @@ fn the_report_of_a_known_store_shows_what_history_query_returns_and_fetches_noth
 
     // The DOM.
     let (dom, err, net_log) = browse(&chromium, &dir, &page, &["--dump-dom".into()]);
-    assert_eq!(page_requests(&net_log), Vec::<String>::new(), "the page fetched");
+    assert_eq!(
+        page_requests(&net_log),
+        Vec::<String>::new(),
+        "the page fetched"
+    );
     assert_eq!(console_lines(&err), Vec::<&str>::new(), "the page logged");
     assert!(!dom.contains(PLANTED_LABEL));
     let lanes = tags(&dom, "<g class=\"lane\"");
@@ -417,8 +443,14 @@ fn the_report_of_a_known_store_shows_what_history_query_returns_and_fetches_noth
             .unwrap_or_else(|| panic!("no access row for {actor}: {readers:?}"))
     };
     assert_eq!(attribute(reader("reader-agent"), "data-denied"), Some("0"));
-    assert_eq!(attribute(reader("reader-agent"), "data-revoked"), Some("false"));
-    assert_eq!(attribute(reader("revoked-agent"), "data-revoked"), Some("true"));
+    assert_eq!(
+        attribute(reader("reader-agent"), "data-revoked"),
+        Some("false")
+    );
+    assert_eq!(
+        attribute(reader("revoked-agent"), "data-revoked"),
+        Some("true")
+    );
     assert_ne!(attribute(reader("revoked-agent"), "data-denied"), Some("0"));
 
     // A screenshot that is not blank.
@@ -434,10 +466,39 @@ fn the_report_of_a_known_store_shows_what_history_query_returns_and_fetches_noth
     );
     assert_eq!(page_requests(&net_log), Vec::<String>::new());
     assert_eq!(console_lines(&err), Vec::<&str>::new());
-    let variance = variance(&shot);
-    println!("FIGURE report.screenshot_variance {variance:.0} grey_levels_squared");
-    assert!(variance > SCREENSHOT_VARIANCE_MIN, "blank screenshot ({variance})");
-    if let Some(keep) = std::env::var_os("ANNAL_REPORT_PNG") {
-        std::fs::copy(&shot, keep).unwrap();
+    let spread = variance(&shot);
+    println!("FIGURE report.screenshot_variance {spread:.0} grey_levels_squared");
+    assert!(
+        spread > SCREENSHOT_VARIANCE_MIN,
+        "blank screenshot ({spread})"
+    );
+
+    // docs/report.png: the demo's store, reported by `annal demo --report` and shot the same way.
+    if let Some(keep) = std::env::var_os(REPORT_PNG) {
+        let demo_page = dir.join("demo.html");
+        let demo = Command::new(env!("CARGO_BIN_EXE_annal"))
+            .args(["demo", "--report", demo_page.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            demo.status.success(),
+            "{}",
+            String::from_utf8_lossy(&demo.stderr)
+        );
+        let demo_shot = dir.join("demo.png");
+        let (_, err, net_log) = browse(
+            &chromium,
+            &dir,
+            &demo_page,
+            &[
+                format!("--screenshot={}", demo_shot.display()),
+                format!("--window-size={DOCS_SCREENSHOT_SIZE}"),
+            ],
+        );
+        assert_eq!(page_requests(&net_log), Vec::<String>::new());
+        assert_eq!(console_lines(&err), Vec::<&str>::new());
+        assert!(variance(&demo_shot) > SCREENSHOT_VARIANCE_MIN);
+        std::fs::copy(&demo_shot, keep).unwrap();
     }
 }

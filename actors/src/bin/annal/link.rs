@@ -88,6 +88,18 @@ pub fn open_engine(location: &Location) -> Result<(Arc<Engine>, String), CliErro
 }
 
 impl Link {
+    /// A link to an engine this process already runs (`annal demo --report`); closing it
+    /// leaves the engine running while the caller holds it.
+    pub fn in_process(engine: Arc<Engine>, key_store: String) -> Self {
+        let dispatcher = Dispatcher::new(Arc::clone(&engine), key_store);
+        let connection = Box::new(dispatcher.connection());
+        Self::InProcess {
+            dispatcher,
+            connection,
+            engine,
+        }
+    }
+
     /// Reaches the store: in process with `no_daemon`, else through its daemon, starting one
     /// when none answers.
     pub async fn open(location: &Location, no_daemon: bool) -> Result<Self, CliError> {

@@ -104,7 +104,10 @@ pub fn utc(ms: u64) -> String {
     i64::try_from(ms)
         .ok()
         .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
-        .map_or_else(|| "-".to_owned(), |t| t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .map_or_else(
+            || "-".to_owned(),
+            |t| t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        )
 }
 
 /// An outcome's CSS class (a fixed one: a stored value never becomes a class name).
@@ -305,7 +308,11 @@ fn cells(marks: &[(u64, String)], start: u64, column_ms: u64) -> Vec<(u64, Strin
                 .iter()
                 .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
                 .map_or(OUTCOME_CLASSES.len() - 1, |(rank, _)| *rank);
-            (start + column * column_ms, OUTCOME_CLASSES[best].to_owned(), total)
+            (
+                start + column * column_ms,
+                OUTCOME_CLASSES[best].to_owned(),
+                total,
+            )
         })
         .collect()
 }
@@ -319,7 +326,10 @@ fn short(id: &str) -> String {
 fn short_app(name: &str) -> String {
     const LABEL_MAX_CHARS: usize = 28;
     if name.chars().count() > LABEL_MAX_CHARS {
-        name.chars().take(LABEL_MAX_CHARS - 1).chain(['…']).collect()
+        name.chars()
+            .take(LABEL_MAX_CHARS - 1)
+            .chain(['…'])
+            .collect()
     } else {
         name.to_owned()
     }
@@ -461,7 +471,10 @@ mod tests {
     use serde_json::json;
 
     fn page_of(events: &[serde_json::Value], facts: &Facts) -> String {
-        page(&summarize(events.iter().filter_map(Row::from_event).collect(), true), facts)
+        page(
+            &summarize(events.iter().filter_map(Row::from_event).collect(), true),
+            facts,
+        )
     }
 
     #[test]
@@ -497,9 +510,14 @@ mod tests {
 
     #[test]
     fn cells_keep_one_mark_per_column_with_the_most_frequent_outcome() {
-        let marks: Vec<(u64, String)> = [(0, "confirmed"), (5, "failed"), (6, "failed"), (25, "confirmed")]
-            .map(|(at, o)| (at, o.to_owned()))
-            .into();
+        let marks: Vec<(u64, String)> = [
+            (0, "confirmed"),
+            (5, "failed"),
+            (6, "failed"),
+            (25, "confirmed"),
+        ]
+        .map(|(at, o)| (at, o.to_owned()))
+        .into();
         assert_eq!(
             cells(&marks, 0, 10),
             vec![(0, "failed".to_owned(), 3), (20, "confirmed".to_owned(), 1)]

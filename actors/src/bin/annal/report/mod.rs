@@ -142,7 +142,11 @@ async fn collect(link: &mut Link, scope: &ScopeArgs) -> Result<Collected, CliErr
     }
     let revoked: Vec<String> = grants["revoked"]
         .as_array()
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default();
     let entries = audit["entries"].as_array().cloned().unwrap_or_default();
     let contract = &status["status"];
@@ -207,9 +211,8 @@ fn write_private(path: &Path, text: &str) -> Result<(), CliError> {
     temporary_name.push(name);
     temporary_name.push(format!(".{}.tmp", std::process::id()));
     let temporary = path.with_file_name(temporary_name);
-    let fail = |e: std::io::Error| {
-        CliError::found(format!("--out: cannot write {}: {e}", path.display()))
-    };
+    let fail =
+        |e: std::io::Error| CliError::found(format!("--out: cannot write {}: {e}", path.display()));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -227,22 +230,42 @@ fn write_private(path: &Path, text: &str) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Refuses an `--out` that names a directory (exit 2, naming the flag).
+fn check_out(out: &Path) -> Result<(), CliError> {
+    if out.is_dir() {
+        return Err(CliError::usage(
+            "--out: that is a directory: give a file name (for example report.html)",
+        ));
+    }
+    Ok(())
+}
+
+/// Reads the whole history over `link` and writes its report to `out` (0600); returns what
+/// to say about it.
+pub async fn write_over(link: &mut Link, out: &Path) -> Result<String, CliError> {
+    check_out(out)?;
+    let collected = collect(link, &ScopeArgs::default()).await?;
+    written(&collected, out)
+}
+
+/// Writes `collected`'s page to `out` and says so.
+fn written(collected: &Collected, out: &Path) -> Result<String, CliError> {
+    let page = html::page(&collected.summary, &collected.facts);
+    write_private(out, &page)?;
+    Ok(format!(
+        "wrote {} ({} events, {} sessions, mode 0600)\n",
+        out.display(),
+        collected.summary.totals.events,
+        collected.summary.totals.sessions
+    ))
+}
+
 /// `annal report`.
 pub fn report(location: &Location, no_daemon: bool, args: &ReportArgs) -> ExitCode {
     finish((|| {
-        if args.out.is_dir() {
-            return Err(CliError::usage(
-                "--out: that is a directory: give a file name (for example report.html)",
-            ));
-        }
+        check_out(&args.out)?;
         let collected = read(location, no_daemon, &args.scope)?;
-        let page = html::page(&collected.summary, &collected.facts);
-        write_private(&args.out, &page)?;
-        let shown = args.out.display();
-        let mut text = format!(
-            "wrote {shown} ({} events, {} sessions, mode 0600)\n",
-            collected.summary.totals.events, collected.summary.totals.sessions
-        );
+        let mut text = written(&collected, &args.out)?;
         if args.open {
             match std::process::Command::new("xdg-open")
                 .arg(&args.out)
@@ -283,7 +306,10 @@ pub fn stats(location: &Location, no_daemon: bool, args: &StatsArgs) -> ExitCode
 #[cfg(test)]
 fn page_of(events: &[Value], facts: &html::Facts) -> String {
     html::page(
-        &model::summarize(events.iter().filter_map(model::Row::from_event).collect(), true),
+        &model::summarize(
+            events.iter().filter_map(model::Row::from_event).collect(),
+            true,
+        ),
         facts,
     )
 }
@@ -303,7 +329,13 @@ mod tests {
         let text = scope_text(&scope);
         assert!(!text.contains("planted-label-x"));
         assert_eq!(text, "the history since 2h, one session");
-        let page = page_of(&[], &html::Facts { scope: text, ..html::Facts::default() });
+        let page = page_of(
+            &[],
+            &html::Facts {
+                scope: text,
+                ..html::Facts::default()
+            },
+        );
         assert!(!page.contains("planted-label-x"));
     }
 

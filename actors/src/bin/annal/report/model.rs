@@ -12,13 +12,16 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-/// Longest bucket series of the activity chart, in buckets: minutes while the span fits, else
-/// hours while it fits, else days.
+/// Longest bucket series of the activity chart, in buckets: seconds, minutes or hours while
+/// the span fits, else days.
 pub const ACTIVITY_BUCKETS_MAX: usize = 24 * 14;
 
 /// Longest bucket series of any chart, in buckets (ten years of days): times further apart
 /// widen the buckets.
 pub const BUCKETS_MAX: usize = 3_660;
+
+/// One second, in milliseconds.
+pub const SECOND_MS: u64 = 1_000;
 
 /// One minute, in milliseconds.
 pub const MINUTE_MS: u64 = 60_000;
@@ -194,7 +197,7 @@ pub struct Lane {
 /// Events per hour or per day.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Activity {
-    /// `minute`, `hour` or `day`.
+    /// `second`, `minute`, `hour` or `day`.
     pub unit: &'static str,
     /// The first bucket's start, ms since the epoch (aligned to the unit, UTC).
     pub start_ms: u64,
@@ -246,7 +249,7 @@ pub struct Summary {
     pub kinds: Vec<Count>,
     /// One lane per session, busiest first.
     pub lanes: Vec<Lane>,
-    /// Events per minute, hour or day.
+    /// Events per second, minute, hour or day.
     pub activity: Option<Activity>,
     /// Events per day (UTC), for the terminal's sparkline.
     pub days: Option<Activity>,
@@ -289,12 +292,14 @@ pub fn gaps(rows: &[Row]) -> Vec<Gap> {
         .collect()
 }
 
-/// Events per minute or per hour (when the span fits [`ACTIVITY_BUCKETS_MAX`] of them), else
-/// per day.
+/// Events per second, minute or hour (the first whose [`ACTIVITY_BUCKETS_MAX`] buckets hold
+/// the span), else per day.
 pub fn activity(rows: &[Row]) -> Option<Activity> {
     let first = rows.iter().map(|r| r.at_ms).min()?;
     let last = rows.iter().map(|r| r.at_ms).max()?;
-    if (last - first) / MINUTE_MS < ACTIVITY_BUCKETS_MAX as u64 {
+    if (last - first) / SECOND_MS < ACTIVITY_BUCKETS_MAX as u64 {
+        buckets(rows, "second", SECOND_MS)
+    } else if (last - first) / MINUTE_MS < ACTIVITY_BUCKETS_MAX as u64 {
         buckets(rows, "minute", MINUTE_MS)
     } else if (last - first) / HOUR_MS < ACTIVITY_BUCKETS_MAX as u64 {
         buckets(rows, "hour", HOUR_MS)
@@ -364,7 +369,11 @@ pub fn lanes(rows: &[Row]) -> Vec<Lane> {
             }
         })
         .collect();
-    lanes.sort_by(|a, b| b.events.cmp(&a.events).then_with(|| a.session.cmp(&b.session)));
+    lanes.sort_by(|a, b| {
+        b.events
+            .cmp(&a.events)
+            .then_with(|| a.session.cmp(&b.session))
+    });
     lanes
 }
 
@@ -434,7 +443,11 @@ pub fn summarize(mut rows: Vec<Row>, whole_sequence: bool) -> Summary {
         };
         *kinds.entry(kind.to_owned()).or_insert(0) += 1;
     }
-    let gaps = if whole_sequence { gaps(&rows) } else { Vec::new() };
+    let gaps = if whole_sequence {
+        gaps(&rows)
+    } else {
+        Vec::new()
+    };
     totals.gaps = gaps.len() as u64;
     totals.missing_sequences = gaps.iter().map(|g| g.last - g.first + 1).sum();
     totals.applications = applications.len() as u64;
@@ -551,7 +564,13 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn event(sequence: u64, minute: u64, session: Option<&str>, app: Option<&str>, payload: Value) -> Value {
+    fn event(
+        sequence: u64,
+        minute: u64,
+        session: Option<&str>,
+        app: Option<&str>,
+        payload: Value,
+    ) -> Value {
         let mut data = json!({"sequence": sequence, "capability": "ui.click", "payload": payload});
         if let Some(session) = session {
             data["session_id"] = json!(session);
@@ -559,9 +578,10 @@ mod tests {
         if let Some(app) = app {
             data["application"] = json!({"display_name": app});
         }
-        let time = jiff::Timestamp::from_second(1_800_000_000 + i64::try_from(minute * 60).unwrap())
-            .unwrap()
-            .to_string();
+        let time =
+            jiff::Timestamp::from_second(1_800_000_000 + i64::try_from(minute * 60).unwrap())
+                .unwrap()
+                .to_string();
         json!({"time": time, "data": data})
     }
 
@@ -575,13 +595,23 @@ mod tests {
 
     #[test]
     fn a_row_reads_the_contract_fields_and_nothing_without_a_sequence_or_time() {
-        let row = Row::from_event(&event(7, 0, Some("s1"), Some("Firefox"), completed("failed"))).unwrap();
+        let row = Row::from_event(&event(
+            7,
+            0,
+            Some("s1"),
+            Some("Firefox"),
+            completed("failed"),
+        ))
+        .unwrap();
         assert_eq!(row.sequence, 7);
         assert_eq!(row.session.as_deref(), Some("s1"));
         assert_eq!(row.application.as_deref(), Some("Firefox"));
         assert_eq!(row.kind, Kind::Completed("failed".into()));
         assert_eq!(row.outcome(), "failed");
-        assert_eq!(Row::from_event(&json!({"time": "x", "data": {"sequence": 1}})), None);
+        assert_eq!(
+            Row::from_event(&json!({"time": "x", "data": {"sequence": 1}})),
+            None
+        );
         assert_eq!(Row::from_event(&json!({"data": {"sequence": 1}})), None);
         let bundle = json!({"time": "2026-12-01T00:00:00Z", "data": {"sequence": 1,
             "application": {"bundle_id": "org.x"}, "payload": {"kind": "new_kind"}}});
@@ -590,6 +620,8 @@ mod tests {
         assert_eq!(row.kind, Kind::Other);
     }
 
+    type LaneShape<'a> = (&'a str, u64, Vec<(&'a str, u64)>);
+
     #[test]
     fn lanes_are_one_per_session_with_one_row_per_application() {
         let summary = summarize(
@@ -597,19 +629,34 @@ mod tests {
                 event(1, 0, Some("a"), Some("Firefox"), completed("confirmed")),
                 event(2, 1, Some("a"), Some("Editor"), completed("failed")),
                 event(3, 2, Some("b"), Some("Firefox"), completed("confirmed")),
-                event(4, 3, Some("a"), Some("Firefox"), json!({"kind": "action_started"})),
-                event(5, 4, None, None, json!({"kind": "control", "operation": "pause"})),
+                event(
+                    4,
+                    3,
+                    Some("a"),
+                    Some("Firefox"),
+                    json!({"kind": "action_started"}),
+                ),
+                event(
+                    5,
+                    4,
+                    None,
+                    None,
+                    json!({"kind": "control", "operation": "pause"}),
+                ),
             ]),
             true,
         );
-        let shape: Vec<(&str, u64, Vec<(&str, u64)>)> = summary
+        let shape: Vec<LaneShape> = summary
             .lanes
             .iter()
             .map(|l| {
                 (
                     l.session.as_str(),
                     l.events,
-                    l.applications.iter().map(|a| (a.application.as_str(), a.events)).collect(),
+                    l.applications
+                        .iter()
+                        .map(|a| (a.application.as_str(), a.events))
+                        .collect(),
                 )
             })
             .collect();
@@ -631,7 +678,13 @@ mod tests {
     fn gaps_and_drops_are_found_where_they_fall_and_not_for_one_session() {
         let events = [
             event(1, 0, Some("a"), None, completed("confirmed")),
-            event(2, 1, Some("a"), None, json!({"kind": "health", "category": "events_dropped", "count": 4})),
+            event(
+                2,
+                1,
+                Some("a"),
+                None,
+                json!({"kind": "health", "category": "events_dropped", "count": 4}),
+            ),
             event(6, 2, Some("a"), None, completed("confirmed")),
             event(7, 3, Some("a"), None, completed("partial")),
             event(10, 4, Some("a"), None, completed("partial")),
@@ -640,8 +693,16 @@ mod tests {
         assert_eq!(
             summary.gaps,
             vec![
-                Gap { first: 3, last: 5, at_ms: summary.gaps[0].at_ms },
-                Gap { first: 8, last: 9, at_ms: summary.gaps[1].at_ms },
+                Gap {
+                    first: 3,
+                    last: 5,
+                    at_ms: summary.gaps[0].at_ms
+                },
+                Gap {
+                    first: 8,
+                    last: 9,
+                    at_ms: summary.gaps[1].at_ms
+                },
             ]
         );
         assert_eq!(summary.gaps[1].at_ms, rows(&events)[3].at_ms);
@@ -653,8 +714,14 @@ mod tests {
         assert_eq!(
             summary.outcomes,
             vec![
-                Count { name: "partial".into(), events: 2 },
-                Count { name: "confirmed".into(), events: 2 }
+                Count {
+                    name: "partial".into(),
+                    events: 2
+                },
+                Count {
+                    name: "confirmed".into(),
+                    events: 2
+                }
             ]
             .into_iter()
             .rev()
@@ -670,6 +737,12 @@ mod tests {
 
     #[test]
     fn activity_is_by_minute_hour_or_day_as_the_span_fits() {
+        let by_second = activity(&rows(&[
+            event(1, 0, None, None, completed("confirmed")),
+            event(2, 1, None, None, completed("confirmed")),
+        ]))
+        .unwrap();
+        assert_eq!((by_second.unit, by_second.counts.len()), ("second", 61));
         let by_minute = activity(&rows(&[
             event(1, 0, None, None, completed("confirmed")),
             event(2, 61, None, None, completed("confirmed")),
@@ -698,8 +771,9 @@ mod tests {
 
     #[test]
     fn ranked_folds_the_tail_into_other() {
-        let counts: BTreeMap<String, u64> =
-            [("a", 5), ("b", 3), ("c", 3), ("d", 1)].map(|(n, c)| (n.to_owned(), c)).into();
+        let counts: BTreeMap<String, u64> = [("a", 5), ("b", 3), ("c", 3), ("d", 1)]
+            .map(|(n, c)| (n.to_owned(), c))
+            .into();
         let top = ranked(counts, 2);
         let names: Vec<(&str, u64)> = top.iter().map(|c| (c.name.as_str(), c.events)).collect();
         assert_eq!(names, vec![("a", 5), ("b", 3), ("other", 4)]);
@@ -716,7 +790,17 @@ mod tests {
         let readers = readers(&entries, &["agent-b".into(), "agent-c".into()]);
         let shape: Vec<(&str, u64, u64, u64, u64, u64, bool)> = readers
             .iter()
-            .map(|r| (r.actor.as_str(), r.calls, r.denied, r.returned_events, r.first_ms, r.last_ms, r.revoked))
+            .map(|r| {
+                (
+                    r.actor.as_str(),
+                    r.calls,
+                    r.denied,
+                    r.returned_events,
+                    r.first_ms,
+                    r.last_ms,
+                    r.revoked,
+                )
+            })
             .collect();
         assert_eq!(
             shape,

@@ -92,14 +92,22 @@ pub fn text(summary: &Summary, facts: &Facts) -> String {
             "failed" | "refused" => BAD,
             _ => Style::new(),
         };
-        let _ = writeln!(out, "  {style}{:<16}{style:#} {:>8}", count.name, count.events);
+        let _ = writeln!(
+            out,
+            "  {style}{:<16}{style:#} {:>8}",
+            count.name, count.events
+        );
     }
     h(&mut out, "Sessions");
     for lane in summary.lanes.iter().take(TERMINAL_TOP) {
         let _ = writeln!(out, "  {:<34} {:>8} events", lane.session, lane.events);
     }
     if summary.lanes.len() > TERMINAL_TOP {
-        let _ = writeln!(out, "  {DIM}and {} more{DIM:#}", summary.lanes.len() - TERMINAL_TOP);
+        let _ = writeln!(
+            out,
+            "  {DIM}and {} more{DIM:#}",
+            summary.lanes.len() - TERMINAL_TOP
+        );
     }
     if let Some(days) = &summary.days {
         h(&mut out, "Per day");
@@ -113,7 +121,11 @@ pub fn text(summary: &Summary, facts: &Facts) -> String {
         );
     }
     h(&mut out, "Drops and gaps");
-    let style = if t.drop_markers + t.gaps > 0 { BAD } else { GOOD };
+    let style = if t.drop_markers + t.gaps > 0 {
+        BAD
+    } else {
+        GOOD
+    };
     let _ = writeln!(
         out,
         "  {style}{} drop markers ({} events dropped), {} gaps ({} sequences missing){style:#}",
@@ -132,7 +144,11 @@ pub fn text(summary: &Summary, facts: &Facts) -> String {
         facts.health
     );
     if facts.truncated {
-        let _ = writeln!(out, "  {BAD}only the newest {} events were read{BAD:#}", t.events);
+        let _ = writeln!(
+            out,
+            "  {BAD}only the newest {} events were read{BAD:#}",
+            t.events
+        );
     }
     out
 }
