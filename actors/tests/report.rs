@@ -502,3 +502,105 @@ fn the_report_of_a_known_store_shows_what_history_query_returns_and_fetches_noth
         std::fs::copy(&demo_shot, keep).unwrap();
     }
 }
+
+/// The reference fixture's folder (`../shared/fixtures/cua-reference`).
+fn reference_fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/cua-reference")
+}
+
+/// The fixture's namespace root key (its README).
+const REFERENCE_KEY_HEX: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+
+/// Events the reference wrote into the fixture (its README).
+const REFERENCE_EVENTS: u64 = 16;
+
+/// The newest reference event's time plus the default 7-day retention, in seconds since the
+/// epoch (2026-11-30T22:14Z + 7 d): later, queries no longer see the fixture's events.
+const REFERENCE_VISIBLE_UNTIL_SECS: u64 = 1_796_681_640;
+
+#[test]
+fn a_store_the_reference_wrote_reports_with_its_key_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("fixture");
+    std::fs::create_dir(&store).unwrap();
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let history = store.join("computer-history");
+    support::copy_tree(&reference_fixture().join("store"), &history);
+    let _ = std::fs::remove_file(history.join("writer.lock"));
+    let key = dir.path().join("key.hex");
+    std::fs::write(&key, format!("{REFERENCE_KEY_HEX}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for dir_name in ["home", "run"] {
+        std::fs::create_dir(dir.path().join(dir_name)).unwrap();
+    }
+    let annal = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_annal"))
+            .env_clear()
+            .env("HOME", dir.path().join("home"))
+            .env("XDG_RUNTIME_DIR", dir.path().join("run"))
+            .args(["--store", store.to_str().unwrap(), "--namespace", "fixture"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let page = dir.path().join("reference.html");
+    let out = annal(&[
+        "report",
+        "--key-file",
+        key.to_str().unwrap(),
+        "--out",
+        page.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("Content-Security-Policy"));
+    let stats = annal(&["stats", "--key-file", key.to_str().unwrap(), "--json"]);
+    assert!(
+        stats.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stats.stderr)
+    );
+    let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let now_secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    if now_secs < REFERENCE_VISIBLE_UNTIL_SECS {
+        // The reference's 16 events (and what annal's reads appended since).
+        assert!(
+            stats["totals"]["events"].as_u64().unwrap() > REFERENCE_EVENTS,
+            "{stats}"
+        );
+        assert_eq!(stats["totals"]["drop_markers"], 1, "{stats}");
+        assert_eq!(stats["totals"]["actions_completed"], 5, "{stats}");
+        assert!(html.contains("data-session=\"b11ddce8dbd1872c9250e3f67dad2d9d\""));
+    } else {
+        println!("the fixture's events are past the default retention: only rendering is checked");
+    }
+    // The raw session label the reference was given never reaches the page.
+    assert!(!html.contains("fixture-session-1"));
+    // A wrong key file is bad input naming the flag.
+    let loose = dir.path().join("loose.hex");
+    std::fs::write(&loose, format!("{REFERENCE_KEY_HEX}\n")).unwrap();
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let refused = annal(&[
+        "report",
+        "--key-file",
+        loose.to_str().unwrap(),
+        "--out",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--key-file"));
+    if let Some(chromium) = chromium() {
+        let (dom, err, net_log) = browse(&chromium, dir.path(), &page, &["--dump-dom".into()]);
+        assert!(dom.contains("<table id=\"access\""));
+        assert_eq!(page_requests(&net_log), Vec::<String>::new());
+        assert_eq!(console_lines(&err), Vec::<&str>::new());
+    }
+}

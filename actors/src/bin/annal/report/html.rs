@@ -97,6 +97,9 @@ pub struct Facts {
     pub dropped_events: u64,
     /// Events were left unread at the report's bound ([`super::REPORT_EVENTS_MAX`]).
     pub truncated: bool,
+    /// The policy journal (audit trail, grants) was read; `false` for a store annal never
+    /// enabled.
+    pub journal_read: bool,
 }
 
 /// `ms` as UTC to the second.
@@ -187,7 +190,7 @@ pub fn page(summary: &Summary, facts: &Facts) -> String {
                 h2 { "Health changes" }
                 (changes(&summary.changes))
                 h2 { "Agent access" }
-                (access(&facts.readers))
+                (access(&facts.readers, facts.journal_read))
                 h2 { "Disk use" }
                 (disk(facts))
             }
@@ -422,8 +425,11 @@ fn changes(changes: &[Change]) -> Markup {
     }
 }
 
-fn access(readers: &[Reader]) -> Markup {
+fn access(readers: &[Reader], journal_read: bool) -> Markup {
     html! {
+        @if !journal_read {
+            p.warn { "annal's policy journal could not be read (a store annal never enabled has none): no audit trail or grants to show." }
+        }
         table id="access" {
             tr { th { "actor" } th { "calls" } th { "denied" } th { "events returned" } th { "first" } th { "last" } th { "state" } }
             @for r in readers {

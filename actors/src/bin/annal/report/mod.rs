@@ -57,6 +57,11 @@ pub struct ScopeArgs {
     /// report: the page names sessions by their opaque ids).
     #[arg(long, value_name = "SESSION")]
     pub session: Option<String>,
+    /// Read the store (--store, --namespace) with the namespace root key in FILE (64 hex
+    /// characters, mode 0600), held in this process's memory: a store another implementation
+    /// wrote. Implies --no-daemon; the reads still go through the gate.
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
 }
 
 /// Arguments of `annal report`.
@@ -106,14 +111,19 @@ async fn collect(link: &mut Link, scope: &ScopeArgs) -> Result<Collected, CliErr
         None,
     )?;
     let status = link.request(Request::Status {}).await?;
+    // A store annal never enabled (one the reference wrote) has no policy journal yet: no
+    // audit trail and no grants, which the page says, rather than no report.
     let audit = link
         .request(Request::Audit {
             actor: None,
             since_ms: None,
             denied: false,
         })
-        .await?;
-    let grants = link.request(Request::Grants).await?;
+        .await
+        .ok();
+    let grants = link.request(Request::Grants).await.ok();
+    let journal_read = audit.is_some() && grants.is_some();
+    let (audit, grants) = (audit.unwrap_or_default(), grants.unwrap_or_default());
     let mut rows = Vec::new();
     let mut until_sequence: Option<u64> = None;
     let mut truncated = false;
@@ -164,6 +174,7 @@ async fn collect(link: &mut Link, scope: &ScopeArgs) -> Result<Collected, CliErr
         health: contract["health"].as_str().unwrap_or("unknown").to_owned(),
         dropped_events: contract["dropped_events"].as_u64().unwrap_or(0),
         truncated,
+        journal_read,
     };
     Ok(Collected {
         summary: model::summarize(rows, scope.session.is_none()),
@@ -191,11 +202,47 @@ fn scope_text(scope: &ScopeArgs) -> String {
     }
 }
 
+/// A store another implementation wrote and enabled (its `state.json` says so) that annal
+/// never enabled is refused every read (`history_storage_unavailable`) until the owner enables
+/// it through annal. With `--key-file` the owner names such a store on purpose, so its owner's
+/// opt-in there is taken as the opt-in here: annal enables it (journaled, and the contract's
+/// `control` event appended, as `annal enable` does) and says so. A store disabled there stays
+/// disabled, and its read is refused as it would be.
+async fn adopt_reference_enable(link: &mut Link, location: &Location) -> Result<(), CliError> {
+    let status = link.request(Request::Status {}).await?;
+    if status["status"]["enabled"] == true {
+        return Ok(());
+    }
+    let storage =
+        annal_engine::store::open_store(&location.layout(), annal_engine::storage::Access::Read)
+            .map_err(|e| CliError::unavailable(format!("--store: cannot open the store: {e}")))?;
+    let mirror = annal_engine::store::read_state_mirror(&storage)
+        .map_err(|e| CliError::unavailable(format!("--store: cannot read state.json: {e}")))?;
+    if mirror.is_some_and(|m| m.enabled) {
+        link.request(Request::Enable {}).await?;
+        eprintln!(
+            "annal: the store's state.json says its owner enabled it: annal enabled reading it \
+             too (journaled, with the contract's control event)"
+        );
+    }
+    Ok(())
+}
+
 /// Reads what a report needs through one link to the store.
 fn read(location: &Location, no_daemon: bool, scope: &ScopeArgs) -> Result<Collected, CliError> {
     let runtime = crate::runtime()?;
     runtime.block_on(async {
-        let mut link = Link::open(location, no_daemon).await?;
+        let mut link = match &scope.key_file {
+            Some(key_file) => {
+                let mut link = Link::with_key_file(location, key_file)?;
+                if let Err(error) = adopt_reference_enable(&mut link, location).await {
+                    link.close().await;
+                    return Err(error);
+                }
+                link
+            }
+            None => Link::open(location, no_daemon).await?,
+        };
         let result = collect(&mut link, scope).await;
         link.close().await;
         result
@@ -325,6 +372,7 @@ mod tests {
             since: Some("2h".into()),
             until: None,
             session: Some("planted-label-x".into()),
+            key_file: None,
         };
         let text = scope_text(&scope);
         assert!(!text.contains("planted-label-x"));

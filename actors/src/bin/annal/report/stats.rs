@@ -48,6 +48,7 @@ pub fn json(summary: &Summary, facts: &Facts) -> Value {
         },
         "health": facts.health,
         "truncated": facts.truncated,
+        "journal_read": facts.journal_read,
     })
 }
 
