@@ -28,13 +28,16 @@ const STORE_TARGET_BYTES: u64 = 100 * 1024 * 1024;
 const FILL_QUOTA_BYTES: u64 = 1024 * 1024 * 1024;
 
 /// Actions captured between two size checks.
-const FILL_BATCH_ACTIONS: usize = 20_000;
+const FILL_BATCH_ACTIONS: usize = 4_000;
 
 /// Most captured events waiting in the queue before the filler yields (no drops).
 const FILL_QUEUE_HIGH_WATER_EVENTS: usize = 256;
 
 /// Sessions the actions are spread over.
 const FILL_SESSIONS: usize = 12;
+
+/// Set to a directory: the store is filled there and kept (with its key), for profiling.
+const KEEP_ENV: &str = "REPORT_BENCH_KEEP_DIR";
 
 /// Timed report runs.
 const REPORT_RUNS: usize = 3;
@@ -66,11 +69,7 @@ fn catalog() -> Result<(Vec<Application>, Vec<Capability>), Failure> {
         );
     }
     let mut capabilities = Vec::new();
-    for name in [
-        "input.pointer.click",
-        "input.keyboard.type",
-        "window.focus",
-    ] {
+    for name in ["input.pointer.click", "input.keyboard.type", "window.focus"] {
         capabilities.push(Capability::new(name).map_err(|e| e.to_string())?);
     }
     Ok((applications, capabilities))
@@ -133,7 +132,12 @@ fn fill(dir: &Path, namespace: &Namespace) -> Result<u64, Failure> {
 fn annal(binary: &Path, dir: &Path, namespace: &str, args: &[&str]) -> Command {
     let mut command = Command::new(binary);
     command
-        .args(["--store", &dir.display().to_string(), "--namespace", namespace])
+        .args([
+            "--store",
+            &dir.display().to_string(),
+            "--namespace",
+            namespace,
+        ])
         .args(["--key-store", "keyutils", "--no-daemon"])
         .args(args)
         .stdin(Stdio::null());
@@ -144,7 +148,8 @@ fn run() -> Result<(), Failure> {
     annal_engine::keys::establish_session_keyring().map_err(|e| e.to_string())?;
     let binary = annal_binary()?;
     let temp = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let dir = temp.path().join("store");
+    let keep = std::env::var_os(KEEP_ENV).map(PathBuf::from);
+    let dir = keep.clone().unwrap_or_else(|| temp.path().join("store"));
     let name = format!("bench-report-{}", std::process::id());
     let namespace = Namespace::new(&name).map_err(|e| e.to_string())?;
     let started = Instant::now();
@@ -178,7 +183,16 @@ fn run() -> Result<(), Failure> {
         println!("FIGURE report.100mib.seconds {median:.2} s");
         println!("FIGURE report.100mib.page_bytes {page} bytes");
     }
-    let _ = annal(&binary, &dir, &name, &["delete", "--yes"]).output();
+    if keep.is_some() {
+        println!(
+            "kept: {} --store {} --namespace {name} --key-store keyutils --no-daemon report \
+             (in this shell's session keyring: `keyctl session` shells see it; delete --yes ends it)",
+            binary.display(),
+            dir.display()
+        );
+    } else {
+        let _ = annal(&binary, &dir, &name, &["delete", "--yes"]).output();
+    }
     result
 }
 

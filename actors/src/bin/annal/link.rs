@@ -138,6 +138,14 @@ impl Link {
         Ok(Self::in_process(Arc::new(engine), kind))
     }
 
+    /// The engine, when the store is open in this process.
+    pub fn engine(&self) -> Option<Arc<Engine>> {
+        match self {
+            Self::InProcess { engine, .. } => Some(Arc::clone(engine)),
+            Self::Daemon(_) => None,
+        }
+    }
+
     /// Reaches the store: in process with `no_daemon`, else through its daemon, starting one
     /// when none answers.
     pub async fn open(location: &Location, no_daemon: bool) -> Result<Self, CliError> {

@@ -41,20 +41,7 @@ const TABLE_ROWS_MAX: usize = 20;
 const ACTIVITY_HEIGHT_PX: u64 = 120;
 
 /// The outcome classes that have a colour; anything else is drawn as `other`.
-const OUTCOME_CLASSES: [&str; 12] = [
-    "confirmed",
-    "partial",
-    "unverifiable",
-    "suspected_noop",
-    "refused",
-    "failed",
-    "started",
-    "session",
-    "control",
-    "health",
-    "access",
-    "other",
-];
+const OUTCOME_CLASSES: [&str; 12] = super::model::OUTCOMES;
 
 /// The page's only style (inline; the CSP allows nothing else).
 const STYLE: &str = "
@@ -262,7 +249,7 @@ fn timeline(summary: &Summary) -> Markup {
                         g.app data-application=(app.application) data-events=(app.events) {
                             text x="14" y=(row_y + 10) { (short_app(&app.application)) " (" (app.events) ")" }
                             @for (column_start, outcome, count) in cells(&app.marks, start, column_ms) {
-                                rect class=(class(&outcome)) x=(x(column_start)) y=(row_y + 1) width="3" height=(ROW_HEIGHT_PX - 3) {
+                                rect class=(class(outcome)) x=(x(column_start)) y=(row_y + 1) width="3" height=(ROW_HEIGHT_PX - 3) {
                                     title { (count) " " (outcome) " from " (utc(column_start)) }
                                 }
                             }
@@ -292,7 +279,11 @@ fn timeline(summary: &Summary) -> Markup {
 
 /// A row's marks folded into columns of `column_ms` from `start`: each occupied column's start,
 /// its most frequent outcome (ties: the first in [`OUTCOME_CLASSES`]'s order) and its count.
-fn cells(marks: &[(u64, String)], start: u64, column_ms: u64) -> Vec<(u64, String, u64)> {
+fn cells(
+    marks: &[(u64, &'static str)],
+    start: u64,
+    column_ms: u64,
+) -> Vec<(u64, &'static str, u64)> {
     let mut columns: std::collections::BTreeMap<u64, std::collections::BTreeMap<usize, u64>> =
         Default::default();
     for (at, outcome) in marks {
@@ -311,11 +302,7 @@ fn cells(marks: &[(u64, String)], start: u64, column_ms: u64) -> Vec<(u64, Strin
                 .iter()
                 .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
                 .map_or(OUTCOME_CLASSES.len() - 1, |(rank, _)| *rank);
-            (
-                start + column * column_ms,
-                OUTCOME_CLASSES[best].to_owned(),
-                total,
-            )
+            (start + column * column_ms, OUTCOME_CLASSES[best], total)
         })
         .collect()
 }
@@ -516,17 +503,15 @@ mod tests {
 
     #[test]
     fn cells_keep_one_mark_per_column_with_the_most_frequent_outcome() {
-        let marks: Vec<(u64, String)> = [
+        let marks: Vec<(u64, &'static str)> = vec![
             (0, "confirmed"),
             (5, "failed"),
             (6, "failed"),
             (25, "confirmed"),
-        ]
-        .map(|(at, o)| (at, o.to_owned()))
-        .into();
+        ];
         assert_eq!(
             cells(&marks, 0, 10),
-            vec![(0, "failed".to_owned(), 3), (20, "confirmed".to_owned(), 1)]
+            vec![(0, "failed", 3), (20, "confirmed", 1)]
         );
     }
 

@@ -10,11 +10,13 @@
 //! agents) requests. Nothing reads a chunk directly.
 //!
 //! - `model.rs`: the pure fold of events and facts into what is drawn (tested there).
+//! - `pages.rs`: the paged owner reads (typed when the engine runs in this process).
 //! - `html.rs`: the page (maud, inline SVG, a CSP that forbids every fetch).
 //! - `stats.rs`: the terminal and JSON forms.
 
 mod html;
 mod model;
+mod pages;
 mod stats;
 
 use std::io::Write;
@@ -124,32 +126,7 @@ async fn collect(link: &mut Link, scope: &ScopeArgs) -> Result<Collected, CliErr
     let grants = link.request(Request::Grants).await.ok();
     let journal_read = audit.is_some() && grants.is_some();
     let (audit, grants) = (audit.unwrap_or_default(), grants.unwrap_or_default());
-    let mut rows = Vec::new();
-    let mut until_sequence: Option<u64> = None;
-    let mut truncated = false;
-    loop {
-        let mut request = base.clone();
-        if let (Request::Query { arguments, .. }, Some(until)) = (&mut request, until_sequence) {
-            arguments.insert("until_sequence".into(), until.into());
-        }
-        let value = link.request(request).await?;
-        let events = crate::reads::events(&value)?;
-        let lowest = events
-            .iter()
-            .filter_map(|e| e["data"]["sequence"].as_u64())
-            .min();
-        rows.extend(events.iter().filter_map(model::Row::from_event));
-        match lowest {
-            Some(lowest) if events.len() >= usize::from(QUERY_LIMIT_MAX_EVENTS) && lowest > 1 => {
-                if rows.len() >= REPORT_EVENTS_MAX {
-                    truncated = true;
-                    break;
-                }
-                until_sequence = Some(lowest - 1);
-            }
-            _ => break,
-        }
-    }
+    let (rows, truncated) = pages::read_all(link, &base).await?;
     let revoked: Vec<String> = grants["revoked"]
         .as_array()
         .map(|a| {

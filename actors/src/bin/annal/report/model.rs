@@ -35,6 +35,23 @@ pub const DAY_MS: u64 = 24 * HOUR_MS;
 /// How many capabilities and applications the mixes list before "other".
 pub const TOP_ENTRIES: usize = 10;
 
+/// Every outcome class a timeline mark can have, in the order ties are broken: the six
+/// `action_completed` effects, then the other kinds.
+pub const OUTCOMES: [&str; 12] = [
+    "confirmed",
+    "partial",
+    "unverifiable",
+    "suspected_noop",
+    "refused",
+    "failed",
+    "started",
+    "session",
+    "control",
+    "health",
+    "access",
+    "other",
+];
+
 /// The lane of events with no session.
 pub const NO_SESSION: &str = "(no session)";
 
@@ -109,10 +126,47 @@ impl Row {
         })
     }
 
-    /// The outcome class its timeline mark is coloured by.
-    pub fn outcome(&self) -> &str {
+    /// The row of one typed event (what an engine in this process answered): the same row
+    /// [`Row::from_event`] makes of that event's JSON.
+    pub fn from_typed(event: &annal_schema::Event) -> Option<Self> {
+        use annal_schema::Payload;
+        let data = &event.data;
+        let kind = match &data.payload {
+            Payload::ActionStarted => Kind::Started,
+            Payload::ActionCompleted(outcome) => {
+                Kind::Completed(outcome.effect.as_str().to_owned())
+            }
+            Payload::Session { .. } => Kind::Session,
+            Payload::Control { operation } => Kind::Control(operation.as_str().to_owned()),
+            Payload::Health { category, count } => {
+                Kind::Health(category.as_str().to_owned(), *count)
+            }
+            Payload::Access { .. } => Kind::Access,
+        };
+        let application = data.application.as_ref().and_then(|a| {
+            a.display_name()
+                .map(|n| n.as_str().to_owned())
+                .or_else(|| a.bundle_id().map(|b| b.as_str().to_owned()))
+        });
+        Some(Self {
+            sequence: data.sequence.get(),
+            at_ms: u64::try_from(event.time.since_epoch().as_millis()).ok()?,
+            session: data.session_id.as_ref().map(|s| s.as_str().to_owned()),
+            application,
+            capability: data.capability.as_ref().map(|c| c.as_str().to_owned()),
+            kind,
+        })
+    }
+
+    /// The outcome class its timeline mark is coloured by: one of [`OUTCOMES`] (an effect this
+    /// version does not know is `other`).
+    pub fn outcome(&self) -> &'static str {
         match &self.kind {
-            Kind::Completed(effect) => effect,
+            Kind::Completed(effect) => OUTCOMES[..6]
+                .iter()
+                .find(|known| **known == effect)
+                .copied()
+                .unwrap_or("other"),
             Kind::Started => "started",
             Kind::Session => "session",
             Kind::Control(_) => "control",
@@ -174,7 +228,7 @@ pub struct AppRow {
     pub application: String,
     /// Its events in this session, oldest first: time (ms) and outcome class.
     #[serde(skip)]
-    pub marks: Vec<(u64, String)>,
+    pub marks: Vec<(u64, &'static str)>,
     /// How many.
     pub events: u64,
 }
@@ -259,6 +313,15 @@ pub struct Summary {
     pub drops: Vec<Drop>,
     /// Health changes, oldest first.
     pub changes: Vec<Change>,
+}
+
+/// Adds one to `name`'s count (its key is allocated only the first time).
+fn count(counts: &mut BTreeMap<String, u64>, name: &str) {
+    if let Some(n) = counts.get_mut(name) {
+        *n += 1;
+    } else {
+        counts.insert(name.to_owned(), 1);
+    }
 }
 
 /// Counts sorted most first (ties by name), the tail after `top` folded into `other`.
@@ -354,10 +417,7 @@ pub fn lanes(rows: &[Row]) -> Vec<Lane> {
                 .map(|(application, rows)| AppRow {
                     application: application.to_owned(),
                     events: rows.len() as u64,
-                    marks: rows
-                        .iter()
-                        .map(|r| (r.at_ms, r.outcome().to_owned()))
-                        .collect(),
+                    marks: rows.iter().map(|r| (r.at_ms, r.outcome())).collect(),
                 })
                 .collect();
             Lane {
@@ -394,10 +454,10 @@ pub fn summarize(mut rows: Vec<Row>, whole_sequence: bool) -> Summary {
     let mut changes = Vec::new();
     for row in &rows {
         if let Some(capability) = &row.capability {
-            *capabilities.entry(capability.clone()).or_insert(0) += 1;
+            count(&mut capabilities, capability);
         }
         if let Some(application) = &row.application {
-            *applications.entry(application.clone()).or_insert(0) += 1;
+            count(&mut applications, application);
         }
         let kind = match &row.kind {
             Kind::Started => {
@@ -406,7 +466,7 @@ pub fn summarize(mut rows: Vec<Row>, whole_sequence: bool) -> Summary {
             }
             Kind::Completed(effect) => {
                 totals.actions_completed += 1;
-                *outcomes.entry(effect.clone()).or_insert(0) += 1;
+                count(&mut outcomes, effect);
                 "action_completed"
             }
             Kind::Session => "session",
@@ -441,7 +501,7 @@ pub fn summarize(mut rows: Vec<Row>, whole_sequence: bool) -> Summary {
             Kind::Access => "access",
             Kind::Other => "other",
         };
-        *kinds.entry(kind.to_owned()).or_insert(0) += 1;
+        count(&mut kinds, kind);
     }
     let gaps = if whole_sequence {
         gaps(&rows)
@@ -621,6 +681,21 @@ mod tests {
     }
 
     type LaneShape<'a> = (&'a str, u64, Vec<(&'a str, u64)>);
+
+    #[test]
+    fn a_typed_event_makes_the_row_its_json_makes() {
+        let record = include_str!("../../../../../../shared/fixtures/cua-reference/records.json");
+        let records: Value = serde_json::from_str(record).unwrap();
+        let mut checked = 0;
+        for record in records["records"].as_array().unwrap() {
+            let text = record["plaintext"].as_str().unwrap();
+            let typed = annal_schema::Event::from_json_slice(text.as_bytes()).unwrap();
+            let json: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(Row::from_typed(&typed), Row::from_event(&json), "{text}");
+            checked += 1;
+        }
+        assert_eq!(checked, 16);
+    }
 
     #[test]
     fn lanes_are_one_per_session_with_one_row_per_application() {
