@@ -6,7 +6,7 @@
 //! non-empty page appending the contract's `access` event unless `annal owner-access off`),
 //! paged newest first by `until_sequence` in pages of [`QUERY_LIMIT_MAX_EVENTS`], at most
 //! [`REPORT_EVENTS_MAX`] events; the owner's journal facts from the `status` (disk use, quota,
-//! retention, health), `audit` (who read, how much, when, denials) and `grants` (revoked
+//! retention, health), `audit_summary` (who read, how much, when, denials) and `grants` (revoked
 //! agents) requests. Nothing reads a chunk directly.
 //!
 //! - `model.rs`: the pure fold of events and facts into what is drawn (tested there).
@@ -116,11 +116,7 @@ async fn collect(link: &mut Link, scope: &ScopeArgs) -> Result<Collected, CliErr
     // A store annal never enabled (one the reference wrote) has no policy journal yet: no
     // audit trail and no grants, which the page says, rather than no report.
     let audit = link
-        .request(Request::Audit {
-            actor: None,
-            since_ms: None,
-            denied: false,
-        })
+        .request(Request::AuditSummary { since_ms: None })
         .await
         .ok();
     let grants = link.request(Request::Grants).await.ok();
@@ -135,12 +131,12 @@ async fn collect(link: &mut Link, scope: &ScopeArgs) -> Result<Collected, CliErr
                 .collect()
         })
         .unwrap_or_default();
-    let entries = audit["entries"].as_array().cloned().unwrap_or_default();
+    let actors = audit["actors"].as_array().cloned().unwrap_or_default();
     let contract = &status["status"];
     let facts = html::Facts {
         generated_ms: now_ms,
         scope: scope_text(scope),
-        readers: model::readers(&entries, &revoked),
+        readers: model::readers(&actors, &revoked),
         bytes_used: contract["bytes_used"].as_u64().unwrap_or(0),
         quota_bytes: contract["quota_bytes"].as_u64().unwrap_or(0),
         quota_counted_bytes: status["usage"]["quota_counted_bytes"].as_u64(),

@@ -549,36 +549,32 @@ pub struct Reader {
     pub revoked: bool,
 }
 
-/// Who read how much and when: the audit `entries` folded per actor (by id), with the
-/// `revoked` actors of the grants view marked (and listed even without a call).
-pub fn readers(entries: &[Value], revoked: &[String]) -> Vec<Reader> {
-    let mut by_actor: BTreeMap<String, Reader> = BTreeMap::new();
-    for entry in entries {
-        let Some(actor) = entry["actor"].as_str() else {
-            continue;
-        };
-        let at_ms = entry["at_ms"].as_u64().unwrap_or(0);
-        let reader = by_actor.entry(actor.to_owned()).or_insert(Reader {
-            actor: actor.to_owned(),
-            calls: 0,
-            denied: 0,
-            returned_events: 0,
-            first_ms: at_ms,
-            last_ms: at_ms,
-            revoked: false,
-        });
-        reader.calls += 1;
-        if entry["verdict"].as_str().is_some_and(|v| v != "allowed") {
-            reader.denied += 1;
-        }
-        reader.returned_events += entry["returned_events"].as_u64().unwrap_or(0);
-        reader.first_ms = reader.first_ms.min(at_ms);
-        reader.last_ms = reader.last_ms.max(at_ms);
-    }
+/// Who read how much and when: the daemon's `audit_summary` rows (one per actor), with the
+/// `revoked` actors of the grants view marked (and listed even without a call), by id.
+pub fn readers(actors: &[Value], revoked: &[String]) -> Vec<Reader> {
+    let number = |row: &Value, field: &str| row[field].as_u64().unwrap_or(0);
+    let mut by_actor: BTreeMap<String, Reader> = actors
+        .iter()
+        .filter_map(|row| {
+            let actor = row["actor"].as_str()?.to_owned();
+            Some((
+                actor.clone(),
+                Reader {
+                    actor,
+                    calls: number(row, "calls"),
+                    denied: number(row, "denied"),
+                    returned_events: number(row, "returned_events"),
+                    first_ms: number(row, "first_ms"),
+                    last_ms: number(row, "last_ms"),
+                    revoked: false,
+                },
+            ))
+        })
+        .collect();
     for actor in revoked {
         by_actor
             .entry(actor.clone())
-            .or_insert(Reader {
+            .or_insert_with(|| Reader {
                 actor: actor.clone(),
                 calls: 0,
                 denied: 0,
@@ -684,8 +680,11 @@ mod tests {
 
     #[test]
     fn a_typed_event_makes_the_row_its_json_makes() {
-        let record = include_str!("../../../../../../shared/fixtures/cua-reference/records.json");
-        let records: Value = serde_json::from_str(record).unwrap();
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/fixtures/cua-reference/records.json"
+        );
+        let records: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let mut checked = 0;
         for record in records["records"].as_array().unwrap() {
             let text = record["plaintext"].as_str().unwrap();
@@ -855,14 +854,13 @@ mod tests {
     }
 
     #[test]
-    fn readers_count_calls_denials_and_returned_events_and_list_the_revoked() {
-        let entries = [
-            json!({"actor": "agent-a", "at_ms": 10, "verdict": "allowed", "returned_events": 5}),
-            json!({"actor": "agent-a", "at_ms": 30, "verdict": "allowed", "returned_events": 2}),
-            json!({"actor": "agent-b", "at_ms": 20, "verdict": "no_grant", "returned_events": 0}),
-            json!({"at_ms": 40}),
+    fn readers_take_the_summary_and_list_the_revoked() {
+        let actors = [
+            json!({"actor": "agent-a", "calls": 2, "denied": 0, "returned_events": 7, "first_ms": 10, "last_ms": 30}),
+            json!({"actor": "agent-b", "calls": 1, "denied": 1, "returned_events": 0, "first_ms": 20, "last_ms": 20}),
+            json!({"calls": 4}),
         ];
-        let readers = readers(&entries, &["agent-b".into(), "agent-c".into()]);
+        let readers = readers(&actors, &["agent-b".into(), "agent-c".into()]);
         let shape: Vec<(&str, u64, u64, u64, u64, u64, bool)> = readers
             .iter()
             .map(|r| {
