@@ -175,15 +175,40 @@ fn scope_text(scope: &ScopeArgs) -> String {
     }
 }
 
+/// The sidecar's journal area (`annal_engine::storage::Area::Journal`), where annal keeps its
+/// engine journal.
+const SIDECAR_JOURNAL_DIR: &str = "journal";
+
+/// Whether annal already keeps a journal for the store at `location` (any file in its
+/// sidecar's journal area), looked at before an engine opens it.
+fn annal_journal_exists(location: &Location) -> bool {
+    location
+        .layout()
+        .sidecar()
+        .map(|sidecar| sidecar.join(SIDECAR_JOURNAL_DIR))
+        .and_then(|dir| std::fs::read_dir(dir).ok())
+        .is_some_and(|mut entries| entries.next().is_some())
+}
+
 /// A store another implementation wrote and enabled (its `state.json` says so) that annal
 /// never enabled is refused every read (`history_storage_unavailable`) until the owner enables
 /// it through annal. With `--key-file` the owner names such a store on purpose, so its owner's
 /// opt-in there is taken as the opt-in here: annal enables it (journaled, and the contract's
-/// `control` event appended, as `annal enable` does) and says so. A store disabled there stays
-/// disabled, and its read is refused as it would be.
-async fn adopt_reference_enable(link: &mut Link, location: &Location) -> Result<(), CliError> {
+/// `control` event appended, as `annal enable` does) and says so. A store disabled there, or
+/// one annal already has a policy journal for (enabled or disabled through annal), is left as
+/// it is, and its read is refused as it would be.
+async fn adopt_reference_enable(
+    link: &mut Link,
+    location: &Location,
+    annal_journal_existed: bool,
+) -> Result<(), CliError> {
     let status = link.request(Request::Status {}).await?;
     if status["status"]["enabled"] == true {
+        return Ok(());
+    }
+    // Once annal kept a journal for the store (it enabled or disabled it), annal's own state
+    // holds: a disable through annal is never widened by what state.json says.
+    if annal_journal_existed {
         return Ok(());
     }
     let storage =
@@ -207,8 +232,11 @@ fn read(location: &Location, no_daemon: bool, scope: &ScopeArgs) -> Result<Colle
     runtime.block_on(async {
         let mut link = match &scope.key_file {
             Some(key_file) => {
+                let journal_existed = annal_journal_exists(location);
                 let mut link = Link::with_key_file(location, key_file)?;
-                if let Err(error) = adopt_reference_enable(&mut link, location).await {
+                if let Err(error) =
+                    adopt_reference_enable(&mut link, location, journal_existed).await
+                {
                     link.close().await;
                     return Err(error);
                 }
