@@ -12,6 +12,7 @@
 //! - [`client`]: [`DaemonClient`], one connection: the socket's directory and the peer's uid
 //!   checked before anything is sent, a request's size checked before it is written, every wait
 //!   bounded.
+//! - [`summary`]: the `audit_summary` answer, the audit trail folded per actor.
 //! - [`runtime_dir`]: the one rule for a private directory (owned by the user, 0700), which the
 //!   daemon applies before it binds and every client before it connects.
 //!
@@ -23,6 +24,7 @@ pub mod protocol;
 pub mod runtime_dir;
 pub mod server;
 mod slots;
+pub mod summary;
 
 pub use client::{ClientError, DaemonClient, TrustError, check_request_size};
 pub use protocol::{

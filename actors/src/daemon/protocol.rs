@@ -167,6 +167,13 @@ pub enum Request {
         #[serde(default)]
         denied: bool,
     },
+    /// The audit trail folded per actor (the owner's report): calls, denials, events
+    /// returned, first and last call; bounded however long the trail is.
+    AuditSummary {
+        /// Only calls decided at or after this time, in ms since the epoch.
+        #[serde(default)]
+        since_ms: Option<u64>,
+    },
     /// Revoke every grant of `actor`.
     Revoke {
         /// The agent's id.
@@ -782,7 +789,7 @@ pub fn field_name(key: &str) -> String {
 }
 
 /// Every `op` the protocol knows.
-pub const KNOWN_OPS: [&str; 26] = [
+pub const KNOWN_OPS: [&str; 27] = [
     "hello",
     "status",
     "enable",
@@ -798,6 +805,7 @@ pub const KNOWN_OPS: [&str; 26] = [
     "preflight",
     "grants",
     "audit",
+    "audit_summary",
     "grant",
     "approve_manifest",
     "revoke",

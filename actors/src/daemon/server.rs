@@ -538,6 +538,15 @@ impl Dispatcher {
                 let entries = engine.audit_async(filter).await.map_err(|e| failed(&e))?;
                 Ok(json!({"entries": entries.iter().map(audit_json).collect::<Vec<_>>()}))
             }
+            Request::AuditSummary { since_ms } => {
+                let filter = annal_engine::policy::views::AuditFilter {
+                    since_ms,
+                    ..Default::default()
+                };
+                let entries = engine.audit_async(filter).await.map_err(|e| failed(&e))?;
+                let (actors, truncated) = super::summary::per_actor(&entries);
+                Ok(json!({"actors": actors, "truncated": truncated}))
+            }
             Request::Revoke { actor: text } => {
                 let actor = actor_id(&text)?;
                 // Revoking an actor that holds no grant and was never revoked does nothing:

@@ -65,6 +65,11 @@ pub struct DemoArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Also write `annal report`'s HTML page of the demo's store (read through the gate as
+    /// the owner, after the agents' calls and the revocation) to FILE.html, before the store
+    /// is deleted.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
 }
 
 /// One check of the demo and whether it held.
@@ -217,6 +222,20 @@ fn capture(engine: &Engine, actions: usize) -> Result<Vec<u64>, String> {
     Ok(timings)
 }
 
+/// Writes `annal report`'s page of the demo's store to `out`, through the engine's owner path
+/// (the same requests `annal report --no-daemon` sends).
+fn write_report(engine: &Arc<Engine>, out: &std::path::Path) -> Result<String, String> {
+    let runtime = crate::runtime().map_err(|e| e.message)?;
+    runtime
+        .block_on(async {
+            let mut link = crate::link::Link::in_process(Arc::clone(engine), "demo".to_owned());
+            let wrote = crate::report::write_over(&mut link, out).await;
+            link.close().await;
+            wrote
+        })
+        .map_err(|e| e.message)
+}
+
 /// Runs the demo.
 pub fn run(args: &DemoArgs) -> ExitCode {
     match demo(args) {
@@ -237,7 +256,8 @@ fn demo(args: &DemoArgs) -> Result<(Vec<Check>, Figures), String> {
     figures.key_store = store_name;
     let layout = StoreLayout::in_namespace_dir(&dir.join("history"));
     let config = EngineConfig::new(layout.clone(), namespace.clone());
-    let engine = Engine::start(config, Arc::clone(&provider)).map_err(|e| format!("start: {e}"))?;
+    let engine =
+        Arc::new(Engine::start(config, Arc::clone(&provider)).map_err(|e| format!("start: {e}"))?);
     engine.enable().map_err(|e| format!("enable: {e}"))?;
 
     // 1. The simulated runtime captures through the real hook.
@@ -354,6 +374,17 @@ fn demo(args: &DemoArgs) -> Result<(Vec<Check>, Figures), String> {
             && engine.tools_for(&principal).is_empty(),
     });
     engine.flush().map_err(|e| format!("flush: {e}"))?;
+    if let Some(out) = &args.report {
+        let wrote = write_report(&engine, out);
+        if let Ok(text) = &wrote {
+            eprint!("annal demo: {text}");
+        }
+        checks.push(Check {
+            name: "the owner's report of the store was written (annal report)",
+            held: wrote.is_ok(),
+        });
+    }
+    let engine = Arc::try_unwrap(engine).map_err(|_| "the engine is still shared".to_owned())?;
     let shutdown = engine.shutdown();
     checks.push(Check {
         name: "shutdown drained within its deadline",

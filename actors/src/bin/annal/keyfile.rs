@@ -1,4 +1,5 @@
-//! Reading a root key from a file for the offline tools (`inspect`, `verify`): read-only, no
+//! Reading a root key from a file for the offline tools (`inspect`, `verify`) and for
+//! `annal report --key-file` / `annal stats --key-file`: read-only, no
 //! symlink, regular file only, refused when group or others may read or write it.
 
 use std::io::Read;
@@ -16,6 +17,11 @@ const MAX_KEY_FILE_BYTES: u64 = 256;
 /// Reads the key file read-only, refusing symlinks, non-regular files and any mode that lets
 /// group or others read or write it.
 pub fn load_key(path: &Path) -> Result<RootKey, String> {
+    load_key_bytes(path).map(|bytes| RootKey::from_bytes(*bytes))
+}
+
+/// [`load_key`]'s bytes, for a credential store held in memory (`annal report --key-file`).
+pub fn load_key_bytes(path: &Path) -> Result<Zeroizing<[u8; KEY_LEN_BYTES]>, String> {
     // Read-only and O_NOFOLLOW: a symlink planted in place of the key file is refused.
     let file = annal_engine::storage::fs::open_regular_file_no_follow(path)
         .map_err(|e| format!("cannot open key file: {e}"))?;
@@ -51,5 +57,5 @@ pub fn load_key(path: &Path) -> Result<RootKey, String> {
     // Either case: the key file is written by hand or by tools that may use upper case.
     decode_hex_into(&digits, HexCase::Either, bytes.as_mut_slice())
         .map_err(|_| "key file must hold exactly 64 hex characters".to_owned())?;
-    Ok(RootKey::from_bytes(*bytes))
+    Ok(bytes)
 }

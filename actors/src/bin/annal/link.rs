@@ -88,6 +88,64 @@ pub fn open_engine(location: &Location) -> Result<(Arc<Engine>, String), CliErro
 }
 
 impl Link {
+    /// A link to an engine this process already runs (`annal demo --report`); closing it
+    /// leaves the engine running while the caller holds it.
+    pub fn in_process(engine: Arc<Engine>, key_store: String) -> Self {
+        let dispatcher = Dispatcher::new(Arc::clone(&engine), key_store);
+        let connection = Box::new(dispatcher.connection());
+        Self::InProcess {
+            dispatcher,
+            connection,
+            engine,
+        }
+    }
+
+    /// The store at `location` opened in this process with the namespace root key of
+    /// `key_file` held in memory (never written to a credential store): a store another
+    /// implementation wrote, read with its key file (`annal report --key-file`). The engine
+    /// reads through the gate as with `--no-daemon`, and may append to the store as any owner
+    /// read does.
+    pub fn with_key_file(location: &Location, key_file: &Path) -> Result<Self, CliError> {
+        use annal_engine::keys::{InMemoryProvider, KeyProvider};
+        if !location.layout().history_root().is_dir() {
+            return Err(CliError::usage(format!(
+                "--store: no store at {}",
+                location.dir.display()
+            )));
+        }
+        let key = crate::keyfile::load_key_bytes(key_file)
+            .map_err(|e| CliError::usage(format!("--key-file: {e}")))?;
+        let provider = InMemoryProvider::new(Box::new(annal_engine::entropy::OsEntropy))
+            .map_err(|e| CliError::unavailable(format!("an in-memory key store: {e}")))?;
+        let namespace = location.namespace.clone();
+        // The key, under the namespace's reference and every reference the store's chunks
+        // name (another implementation may have named its key otherwise).
+        let scope = annal_engine::store::key_scope(&location.layout())
+            .map_err(|e| CliError::unavailable(format!("--store: cannot read the store: {e}")))?;
+        for reference in std::iter::once(namespace.primary_reference()).chain(scope.named) {
+            provider
+                .put_raw(&namespace, &reference, key.as_slice())
+                .map_err(|e| CliError::unavailable(format!("an in-memory key store: {e}")))?;
+        }
+        let kind = provider.kind().as_str().to_owned();
+        let config = EngineConfig::new(location.layout(), namespace);
+        let engine = Engine::start(config, Arc::new(provider)).map_err(|e| match e {
+            EngineError::StoreLocked => {
+                CliError::unavailable("another writer holds the store: `annal stop` ends a daemon")
+            }
+            other => CliError::unavailable(format!("the engine could not start: {other}")),
+        })?;
+        Ok(Self::in_process(Arc::new(engine), kind))
+    }
+
+    /// The engine, when the store is open in this process.
+    pub fn engine(&self) -> Option<Arc<Engine>> {
+        match self {
+            Self::InProcess { engine, .. } => Some(Arc::clone(engine)),
+            Self::Daemon(_) => None,
+        }
+    }
+
     /// Reaches the store: in process with `no_daemon`, else through its daemon, starting one
     /// when none answers.
     pub async fn open(location: &Location, no_daemon: bool) -> Result<Self, CliError> {

@@ -11,6 +11,8 @@
 //!   `revoke`, `agents`, `owner-access`, `stop`, `socket`, `delete`.
 //! - `reads.rs`: the owner's reads, `list`, `show`, `query` and `search`, with the owner's
 //!   filters.
+//! - `report/`: `annal report` (one self-contained HTML page) and `annal stats`, owner reads
+//!   through the gate with the journal's facts.
 //! - `repair.rs`: `annal repair --quarantine` and `annal index rebuild` (offline, the daemon
 //!   stopped first).
 //! - `serve.rs`: `annal serve`, the daemon.
@@ -62,6 +64,7 @@ mod owner;
 mod private_file;
 mod reads;
 mod repair;
+mod report;
 mod serve;
 mod service;
 mod shell;
@@ -170,6 +173,12 @@ enum Command {
     /// the counts and the digest) into a new store (the namespace must not exist), or only
     /// check it with --check.
     Import(import::ImportArgs),
+    /// Write one self-contained HTML report (no network, no script): a timeline per session,
+    /// activity, mixes, gaps and drops, health changes, agent access and disk use.
+    Report(report::ReportArgs),
+    /// Totals, top capabilities and applications, outcomes, sessions, a per-day sparkline,
+    /// drops, gaps and disk use, on the terminal (or --json).
+    Stats(report::StatsArgs),
     /// Grant an agent one operation (status or query) for a bounded time.
     Grant(owner::GrantArgs),
     /// Revoke every grant of an agent; its next call is refused, also after its MCP server
@@ -324,6 +333,8 @@ fn main() -> ExitCode {
         Command::Search(args) => with_location(&|l| reads::search(l, no_daemon, args)),
         Command::Export(args) => with_location(&|l| export::export(l, no_daemon, args)),
         Command::Import(args) => with_location(&|l| import::import(l, args)),
+        Command::Report(args) => with_location(&|l| report::report(l, no_daemon, args)),
+        Command::Stats(args) => with_location(&|l| report::stats(l, no_daemon, args)),
         Command::Grant(args) => with_location(&|l| owner::grant(l, no_daemon, args)),
         Command::Revoke(args) => with_location(&|l| owner::revoke(l, no_daemon, args)),
         Command::Grants(args) => with_location(&|l| views::grants(l, no_daemon, args)),

@@ -309,7 +309,7 @@ fn events_text(events: &[Value]) -> String {
 }
 
 /// The `history_query` arguments that are set.
-fn query_arguments(fields: &[(&str, Option<Value>)]) -> serde_json::Map<String, Value> {
+pub(crate) fn query_arguments(fields: &[(&str, Option<Value>)]) -> serde_json::Map<String, Value> {
     fields
         .iter()
         .filter_map(|(name, value)| Some(((*name).to_owned(), value.clone()?)))

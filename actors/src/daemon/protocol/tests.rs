@@ -186,6 +186,7 @@ fn sample_requests() -> Vec<Request> {
             since_ms: Some(1),
             denied: true,
         },
+        Request::AuditSummary { since_ms: Some(1) },
         Request::SwitchAgents { enabled: true },
         Request::SetOwnerAccess { enabled: false },
         Request::Query {
