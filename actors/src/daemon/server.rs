@@ -229,28 +229,6 @@ fn grants_json(grants: &crate::engine::Grants) -> Value {
 /// One `audit` entry: who (an agent's id, or `owner`), when, what, the verdict and outcome
 /// codes, and the returned count (`operation` and `verdict` are null for a call of an unknown
 /// tool, refused before any decision). No argument, tool name or content: the records hold none.
-fn audit_json(entry: &annal_engine::policy::views::AuditEntry) -> Value {
-    let who = match &entry.principal {
-        Principal::Owner => "owner",
-        Principal::Agent(actor) => actor.as_str(),
-    };
-    let mut value = json!({
-        "audit": entry.audit,
-        "at_ms": entry.at_ms,
-        "actor": who,
-        "operation": entry.operation.map(|o| o.name()),
-        "verdict": entry.verdict.map(|v| v.code()),
-        "outcome": entry.outcome.map(|o| o.code()),
-        "returned_events": entry.returned_events,
-    });
-    // An export: its operation is `export`, and its count the archive's (never a tool call's).
-    if let Some(events) = entry.exported_events {
-        value["operation"] = json!("export");
-        value["exported_events"] = json!(events);
-    }
-    value
-}
-
 fn invalid(message: impl Into<String>) -> DaemonError {
     DaemonError::new(DaemonErrorCode::InvalidRequest, message)
 }
@@ -536,7 +514,7 @@ impl Dispatcher {
                     denied_only: denied,
                 };
                 let entries = engine.audit_async(filter).await.map_err(|e| failed(&e))?;
-                Ok(json!({"entries": entries.iter().map(audit_json).collect::<Vec<_>>()}))
+                Ok(super::summary::audit_reply(&entries))
             }
             Request::AuditSummary { since_ms } => {
                 let filter = annal_engine::policy::views::AuditFilter {

@@ -1,10 +1,60 @@
-//! The `audit_summary` answer: the audit trail folded per actor, so the owner's report reads
-//! who read how much and when in one bounded frame however long the trail is (`audit` lists
-//! every entry, which outgrows a frame on a store read for long).
+//! The owner's views of the audit trail, each bounded to one frame however long the trail is:
+//! `audit` ([`audit_reply`]: the newest [`AUDIT_REPLY_ENTRIES_MAX`] matching entries, and how
+//! many older ones were left out) and `audit_summary` ([`per_actor`]: the trail folded per
+//! actor, which the owner's report reads).
 
 use annal_engine::policy::views::AuditEntry;
 use annal_engine::policy::{Principal, Verdict};
 use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::protocol::MAX_FRAME_BYTES;
+
+/// Most entries one `audit` answer lists: the newest that match (oldest first among them);
+/// `omitted` says how many older ones were left out (`--since` and `--actor` narrow).
+pub const AUDIT_REPLY_ENTRIES_MAX: usize = 1_000;
+
+/// The longest one entry's JSON can be, in bytes: the fixed keys and the longest values (a
+/// 64-character actor id, the longest operation, verdict and outcome codes, 20-digit numbers).
+pub const AUDIT_ENTRY_JSON_MAX_BYTES: usize = 400;
+
+// A full answer fits one frame, with room for its envelope.
+const _: () =
+    assert!(AUDIT_REPLY_ENTRIES_MAX * (AUDIT_ENTRY_JSON_MAX_BYTES + 1) + 1_024 < MAX_FRAME_BYTES);
+
+/// One entry as `audit` answers it.
+pub fn audit_json(entry: &AuditEntry) -> Value {
+    let who = match &entry.principal {
+        Principal::Owner => "owner",
+        Principal::Agent(actor) => actor.as_str(),
+    };
+    let mut value = json!({
+        "audit": entry.audit,
+        "at_ms": entry.at_ms,
+        "actor": who,
+        "operation": entry.operation.map(|o| o.name()),
+        "verdict": entry.verdict.map(|v| v.code()),
+        "outcome": entry.outcome.map(|o| o.code()),
+        "returned_events": entry.returned_events,
+    });
+    // An export: its operation is `export`, and its count the archive's (never a tool call's).
+    if let Some(events) = entry.exported_events {
+        value["operation"] = json!("export");
+        value["exported_events"] = json!(events);
+    }
+    value
+}
+
+/// The `audit` answer for `entries` (oldest first): the newest [`AUDIT_REPLY_ENTRIES_MAX`] of
+/// them, oldest first, and `omitted`, how many older ones were left out.
+pub fn audit_reply(entries: &[AuditEntry]) -> Value {
+    let kept = entries.len().saturating_sub(AUDIT_REPLY_ENTRIES_MAX);
+    let listed = entries.get(kept..).unwrap_or_default();
+    json!({
+        "entries": listed.iter().map(audit_json).collect::<Vec<_>>(),
+        "omitted": kept,
+    })
+}
 
 /// Most actors one `audit_summary` answer lists (the most active first); the answer says when
 /// more were left out. About 100 bytes each: far inside a frame.
@@ -83,6 +133,49 @@ mod tests {
             returned_events: returned,
             exported_events: None,
         }
+    }
+
+    #[test]
+    fn an_audit_answer_keeps_the_newest_entries_and_counts_what_it_left_out() {
+        let a = Principal::Agent(ActorId::new("agent-a").unwrap());
+        let all: Vec<AuditEntry> = (1..=AUDIT_REPLY_ENTRIES_MAX as u64 + 7)
+            .map(|n| entry(n, n, a.clone(), Some(Verdict::Allowed), 1))
+            .collect();
+        let reply = audit_reply(&all);
+        let listed = reply["entries"].as_array().unwrap();
+        assert_eq!(listed.len(), AUDIT_REPLY_ENTRIES_MAX);
+        assert_eq!(reply["omitted"], 7);
+        // The newest, oldest first among them.
+        assert_eq!(listed[0]["audit"], 8);
+        assert_eq!(listed.last().unwrap()["audit"], all.len() as u64);
+        let few = audit_reply(&all[..3]);
+        assert_eq!(few["entries"].as_array().unwrap().len(), 3);
+        assert_eq!(few["omitted"], 0);
+    }
+
+    #[test]
+    fn the_longest_entry_fits_its_bound_and_a_full_answer_one_frame() {
+        let longest = Principal::Agent(ActorId::new(&"a".repeat(64)).unwrap());
+        let mut entry = entry(
+            u64::MAX,
+            u64::MAX,
+            longest,
+            Some(Verdict::Allowed),
+            u16::MAX,
+        );
+        entry.outcome = Some(annal_engine::policy::AuditOutcome::Refused(
+            annal_engine::policy::Refusal::Contract(
+                annal_schema::ErrorCode::HistoryStorageUnavailable,
+            ),
+        ));
+        entry.exported_events = Some(u64::MAX);
+        let bytes = serde_json::to_vec(&audit_json(&entry)).unwrap().len();
+        assert!(bytes <= AUDIT_ENTRY_JSON_MAX_BYTES, "{bytes}");
+        let full: Vec<AuditEntry> = (0..AUDIT_REPLY_ENTRIES_MAX + 10)
+            .map(|_| entry.clone())
+            .collect();
+        let frame = serde_json::to_vec(&audit_reply(&full)).unwrap().len();
+        assert!(frame < MAX_FRAME_BYTES, "{frame}");
     }
 
     #[test]

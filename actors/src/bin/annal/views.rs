@@ -148,23 +148,30 @@ pub fn audit(location: &Location, no_daemon: bool, args: &AuditArgs) -> ExitCode
                     if entries.is_empty() {
                         return "no calls recorded that match.\n".to_owned();
                     }
-                    entries
-                        .iter()
-                        .map(|entry| {
-                            format!(
-                                "{} {} {}: {}, {}, {} events\n",
-                                time(entry["at_ms"].as_u64()),
-                                entry["actor"].as_str().unwrap_or("-"),
-                                entry["operation"].as_str().unwrap_or("(unknown tool)"),
-                                entry["verdict"].as_str().unwrap_or("refused"),
-                                entry["outcome"].as_str().unwrap_or("unfinished"),
-                                entry["exported_events"]
-                                    .as_u64()
-                                    .or(entry["returned_events"].as_u64())
-                                    .unwrap_or(0),
-                            )
-                        })
-                        .collect()
+                    let omitted = match value["omitted"].as_u64() {
+                        Some(n) if n > 0 => format!(
+                            "({n} older entries not shown: narrow with --since or --actor)\n"
+                        ),
+                        _ => String::new(),
+                    };
+                    omitted
+                        + &entries
+                            .iter()
+                            .map(|entry| {
+                                format!(
+                                    "{} {} {}: {}, {}, {} events\n",
+                                    time(entry["at_ms"].as_u64()),
+                                    entry["actor"].as_str().unwrap_or("-"),
+                                    entry["operation"].as_str().unwrap_or("(unknown tool)"),
+                                    entry["verdict"].as_str().unwrap_or("refused"),
+                                    entry["outcome"].as_str().unwrap_or("unfinished"),
+                                    entry["exported_events"]
+                                        .as_u64()
+                                        .or(entry["returned_events"].as_u64())
+                                        .unwrap_or(0),
+                                )
+                            })
+                            .collect::<String>()
                 })
             }),
     )
