@@ -446,6 +446,54 @@ fn the_client_refuses_an_oversized_request_at_once_and_stays_usable() {
     });
 }
 
+/// A client may write its next request before it reads the reply to the last one (`annal
+/// report` asks for its next page that way): the replies come back in the order the requests
+/// were written, each read as the type its request answers. A typed read of a reply that is
+/// not that type is `BadReply`, never a wrong value.
+#[test]
+fn pipelined_requests_are_answered_in_order_and_read_typed() {
+    use annal_actors::daemon::{ClientError, DaemonClient, Request, ToolReply};
+    #[derive(Debug, serde::Deserialize)]
+    struct Page {
+        events: Vec<annal_schema::Event>,
+    }
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    sandbox.ok(&["flush"]);
+    let socket = sandbox.socket();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut client = DaemonClient::connect(&socket).await.unwrap();
+        let query = |limit: u64| {
+            let mut arguments = serde_json::Map::new();
+            arguments.insert("limit".into(), json!(limit));
+            Request::query(arguments)
+        };
+        client.send(&query(1)).await.unwrap();
+        client.send(&Request::Hello {}).await.unwrap();
+        client.send(&query(0)).await.unwrap();
+        let page = client.receive_as::<ToolReply<Page>>().await.unwrap();
+        let ToolReply::Answer(page) = page else {
+            panic!("the first page was refused: {page:?}");
+        };
+        assert_eq!(page.events.len(), 1, "{page:?}");
+        let hello = client.receive_as::<serde_json::Value>().await.unwrap();
+        assert!(hello["protocol"].is_u64(), "{hello}");
+        let refused = client.receive_as::<ToolReply<Page>>().await.unwrap();
+        assert!(
+            matches!(&refused, ToolReply::Refusal(r) if r.code() == "invalid_history_query"),
+            "{refused:?}"
+        );
+        // A status is not a page: read as one, it is a bad reply.
+        client.send(&Request::Status {}).await.unwrap();
+        let wrong = client.receive_as::<ToolReply<Page>>().await;
+        assert!(matches!(wrong, Err(ClientError::BadReply)), "{wrong:?}");
+    });
+}
+
 /// Every wait on the daemon has a deadline, and the bridge exits once stdin closes even with
 /// a call in flight: against a daemon of this user that accepts and never answers (a stuck
 /// daemon), `tools/list` answers (fail closed: no tools) once `REPLY_DEADLINE_MS` passed, and

@@ -14,6 +14,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
+
 use tokio::net::UnixStream;
 
 use super::protocol::{
@@ -203,38 +205,63 @@ impl DaemonClient {
     /// before it reads anything and closes: that refusal is returned even when the request
     /// could not be written.
     pub async fn request(&mut self, request: &Request) -> Result<serde_json::Value, ClientError> {
+        self.request_as(request).await
+    }
+
+    /// [`Self::request`], reading the result as `T` straight from the frame (no JSON tree in
+    /// between): a result that is not a `T` is [`ClientError::BadReply`].
+    pub async fn request_as<T: DeserializeOwned>(
+        &mut self,
+        request: &Request,
+    ) -> Result<T, ClientError> {
         check_request_size(request)?;
-        let written = match tokio::time::timeout(
+        let written = self.send(request).await;
+        match (written, self.receive_as().await) {
+            (_, Ok(result)) => Ok(result),
+            (Err(write), _) => Err(write),
+            (Ok(()), Err(read)) => Err(read),
+        }
+    }
+
+    /// Writes `request` within its deadline, without waiting for the reply: the daemon starts
+    /// on it while the caller does other work, then [`Self::receive_as`] reads the reply
+    /// (`annal report` asks for its next page before it folds the current one). Replies come
+    /// in the order the requests were written.
+    pub async fn send(&mut self, request: &Request) -> Result<(), ClientError> {
+        check_request_size(request)?;
+        match tokio::time::timeout(
             Duration::from_millis(REQUEST_WRITE_DEADLINE_MS),
             send_frame(&mut self.stream, request),
         )
         .await
         {
-            Ok(written) => written,
-            Err(_) => {
-                return Err(ClientError::TimedOut {
-                    what: "take the request",
-                    deadline_ms: REQUEST_WRITE_DEADLINE_MS,
-                });
-            }
-        };
-        let read = tokio::time::timeout(
+            Ok(written) => written.map_err(ClientError::from),
+            Err(_) => Err(ClientError::TimedOut {
+                what: "take the request",
+                deadline_ms: REQUEST_WRITE_DEADLINE_MS,
+            }),
+        }
+    }
+
+    /// Reads the reply to the oldest request [`Self::send`] wrote that no read took yet (the
+    /// daemon answers a connection's requests in order), within the reply deadline, as `T`.
+    pub async fn receive_as<T: DeserializeOwned>(&mut self) -> Result<T, ClientError> {
+        let body = match tokio::time::timeout(
             Duration::from_millis(REPLY_DEADLINE_MS),
             next_frame(&mut self.stream),
         )
-        .await;
-        let body = match (written, read) {
-            (_, Ok(Ok(body))) => body,
-            (Err(write), _) => return Err(write.into()),
-            (Ok(()), Ok(Err(read))) => return Err(read.into()),
-            (Ok(()), Err(_)) => {
+        .await
+        {
+            Ok(Ok(body)) => body,
+            Ok(Err(read)) => return Err(read.into()),
+            Err(_) => {
                 return Err(ClientError::TimedOut {
                     what: "answer",
                     deadline_ms: REPLY_DEADLINE_MS,
                 });
             }
         };
-        match serde_json::from_slice::<Reply>(&body).map_err(|_| ClientError::BadReply)? {
+        match serde_json::from_slice::<Reply<T>>(&body).map_err(|_| ClientError::BadReply)? {
             Reply::Ok(value) => Ok(value),
             Reply::Error(error) => Err(ClientError::Daemon(error)),
         }

@@ -12,6 +12,8 @@
 //! - [`client`]: [`DaemonClient`], one connection: the socket's directory and the peer's uid
 //!   checked before anything is sent, a request's size checked before it is written, every wait
 //!   bounded.
+//! - `page`: the owner's `query` page, kept typed until its events are written into the reply
+//!   frame.
 //! - [`summary`]: the `audit_summary` answer, the audit trail folded per actor.
 //! - [`runtime_dir`]: the one rule for a private directory (owned by the user, 0700), which the
 //!   daemon applies before it binds and every client before it connects.
@@ -20,6 +22,7 @@
 //! belong to the `annal` binary, which owns the process.
 
 pub mod client;
+mod page;
 pub mod protocol;
 pub mod runtime_dir;
 pub mod server;

@@ -375,11 +375,15 @@ impl DaemonError {
 }
 
 /// One reply: `{"ok": <result>}` or `{"error": {"code": ..., "message": ...}}`.
+///
+/// `T` is the result's type: a JSON value by default; a client that knows the request's
+/// answer reads it as its type straight from the frame (`DaemonClient::request_as`), with no
+/// JSON tree between.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum Reply {
+pub enum Reply<T = serde_json::Value> {
     /// The request's result (its shape per request is in `docs/protocol.md`).
-    Ok(serde_json::Value),
+    Ok(T),
     /// Why the request failed.
     Error(DaemonError),
 }
@@ -389,12 +393,15 @@ pub enum Reply {
 /// (`docs/protocol.md`); the server writes this type and the CLI and the MCP bridge read it
 /// back as this type, so the shape lives in one place. Reading refuses anything else: another
 /// key, both keys, or a code that is not one of annal's.
+///
+/// `A` is the answer's type: a JSON value by default, or a typed answer read straight from
+/// the frame (`annal report` reads its pages' events as [`annal_schema::Event`]s).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum ToolReply {
+pub enum ToolReply<A = serde_json::Value> {
     /// The structured result: the contract's fields, plus `has_more` and `cursor` when another
     /// page exists (a status, a query page, or an owner's `{"events": [...]}`).
-    Answer(serde_json::Value),
+    Answer(A),
     /// Why nothing was returned.
     Refusal(#[serde(with = "refusal_object")] annal_engine::policy::Refusal),
 }
@@ -405,6 +412,18 @@ impl ToolReply {
         match self {
             Self::Answer(answer) => serde_json::json!({ "answer": answer }),
             Self::Refusal(refusal) => serde_json::json!({ "refusal": refusal }),
+        }
+    }
+
+    /// [`Self::to_value`], moving the answer in rather than copying it (a query page's events).
+    pub fn into_value(self) -> serde_json::Value {
+        match self {
+            Self::Answer(answer) => {
+                let mut object = serde_json::Map::with_capacity(1);
+                object.insert("answer".to_owned(), answer);
+                serde_json::Value::Object(object)
+            }
+            refusal @ Self::Refusal(_) => refusal.to_value(),
         }
     }
 

@@ -34,10 +34,8 @@ use std::time::Duration;
 
 use annal_engine::capture::{ActionToken, Admission, CaptureHandle, CaptureSession};
 use annal_engine::policy::manifest::Manifest;
-use annal_engine::policy::{ActorId, GrantTerms, Operation, Principal, Refusal};
-use annal_engine::query::{OwnerFilter, OwnerFilterParts};
-use annal_schema::AccessOperation;
-use annal_schema::tools::QueryRequest;
+use annal_engine::policy::{ActorId, GrantTerms, Operation, Principal};
+use annal_engine::query::OwnerFilterParts;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::net::{UnixListener, UnixStream};
@@ -45,12 +43,13 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::page::{Answer, owner_query};
 use super::protocol::{
     DaemonError, DaemonErrorCode, FrameCodec, FrameError, FramedStream, PROTOCOL_VERSION, Reply,
     Request, ToolReply, decode_request, next_frame, send_frame,
 };
 use super::slots::{Registry, Slot, is_owner_operation};
-use crate::engine::{Engine, EngineError, QueryError};
+use crate::engine::{Engine, EngineError};
 use crate::gate::PolicyChange;
 use crate::preflight::PreflightRequest;
 use crate::writer::Setting;
@@ -229,11 +228,11 @@ fn grants_json(grants: &crate::engine::Grants) -> Value {
 /// One `audit` entry: who (an agent's id, or `owner`), when, what, the verdict and outcome
 /// codes, and the returned count (`operation` and `verdict` are null for a call of an unknown
 /// tool, refused before any decision). No argument, tool name or content: the records hold none.
-fn invalid(message: impl Into<String>) -> DaemonError {
+pub(super) fn invalid(message: impl Into<String>) -> DaemonError {
     DaemonError::new(DaemonErrorCode::InvalidRequest, message)
 }
 
-fn failed(error: &EngineError) -> DaemonError {
+pub(super) fn failed(error: &EngineError) -> DaemonError {
     let fix = match error {
         EngineError::Control(crate::ControlError::Key(_)) => {
             "; run `annal doctor` to see which credential store is usable"
@@ -291,8 +290,28 @@ impl Dispatcher {
 
     /// Answers one request.
     pub async fn dispatch(&self, connection: &mut ConnectionState, request: Request) -> Reply {
+        match self.dispatch_wire(connection, request).await {
+            Reply::Ok(Answer::Json(value)) => Reply::Ok(value),
+            Reply::Ok(Answer::Page(page)) => match serde_json::to_value(page) {
+                Ok(value) => Reply::Ok(value),
+                Err(error) => Reply::Error(DaemonError::new(
+                    DaemonErrorCode::OperationFailed,
+                    format!("the page could not be written as JSON: {error}"),
+                )),
+            },
+            Reply::Error(error) => Reply::Error(error),
+        }
+    }
+
+    /// Answers one request as the connection writes it: an owner's query page stays typed
+    /// until it is written into the frame.
+    async fn dispatch_wire(
+        &self,
+        connection: &mut ConnectionState,
+        request: Request,
+    ) -> Reply<Answer> {
         match self.answer(connection, request).await {
-            Ok(value) => Reply::Ok(value),
+            Ok(answer) => Reply::Ok(answer),
             Err(error) => Reply::Error(error),
         }
     }
@@ -336,9 +355,29 @@ impl Dispatcher {
         &self,
         connection: &mut ConnectionState,
         request: Request,
-    ) -> Result<Value, DaemonError> {
+    ) -> Result<Answer, DaemonError> {
         let engine = &*self.engine;
-        match request {
+        let json = match request {
+            Request::Query {
+                arguments,
+                since_ms,
+                until_ms,
+                app,
+                capability,
+                outcome,
+                text,
+            } => {
+                let filter = OwnerFilterParts {
+                    since_ms,
+                    until_ms,
+                    application: app,
+                    capability,
+                    outcome,
+                    text,
+                };
+                let page = owner_query(engine, arguments, filter).await;
+                return page.map(Answer::Page);
+            }
             Request::Hello {} => Ok(json!({
                 "protocol": PROTOCOL_VERSION,
                 "version": env!("CARGO_PKG_VERSION"),
@@ -381,36 +420,6 @@ impl Dispatcher {
             Request::SetQuota { bytes, on_quota } => {
                 self.set(Setting::Quota { bytes, on_quota }).await
             }
-            Request::Query {
-                arguments,
-                since_ms,
-                until_ms,
-                app,
-                capability,
-                outcome,
-                text,
-            } => {
-                let refused = |code| Ok(ToolReply::Refusal(Refusal::Contract(code)).to_value());
-                let filter = OwnerFilter::new(OwnerFilterParts {
-                    since_ms,
-                    until_ms,
-                    application: app,
-                    capability,
-                    outcome,
-                    text,
-                })
-                .map_err(|e| invalid(e.to_string()))?;
-                let request = match QueryRequest::parse(&Value::Object(arguments)) {
-                    Ok(request) => request,
-                    Err(code) => return refused(code),
-                };
-                let read = engine.owner_query_async(request, filter, AccessOperation::LocalCli);
-                match read.await {
-                    Ok(response) => Ok(ToolReply::Answer(json!(response)).to_value()),
-                    Err(QueryError::Refused(code)) => refused(code),
-                    Err(QueryError::Engine(error)) => Err(failed(&error)),
-                }
-            }
             Request::ToolsFor { actor: text } => {
                 let principal = actor(&text)?;
                 let tools: Vec<&str> = engine
@@ -431,7 +440,7 @@ impl Dispatcher {
                     .call_tool_async(&principal, &tool, &Value::Object(arguments))
                     .await
                 {
-                    Ok(answer) => Ok(ToolReply::Answer(answer.to_json()).to_value()),
+                    Ok(answer) => Ok(ToolReply::Answer(answer.to_json()).into_value()),
                     Err(refusal) => Ok(ToolReply::Refusal(refusal).to_value()),
                 }
             }
@@ -685,7 +694,8 @@ impl Dispatcher {
                 }
                 None => Err(invalid("there is no daemon to stop in this process")),
             },
-        }
+        };
+        json.map(Answer::Json)
     }
 }
 
@@ -757,7 +767,7 @@ pub async fn serve(
 async fn refuse(mut framed: FramedStream<UnixStream>, error: DaemonError) {
     let _ = tokio::time::timeout(
         Duration::from_millis(PEER_WRITE_TIMEOUT_MS),
-        send_frame(&mut framed, &Reply::Error(error)),
+        send_frame(&mut framed, &Reply::<Value>::Error(error)),
     )
     .await;
 }
@@ -857,7 +867,7 @@ async fn connection(
             admitted = true;
         }
         let reply = match request {
-            Ok(request) => dispatcher.dispatch(&mut state, request).await,
+            Ok(request) => dispatcher.dispatch_wire(&mut state, request).await,
             Err(error) => Reply::Error(error),
         };
         let written = tokio::time::timeout(

@@ -138,6 +138,14 @@ impl Link {
         Ok(Self::in_process(Arc::new(engine), kind))
     }
 
+    /// The daemon connection, when this link is one.
+    pub fn daemon(&mut self) -> Option<&mut DaemonClient> {
+        match self {
+            Self::Daemon(client) => Some(client),
+            Self::InProcess { .. } => None,
+        }
+    }
+
     /// The engine, when the store is open in this process.
     pub fn engine(&self) -> Option<Arc<Engine>> {
         match self {
@@ -305,7 +313,7 @@ async fn reach(socket: &Path) -> Result<Option<DaemonClient>, CliError> {
     }
 }
 
-fn from_client(error: ClientError) -> CliError {
+pub(crate) fn from_client(error: ClientError) -> CliError {
     match error {
         ClientError::Daemon(error) => from_daemon(error.code, error.message),
         ClientError::RequestTooLarge { .. } => CliError::usage(format!(

@@ -242,24 +242,25 @@ pub(crate) fn events(value: &Value) -> Result<Vec<Value>, CliError> {
             .as_array()
             .cloned()
             .ok_or_else(|| CliError::unavailable("the daemon's answer holds no events")),
-        // The owner's own arguments out of bounds are bad input (exit 2), as the help states
-        // the bounds; any other refusal is a refused read (exit 1).
-        Some(ToolReply::Refusal(
-            refusal @ Refusal::Contract(
-                ErrorCode::InvalidHistoryQuery | ErrorCode::InvalidHistoryQueryRange,
-            ),
-        )) => Err(CliError::usage(format!(
-            "{}: {} (see `annal query --help` for the bounds)",
-            refusal.code(),
-            refusal.message()
-        ))),
-        Some(ToolReply::Refusal(refusal)) => Err(CliError::found(format!(
-            "the read was refused: {}",
-            refusal.code()
-        ))),
+        Some(ToolReply::Refusal(refusal)) => Err(refused(refusal)),
         None => Err(CliError::unavailable(
             "the daemon's answer is neither an answer nor a refusal",
         )),
+    }
+}
+
+/// The error of a refused owner read. The owner's own arguments out of bounds are bad input
+/// (exit 2), as the help states the bounds; any other refusal is a refused read (exit 1).
+pub(crate) fn refused(refusal: Refusal) -> CliError {
+    match refusal {
+        Refusal::Contract(ErrorCode::InvalidHistoryQuery | ErrorCode::InvalidHistoryQueryRange) => {
+            CliError::usage(format!(
+                "{}: {} (see `annal query --help` for the bounds)",
+                refusal.code(),
+                refusal.message()
+            ))
+        }
+        refusal => CliError::found(format!("the read was refused: {}", refusal.code())),
     }
 }
 

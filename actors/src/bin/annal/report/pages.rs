@@ -2,11 +2,13 @@
 //! first, each page's `until_sequence` below the previous page's oldest event) through the
 //! policy gate as `local_cli`.
 //!
-//! Over the daemon a page is the `query` request and its JSON answer. With the store opened in
-//! this process (`--no-daemon`, `--key-file`, `annal demo --report`) a page is the same call
-//! the daemon makes for that request, `Engine::owner_query_async` with the same filter, read as
-//! typed events: the same gate, audit and `access` event, without turning every event into JSON
-//! and back (most of a large report's time otherwise).
+//! Over the daemon a page is the `query` request and its answer, read straight from the frame
+//! as typed events (no JSON tree in between), and the next page's request is written before
+//! the current page is turned into rows, so the daemon reads it meanwhile. With the store
+//! opened in this process (`--no-daemon`, `--key-file`, `annal demo --report`) a page is the
+//! same call the daemon makes for that request, `Engine::owner_query_async` with the same
+//! filter, asked for as a task ahead of the rows in the same way: the same gate, audit and
+//! `access` event, without the socket.
 
 use std::sync::Arc;
 
@@ -21,14 +23,7 @@ use serde_json::Value;
 use super::REPORT_EVENTS_MAX;
 use super::model::Row;
 use crate::CliError;
-use crate::link::Link;
-
-/// One page: its rows, how many events it returned, and the lowest sequence among them.
-struct Page {
-    rows: Vec<Row>,
-    returned: usize,
-    lowest: Option<u64>,
-}
+use crate::link::{Link, from_client};
 
 /// Every event `base` (an owner's `query` request of [`QUERY_LIMIT_MAX_EVENTS`]) matches, at
 /// most [`REPORT_EVENTS_MAX`]; `true` with them when more were left unread.
@@ -36,21 +31,54 @@ pub async fn read_all(link: &mut Link, base: &Request) -> Result<(Vec<Row>, bool
     if let Some(engine) = link.engine() {
         return read_all_typed(engine, base).await;
     }
+    let Some(client) = link.daemon() else {
+        return Err(CliError::unavailable(
+            "the store is neither open here nor served",
+        ));
+    };
     let mut rows = Vec::new();
-    let mut until_sequence: Option<u64> = None;
+    client.send(&below(base, None)).await.map_err(from_client)?;
     loop {
-        let page = page(link, below(base, until_sequence)).await?;
-        rows.extend(page.rows);
-        match page.lowest {
-            Some(lowest) if page.returned >= usize::from(QUERY_LIMIT_MAX_EVENTS) && lowest > 1 => {
-                if rows.len() >= REPORT_EVENTS_MAX {
-                    return Ok((rows, true));
-                }
-                until_sequence = Some(lowest - 1);
-            }
-            _ => return Ok((rows, false)),
+        let page = match client
+            .receive_as::<ToolReply<PageAnswer>>()
+            .await
+            .map_err(from_client)?
+        {
+            ToolReply::Answer(answer) => TypedPage::of(answer.events),
+            ToolReply::Refusal(refusal) => return Err(crate::reads::refused(refusal)),
+        };
+        let next = page.next(rows.len());
+        if let Next::Below(until) = next {
+            client
+                .send(&below(base, Some(until)))
+                .await
+                .map_err(from_client)?;
+        }
+        rows.extend(page.events.iter().filter_map(Row::from_typed));
+        match next {
+            Next::Below(_) => {}
+            Next::Done => return Ok((rows, false)),
+            Next::Truncated => return Ok((rows, true)),
         }
     }
+}
+
+/// What a page's answer holds that a report reads: its events, typed (the contract's fields
+/// beside them are not needed).
+#[derive(serde::Deserialize)]
+struct PageAnswer {
+    events: Vec<annal_schema::Event>,
+}
+
+/// What comes after a page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// The page below this sequence.
+    Below(u64),
+    /// Nothing: the page was the last.
+    Done,
+    /// Nothing more is read: [`REPORT_EVENTS_MAX`] is reached with more left unread.
+    Truncated,
 }
 
 /// `base` with `until_sequence` set (or not).
@@ -80,42 +108,18 @@ async fn read_all_typed(
         let page = next
             .await
             .map_err(|e| CliError::unavailable(format!("a read did not finish: {e}")))??;
-        match page.lowest {
-            Some(lowest) if page.returned >= usize::from(QUERY_LIMIT_MAX_EVENTS) && lowest > 1 => {
-                if rows.len() + page.returned >= REPORT_EVENTS_MAX {
-                    truncated = true;
-                } else {
-                    pending = Some(ask(below(base, Some(lowest - 1))));
-                    // Let the new read reach the gate before this thread turns to the rows.
-                    tokio::task::yield_now().await;
-                }
+        match page.next(rows.len()) {
+            Next::Below(until) => {
+                pending = Some(ask(below(base, Some(until))));
+                // Let the new read reach the gate before this thread turns to the rows.
+                tokio::task::yield_now().await;
             }
-            _ => {}
+            Next::Done => {}
+            Next::Truncated => truncated = true,
         }
         rows.extend(page.events.iter().filter_map(Row::from_typed));
     }
     Ok((rows, truncated))
-}
-
-async fn page(link: &mut Link, request: Request) -> Result<Page, CliError> {
-    let mut value = link.request(request).await?;
-    // The events taken out of the answer, not copied.
-    let events = match value
-        .get_mut("answer")
-        .and_then(|answer| answer.get_mut("events"))
-        .map(Value::take)
-    {
-        Some(Value::Array(events)) => events,
-        _ => crate::reads::events(&value)?,
-    };
-    Ok(Page {
-        returned: events.len(),
-        lowest: events
-            .iter()
-            .filter_map(|e| e["data"]["sequence"].as_u64())
-            .min(),
-        rows: events.iter().filter_map(Row::from_event).collect(),
-    })
 }
 
 /// A page an engine in this process answered: its events as they came.
@@ -142,9 +146,8 @@ async fn typed(
     else {
         return Err(CliError::usage("a report reads with query requests only"));
     };
-    // A refusal is answered exactly as the daemon's refusal would be (`reads::events`).
-    let refused =
-        |code| crate::reads::events(&ToolReply::Refusal(Refusal::Contract(code)).to_value());
+    // A refusal is answered exactly as the daemon's refusal is.
+    let refused = |code| Err(crate::reads::refused(Refusal::Contract(code)));
     let filter = OwnerFilter::new(OwnerFilterParts {
         since_ms,
         until_ms,
@@ -156,18 +159,14 @@ async fn typed(
     .map_err(|e| CliError::usage(e.to_string()))?;
     let request = match QueryRequest::parse(&Value::Object(arguments)) {
         Ok(request) => request,
-        Err(code) => return refused(code).map(|_| TypedPage::empty()),
+        Err(code) => return refused(code),
     };
     match engine
         .owner_query_async(request, filter, AccessOperation::LocalCli)
         .await
     {
-        Ok(response) => Ok(TypedPage {
-            returned: response.events.len(),
-            lowest: response.events.iter().map(|e| e.data.sequence.get()).min(),
-            events: response.events,
-        }),
-        Err(QueryError::Refused(code)) => refused(code).map(|_| TypedPage::empty()),
+        Ok(response) => Ok(TypedPage::of(response.events)),
+        Err(QueryError::Refused(code)) => refused(code),
         Err(error) => Err(CliError::unavailable(format!(
             "the engine did not answer the read: {error}"
         ))),
@@ -175,11 +174,27 @@ async fn typed(
 }
 
 impl TypedPage {
-    fn empty() -> Self {
+    fn of(events: Vec<annal_schema::Event>) -> Self {
         Self {
-            events: Vec::new(),
-            returned: 0,
-            lowest: None,
+            returned: events.len(),
+            lowest: events.iter().map(|e| e.data.sequence.get()).min(),
+            events,
+        }
+    }
+
+    /// What comes after this page, when `read` events were read before it: the page below its
+    /// oldest event when it was full and that is not the store's first, unless that would
+    /// pass [`REPORT_EVENTS_MAX`].
+    fn next(&self, read: usize) -> Next {
+        match self.lowest {
+            Some(lowest) if self.returned >= usize::from(QUERY_LIMIT_MAX_EVENTS) && lowest > 1 => {
+                if read + self.returned >= REPORT_EVENTS_MAX {
+                    Next::Truncated
+                } else {
+                    Next::Below(lowest - 1)
+                }
+            }
+            _ => Next::Done,
         }
     }
 }
