@@ -16,6 +16,7 @@ use annal_engine::policy::{AuditOutcome, Principal, Refusal};
 use annal_schema::tools::{QueryRequest, QueryResponse, StatusResponse};
 use annal_schema::{AccessOperation, ErrorCode};
 use ractor::ActorRef;
+use tracing::Instrument;
 
 use crate::children::Children;
 use crate::gate::{Admitted, GateMsg, ToolAnswer, ToolCall};
@@ -197,19 +198,25 @@ impl Call {
         let query: ActorRef<QueryMsg> = self.children.query().ok_or(UNAVAILABLE)?;
         let appends_access = admitted.appends_access;
         let filtered = !filter.is_empty();
-        let page = ractor::call_t!(
-            query,
-            |reply| QueryMsg::Query {
-                grant: admitted.grant,
-                request: request.clone(),
-                filter: Box::new(filter),
-                before_sequence: admitted.before_sequence,
-                reply,
-            },
-            CHILD_CALL_DEADLINE_MS
-        )
+        let span = crate::telemetry::span::query_read();
+        let page = async {
+            ractor::call_t!(
+                query,
+                |reply| QueryMsg::Query {
+                    grant: admitted.grant,
+                    request: request.clone(),
+                    filter: Box::new(filter),
+                    before_sequence: admitted.before_sequence,
+                    reply,
+                },
+                CHILD_CALL_DEADLINE_MS
+            )
+        }
+        .instrument(span.clone())
+        .await
         .unwrap_or(Err(ErrorCode::HistoryStorageUnavailable))
         .map_err(Refusal::Contract)?;
+        span.record("annal.events", page.response.events.len());
         // The contract: a read that returns at least one event appends one `access` event,
         // which is not part of that answer (the owner may switch theirs off; the audit records
         // the read either way).

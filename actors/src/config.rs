@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::telemetry::Telemetry;
+
 use annal_engine::boot::BootId;
 
 use annal_engine::capture::CAPTURE_QUEUE_CAPACITY_EVENTS;
@@ -84,6 +86,9 @@ pub struct EngineConfig {
     /// the reservation instead of skipping it (`docs/design.md`, "No gap without a cause").
     /// Tests that simulate a power loss give the restarted engine another boot.
     pub boot: Option<BootId>,
+    /// The instruments annal's metrics are recorded with ([`Telemetry::from_global`]: the
+    /// process's global `MeterProvider` when this config was made; docs/observability.md).
+    pub telemetry: Telemetry,
 }
 
 impl EngineConfig {
@@ -105,6 +110,7 @@ impl EngineConfig {
             restart_policy: RestartPolicy::default(),
             shutdown_deadline: Duration::from_millis(SHUTDOWN_DEADLINE_MS),
             boot: current_boot(),
+            telemetry: Telemetry::from_global(),
         }
     }
 }

@@ -39,6 +39,7 @@ use annal_engine::query::OwnerFilter;
 use annal_schema::ErrorCode;
 use annal_schema::tools::QueryRequest;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tracing::Instrument;
 
 use crate::journal::{JournalMsg, JournalUnavailable};
 use crate::key_custody::KeyCustodyMsg;
@@ -185,6 +186,8 @@ pub struct GateArgs {
     pub admission: Admission,
     /// Where a call's task finds the journal, the query and the writer.
     pub children: crate::children::Children,
+    /// Counts and times each call (`annal.tool.calls`, `annal.tool.duration`).
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 /// The gate's state.
@@ -494,12 +497,18 @@ impl Actor for GateActor {
                 access,
                 reply,
             } => {
+                let started = std::time::Instant::now();
+                let operation = call.operation().map_or("unknown", Operation::name);
+                let span = crate::telemetry::span::gate_call(operation);
                 let children = state.args.children.clone();
                 let Some(journal) = children.journal() else {
                     let _ = reply.send(Err(UNAVAILABLE));
                     return Ok(());
                 };
-                let decided = state.decide_call(&principal, &call, access, &journal).await;
+                let decided = state
+                    .decide_call(&principal, &call, access, &journal)
+                    .instrument(span.clone())
+                    .await;
                 let run = crate::call::Call {
                     principal,
                     call,
@@ -508,9 +517,21 @@ impl Actor for GateActor {
                     journal,
                     gate: myself,
                 };
-                tokio::spawn(async move {
-                    let _ = reply.send(run.run(decided).await);
-                });
+                let telemetry = state.args.telemetry.clone();
+                tokio::spawn(
+                    async move {
+                        let answer = run.run(decided).await;
+                        let refusal = answer.as_ref().err().map(|refusal| refusal.code());
+                        let span = tracing::Span::current();
+                        crate::telemetry::span::record_decision(&span, refusal);
+                        if let Ok(ToolAnswer::Query { response, .. }) = &answer {
+                            span.record("annal.events", response.events.len());
+                        }
+                        telemetry.tool_call(operation, refusal, started.elapsed());
+                        let _ = reply.send(answer);
+                    }
+                    .instrument(span),
+                );
             }
             GateMsg::CommitFailed => state.policy = None,
             GateMsg::Finish {

@@ -100,6 +100,8 @@ pub struct IngressState {
     /// The ingress's own look at the claim after a flush or a writer change (the ticker keeps
     /// another): heals a claim whose `Drain` was lost.
     watch: StallWatch,
+    /// Counts what each batch took and lost.
+    telemetry: crate::telemetry::Telemetry,
 }
 
 /// What the ingress starts with.
@@ -114,6 +116,8 @@ pub struct IngressArgs {
     pub idle_tick: std::time::Duration,
     /// The longest period between looks at an empty queue.
     pub idle_tick_max: std::time::Duration,
+    /// Counts what each batch took and lost.
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 /// The Ingress actor.
@@ -183,6 +187,10 @@ impl IngressState {
             );
         }
         let in_batch: u64 = items.iter().map(Drained::events).sum();
+        let captured = items
+            .iter()
+            .filter(|item| matches!(item, Drained::Captured(_)))
+            .count();
         let acknowledged = ractor::call_t!(
             writer,
             |reply| WriterMsg::Batch { items, reply },
@@ -192,6 +200,10 @@ impl IngressState {
         if acknowledged {
             self.lost_events = 0;
         } else {
+            // Counted accepted when taken, lost now (the next marker reports them); the batch's
+            // drop markers were counted when they were drained.
+            self.telemetry
+                .lost(u64::try_from(captured).unwrap_or(u64::MAX));
             // The marker carried the earlier losses; they are in this count again.
             self.lost_events = in_batch;
             self.writer = None;
@@ -224,6 +236,12 @@ impl IngressState {
         if self.batch.is_empty() {
             return (0, false);
         }
+        let (accepted, dropped) = self.batch.iter().fold((0, 0), |(a, d), item| match item {
+            Drained::Captured(_) => (a + 1, d),
+            Drained::Dropped { count } => (a, d + count),
+        });
+        self.telemetry
+            .drained(accepted, dropped, self.control.queued_events());
         let batch = std::mem::replace(
             &mut self.batch,
             Vec::with_capacity(INGRESS_BATCH_MAX_EVENTS),
@@ -305,6 +323,7 @@ impl Actor for IngressActor {
             ticker: Some(ticker),
             drain_queued,
             watch: StallWatch::new(),
+            telemetry: args.telemetry,
         })
     }
 

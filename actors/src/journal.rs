@@ -218,6 +218,7 @@ impl JournalState {
         if self.waiting.is_empty() {
             return;
         }
+        let _span = crate::telemetry::span::journal_commit(self.waiting.len()).entered();
         // A failed sync has already failed the whole group (`fail_waiting`).
         if self.sync().is_ok() {
             for (reply, _) in self.waiting.drain(..) {

@@ -65,6 +65,8 @@
 //! - [`gate`]: the PolicyGate actor: every tool call (and the owner's reads) decided by the
 //!   engine's one policy rule, its pre-execution audit record durable before the call runs, its
 //!   outcome recorded after; owner policy changes; paging cursors. `docs/policy.md`.
+//! - [`telemetry`]: the closed sets of spans (`tracing`) and metrics (the OpenTelemetry metrics
+//!   API) that say how annal is doing, never what an agent did (`docs/observability.md`).
 //! - `cli` (binary `annal`, feature `cli`): the command-line front-end: the owner's commands
 //!   over the daemon, `serve`, `mcp` (an rmcp stdio server), `demo`, `verify`, `inspect`,
 //!   `doctor` (`docs/cli.md`).
@@ -86,8 +88,10 @@ pub mod key_custody;
 pub mod preflight;
 pub mod query;
 pub mod supervisor;
+pub mod telemetry;
 pub mod writer;
 
 pub use config::EngineConfig;
 pub use engine::{Engine, EngineError, Grants, QueryError, ShutdownReport};
+pub use telemetry::Telemetry;
 pub use writer::{ControlError, Setting};

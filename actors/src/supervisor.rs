@@ -328,13 +328,15 @@ impl SupervisorState {
             }
             None => None,
         };
-        match status {
+        let status = match status {
             Some(status) => {
                 self.last_status = Some(status.clone());
                 status
             }
             None => self.fallback_status().await,
-        }
+        };
+        self.config.telemetry.status(&status);
+        status
     }
 
     /// Asks the writer to apply an owner's change (it answers once the change is durable) and
@@ -376,6 +378,7 @@ impl SupervisorState {
         for &starting in &plan.start {
             let started = self.spawn(myself, starting).await;
             if starting == child && started {
+                self.config.telemetry.restarted(child);
                 self.signal(SignalKind::ChildRestarted { child });
             } else if !started {
                 self.give_up(starting);

@@ -22,6 +22,8 @@
 
 use std::sync::Arc;
 
+use tracing::Instrument;
+
 use annal_engine::capture::{CaptureControl, Captured, Drained};
 use annal_engine::clock::Clock;
 use annal_engine::health::{Signal, SignalKind};
@@ -737,8 +739,11 @@ impl Actor for WriterActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             WriterMsg::Batch { items, reply } => {
+                let started = std::time::Instant::now();
+                let span = crate::telemetry::span::writer_commit(items.len());
                 let drafts = state.drafts(items);
-                state.append_history(drafts).await;
+                state.append_history(drafts).instrument(span).await;
+                state.config.telemetry.committed(started.elapsed());
                 state.update_capture();
                 let _ = reply.send(());
             }

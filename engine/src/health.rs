@@ -124,6 +124,18 @@ impl Child {
         Self::Ingress,
     ];
 
+    /// The child's fixed name, as the journal's signals write it (`key_custody`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Writer => "writer",
+            Self::Ingress => "ingress",
+            Self::KeyCustody => "key_custody",
+            Self::Query => "query",
+            Self::AuditJournal => "audit_journal",
+            Self::PolicyGate => "policy_gate",
+        }
+    }
+
     /// The category health shows while this child is not running (stopped, or given up on):
     /// the writer and ingress are the capture path (`writer_stopped`); without key custody
     /// there is no key (`key_unavailable`); without the query, audit or policy child history

@@ -235,6 +235,39 @@ pub enum Request {
 }
 
 impl Request {
+    /// The request's `op`, one of [`KNOWN_OPS`] (what a span of it may name).
+    pub fn op(&self) -> &'static str {
+        match self {
+            Self::Hello { .. } => "hello",
+            Self::Status { .. } => "status",
+            Self::Enable { .. } => "enable",
+            Self::Disable { .. } => "disable",
+            Self::Pause { .. } => "pause",
+            Self::Resume { .. } => "resume",
+            Self::Flush { .. } => "flush",
+            Self::Query { .. } => "query",
+            Self::ToolsFor { .. } => "tools_for",
+            Self::CallTool { .. } => "call_tool",
+            Self::Preflight { .. } => "preflight",
+            Self::SetRetention { .. } => "set_retention",
+            Self::SetQuota { .. } => "set_quota",
+            Self::Grant { .. } => "grant",
+            Self::ApproveManifest { .. } => "approve_manifest",
+            Self::Grants => "grants",
+            Self::Audit { .. } => "audit",
+            Self::AuditSummary { .. } => "audit_summary",
+            Self::Revoke { .. } => "revoke",
+            Self::SwitchAgents { .. } => "switch_agents",
+            Self::SetOwnerAccess { .. } => "set_owner_access",
+            Self::RecordExport { .. } => "record_export",
+            Self::SessionStarted { .. } => "session_started",
+            Self::SessionEnded { .. } => "session_ended",
+            Self::ActionStarted { .. } => "action_started",
+            Self::ActionCompleted { .. } => "action_completed",
+            Self::Stop { .. } => "stop",
+        }
+    }
+
     /// An owner's `query` of `arguments`, with no filter.
     pub fn query(arguments: serde_json::Map<String, serde_json::Value>) -> Self {
         Self::Query {

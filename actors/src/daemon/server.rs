@@ -42,6 +42,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::page::{Answer, owner_query};
 use super::protocol::{
@@ -310,7 +311,8 @@ impl Dispatcher {
         connection: &mut ConnectionState,
         request: Request,
     ) -> Reply<Answer> {
-        match self.answer(connection, request).await {
+        let span = crate::telemetry::span::daemon_request(request.op());
+        match self.answer(connection, request).instrument(span).await {
             Ok(answer) => Reply::Ok(answer),
             Err(error) => Reply::Error(error),
         }

@@ -45,6 +45,7 @@ impl SupervisorState {
             tick: self.config.drain_tick,
             idle_tick: self.config.drain_idle_tick,
             idle_tick_max: self.config.drain_idle_tick_max,
+            telemetry: self.config.telemetry.clone(),
         };
         let Some(ingress) = spawn_child(myself, self.name("ingress"), IngressActor, args).await
         else {
@@ -89,6 +90,7 @@ impl SupervisorState {
             clock: Arc::clone(&self.clock),
             admission: self.admission(),
             children: self.children.clone(),
+            telemetry: self.config.telemetry.clone(),
         };
         self.gate = spawn_child(myself, self.name("gate"), GateActor, args).await;
         self.started(Child::PolicyGate, self.gate.is_some())

@@ -42,8 +42,16 @@ impl WriterState {
         // The fdatasync blocks: the worker thread is handed over to the runtime's other work
         // meanwhile (the engine's runtime is multi-threaded), as the journal's group commit
         // does, so tool calls and the journal's commits go on beside a history sync.
+        let before = open.history.durable_through().map_or(0, |s| s.get());
+        let _span = crate::telemetry::span::writer_sync().entered();
         match tokio::task::block_in_place(|| open.history.sync()) {
-            Ok(_) => Ok(()),
+            Ok(durable) => {
+                let after = durable.map_or(0, |s| s.get());
+                self.config
+                    .telemetry
+                    .made_durable(after.saturating_sub(before));
+                Ok(())
+            }
             Err(error) => {
                 // What the failed sync covered can never be acknowledged and, after a failed
                 // fsync, is most likely gone: it is reported as dropped, never lost silently.

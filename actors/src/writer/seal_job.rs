@@ -137,6 +137,16 @@ impl WriterState {
     /// ordinal order. A seal that cannot be written is a storage signal; the chunk stays
     /// readable and `verify` reports it as unsealed.
     pub(super) async fn seal(&mut self, closed: &[annal_engine::store::ClosedChunk]) {
+        use tracing::Instrument;
+        if closed.is_empty() {
+            return self.seal_closed(closed).await;
+        }
+        let span = crate::telemetry::span::seal(closed.len());
+        self.seal_closed(closed).instrument(span).await;
+    }
+
+    /// [`Self::seal`]'s work, inside its span.
+    async fn seal_closed(&mut self, closed: &[annal_engine::store::ClosedChunk]) {
         // Awaited by the pruner until its seal job answers.
         self.note_closed(closed);
         let Some(storage) = self.storage.get().cloned() else {

@@ -415,3 +415,13 @@ fn a_key_load_ends_an_outstanding_key_failure_but_not_a_failed_destroy() {
         .key_load_ends_a_failure()
     );
 }
+
+#[test]
+fn a_childs_name_is_the_one_the_journal_writes() {
+    for child in Child::ALL {
+        assert_eq!(
+            serde_json::to_value(child).unwrap(),
+            serde_json::Value::String(child.as_str().to_owned())
+        );
+    }
+}

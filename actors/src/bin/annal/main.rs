@@ -59,6 +59,7 @@ mod link;
 mod location;
 mod mcp;
 mod mcp_config;
+mod metrics;
 mod own_key;
 mod owner;
 mod private_file;

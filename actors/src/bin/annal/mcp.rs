@@ -44,6 +44,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use crate::link::{Link, Lost};
 use crate::location::Location;
@@ -329,6 +330,7 @@ impl ServerHandler for HistoryServer {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let operation = Operation::from_tool(&request.name).map_or("unknown", Operation::name);
         let call = Request::CallTool {
             actor: self.actor.clone(),
             tool: request.name.to_string(),
@@ -339,12 +341,17 @@ impl ServerHandler for HistoryServer {
         if check_request_size(&call).is_err() {
             return Ok(failure(ErrorCode::InvalidHistoryQuery).into());
         }
-        let answer = self.ask(call).await;
-        let result = match answer.ok().and_then(ToolReply::from_value) {
-            Some(ToolReply::Answer(answer)) => result(answer, false),
-            Some(ToolReply::Refusal(refusal)) => refused(refusal),
-            None => failure(ErrorCode::HistoryStorageUnavailable),
+        let span = annal_actors::telemetry::span::mcp_call(operation);
+        let answer = self.ask(call).instrument(span.clone()).await;
+        let (result, refusal) = match answer.ok().and_then(ToolReply::from_value) {
+            Some(ToolReply::Answer(answer)) => (result(answer, false), None),
+            Some(ToolReply::Refusal(refusal)) => (refused(refusal), Some(refusal.code())),
+            None => (
+                failure(ErrorCode::HistoryStorageUnavailable),
+                Some(ErrorCode::HistoryStorageUnavailable.as_str()),
+            ),
         };
+        annal_actors::telemetry::span::record_decision(&span, refusal);
         Ok(result.into())
     }
 }

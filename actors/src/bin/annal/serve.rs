@@ -1,6 +1,7 @@
 //! `annal serve`: the store's daemon. Owns the engine (and so the writer lock) and serves the
 //! socket until `annal stop`, SIGTERM or SIGINT, or (with `--idle-exit-secs`) an idle spell;
-//! then drains within the engine's bounded shutdown.
+//! then drains within the engine's bounded shutdown. With `--metrics-listen ADDR` it also
+//! serves annal's metrics for Prometheus (`metrics.rs`).
 
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::process::ExitCode;
@@ -22,6 +23,11 @@ pub struct ServeArgs {
     /// (default: serve until stopped; a daemon started on demand uses 60).
     #[arg(long, value_name = "SECS")]
     pub idle_exit_secs: Option<u64>,
+    /// Serve annal's metrics in Prometheus' text format at http://ADDR/metrics (off by
+    /// default; give a loopback address such as 127.0.0.1:9464 unless others must scrape it).
+    /// The metrics say how annal is doing, never what an agent did (docs/observability.md).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// Runs `annal serve`.
@@ -53,6 +59,14 @@ fn serve_store(location: &Location, args: &ServeArgs) -> Result<(), CliError> {
             socket.display()
         )));
     }
+    // Installed before the engine's configuration is made, so its instruments record here.
+    let metrics = match args.metrics_listen {
+        Some(address) => Some((
+            address,
+            Arc::new(crate::metrics::MetricsPipeline::install()?),
+        )),
+        None => None,
+    };
     let (engine, key_store) = crate::link::open_engine(location)?;
     let runtime = crate::runtime()?;
     let options = ServeOptions {
@@ -69,6 +83,19 @@ fn serve_store(location: &Location, args: &ServeArgs) -> Result<(), CliError> {
             CliError::unavailable(format!("{}: {e}", path.display()))
         };
         let signals = signalled();
+        let scrapes = match &metrics {
+            Some((address, pipeline)) => {
+                let listener = crate::metrics::bind(*address).await?;
+                let bound = listener.local_addr().map_or(*address, |a| a);
+                eprintln!("annal: metrics on http://{bound}/metrics");
+                Some(tokio::spawn(crate::metrics::serve(
+                    listener,
+                    Arc::clone(pipeline),
+                    Arc::clone(&engine),
+                )))
+            }
+            None => None,
+        };
         let binding = socket.with_extension(format!("{}.binding", std::process::id()));
         let _ = std::fs::remove_file(&binding);
         let listener =
@@ -86,6 +113,10 @@ fn serve_store(location: &Location, args: &ServeArgs) -> Result<(), CliError> {
         );
         let end = serve(listener, Arc::clone(&engine), options, signals).await;
         let _ = std::fs::remove_file(&socket);
+        if let Some(scrapes) = scrapes {
+            scrapes.abort();
+            // Its connections hold the engine; they end with the runtime below.
+        }
         Ok::<ServeEnd, CliError>(end)
     });
     drop(runtime);

@@ -28,7 +28,31 @@ fn every_known_op_is_a_request_and_requests_name_known_ops() {
     ] {
         let value = serde_json::to_value(&request).unwrap_or_default();
         assert!(KNOWN_OPS.iter().any(|op| value["op"] == *op), "{value}");
+        assert_eq!(value["op"], request.op(), "{value}");
     }
+}
+
+#[test]
+fn a_requests_op_is_the_op_it_was_read_from() {
+    let mut read = 0;
+    for op in KNOWN_OPS {
+        let samples = [
+            serde_json::json!({"op": op}),
+            serde_json::json!({"op": op, "arguments": {}}),
+            serde_json::json!({"op": op, "actor": "a"}),
+            serde_json::json!({"op": op, "enabled": true}),
+            serde_json::json!({"op": op, "session": "s"}),
+        ];
+        if let Some(request) = samples
+            .into_iter()
+            .find_map(|sample| serde_json::from_value::<Request>(sample).ok())
+        {
+            assert_eq!(request.op(), op);
+            read += 1;
+        }
+    }
+    // The ops whose required fields these samples give (the rest need more).
+    assert!(read >= 19, "only {read} ops were read from a sample");
 }
 
 #[test]
