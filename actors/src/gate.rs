@@ -19,6 +19,10 @@
 //!    outcome and the returned count, and issue the next page's cursor when more matches
 //!    remain.
 //!
+//! Both steps run inside the call's `annal.gate.call` span, which ends with its decision (and
+//! refusal code) and the count returned; the call is then counted and timed
+//! (`annal.tool.calls`, `annal.tool.duration`; `crate::telemetry`).
+//!
 //! Policy changes (grants, revocation, the agents switch, the owner's access setting) come
 //! here too, so one actor holds the policy every decision reads; each is durable before it
 //! answers and takes effect on the next call. Audit records carry principal, operation,

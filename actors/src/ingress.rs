@@ -10,6 +10,9 @@
 //! to any writer starts with a `Dropped` marker for it. While no writer runs (a restart), nothing
 //! is drained: the queue fills and capture counts drops; each tick that finds it holding
 //! something tells the supervisor, which counts it all as dropped once it gave up on the writer.
+//! Each drained batch is counted once for telemetry (`annal.capture.accepted`,
+//! `annal.capture.dropped`, the queue depth it leaves; `crate::telemetry`), so the capture hook
+//! itself does no telemetry work.
 //!
 //! At most one `Drain` waits in the mailbox ([`DrainWakeup`]). The ticker at every tick, and the
 //! ingress after a flush and after a writer change, each keep a [`StallWatch`]: a claim that a
