@@ -30,6 +30,7 @@ mod slots;
 pub mod summary;
 
 pub use client::{ClientError, DaemonClient, TrustError, check_request_size};
+pub use page::owner_query;
 pub use protocol::{
     DaemonError, DaemonErrorCode, FrameCodec, MAX_FRAME_BYTES, Reply, Request, ToolReply,
     WireOutcome,

@@ -25,8 +25,9 @@ pub(super) enum Answer {
 
 /// The owner's `query`: the page `arguments` (the contract's `history_query` arguments) ask
 /// for, narrowed by `filter`; a request the contract refuses is a refusal, a filter that is
-/// not valid an `invalid_request` naming it.
-pub(super) async fn owner_query(
+/// not valid an `invalid_request` naming it. The daemon answers its `query` requests with it,
+/// and `annal report` its pages when the engine runs in its own process.
+pub async fn owner_query(
     engine: &Engine,
     arguments: serde_json::Map<String, Value>,
     filter: OwnerFilterParts,

@@ -235,6 +235,41 @@ pub enum Request {
 }
 
 impl Request {
+    /// An owner's `query` taken apart: its `history_query` arguments and its owner's filter;
+    /// any other request is given back (boxed: a request is large).
+    pub fn into_owner_query(
+        self,
+    ) -> Result<
+        (
+            serde_json::Map<String, serde_json::Value>,
+            annal_engine::query::OwnerFilterParts,
+        ),
+        Box<Self>,
+    > {
+        match self {
+            Self::Query {
+                arguments,
+                since_ms,
+                until_ms,
+                app,
+                capability,
+                outcome,
+                text,
+            } => Ok((
+                arguments,
+                annal_engine::query::OwnerFilterParts {
+                    since_ms,
+                    until_ms,
+                    application: app,
+                    capability,
+                    outcome,
+                    text,
+                },
+            )),
+            other => Err(Box::new(other)),
+        }
+    }
+
     /// The request's `op`, one of [`KNOWN_OPS`] (what a span of it may name).
     pub fn op(&self) -> &'static str {
         match self {

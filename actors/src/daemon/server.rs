@@ -35,7 +35,6 @@ use std::time::Duration;
 use annal_engine::capture::{ActionToken, Admission, CaptureHandle, CaptureSession};
 use annal_engine::policy::manifest::Manifest;
 use annal_engine::policy::{ActorId, GrantTerms, Operation, Principal};
-use annal_engine::query::OwnerFilterParts;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::net::{UnixListener, UnixStream};
@@ -360,25 +359,13 @@ impl Dispatcher {
     ) -> Result<Answer, DaemonError> {
         let engine = &*self.engine;
         let json = match request {
-            Request::Query {
-                arguments,
-                since_ms,
-                until_ms,
-                app,
-                capability,
-                outcome,
-                text,
-            } => {
-                let filter = OwnerFilterParts {
-                    since_ms,
-                    until_ms,
-                    application: app,
-                    capability,
-                    outcome,
-                    text,
+            query @ Request::Query { .. } => {
+                let Ok((arguments, filter)) = query.into_owner_query() else {
+                    return Err(invalid("not an owner's query"));
                 };
-                let page = owner_query(engine, arguments, filter).await;
-                return page.map(Answer::Page);
+                return owner_query(engine, arguments, filter)
+                    .await
+                    .map(Answer::Page);
             }
             Request::Hello {} => Ok(json!({
                 "protocol": PROTOCOL_VERSION,

@@ -6,19 +6,14 @@
 //! as typed events (no JSON tree in between), and the next page's request is written before
 //! the current page is turned into rows, so the daemon reads it meanwhile. With the store
 //! opened in this process (`--no-daemon`, `--key-file`, `annal demo --report`) a page is the
-//! same call the daemon makes for that request, `Engine::owner_query_async` with the same
-//! filter, asked for as a task ahead of the rows in the same way: the same gate, audit and
-//! `access` event, without the socket.
+//! same call the daemon makes for that request (`daemon::owner_query`), asked for as a task
+//! ahead of the rows in the same way: the same gate, audit and `access` event, without the
+//! socket.
 
 use std::sync::Arc;
 
-use annal_actors::QueryError;
-use annal_actors::daemon::{Request, ToolReply};
-use annal_engine::policy::Refusal;
-use annal_engine::query::{OwnerFilter, OwnerFilterParts};
-use annal_schema::AccessOperation;
-use annal_schema::tools::{QUERY_LIMIT_MAX_EVENTS, QueryRequest};
-use serde_json::Value;
+use annal_actors::daemon::{DaemonErrorCode, Request, ToolReply, owner_query};
+use annal_schema::tools::QUERY_LIMIT_MAX_EVENTS;
 
 use super::REPORT_EVENTS_MAX;
 use super::model::Row;
@@ -129,46 +124,24 @@ struct TypedPage {
     lowest: Option<u64>,
 }
 
-/// The page of `request` from an engine in this process, as the daemon's `query` serves it.
+/// The page of `request` from an engine in this process: the daemon's own `query` answer
+/// (`daemon::owner_query`), its refusal answered as the daemon's refusal is.
 async fn typed(
     engine: &Arc<annal_actors::Engine>,
     request: Request,
 ) -> Result<TypedPage, CliError> {
-    let Request::Query {
-        arguments,
-        since_ms,
-        until_ms,
-        app,
-        capability,
-        outcome,
-        text,
-    } = request
-    else {
+    let Ok((arguments, filter)) = request.into_owner_query() else {
         return Err(CliError::usage("a report reads with query requests only"));
     };
-    // A refusal is answered exactly as the daemon's refusal is.
-    let refused = |code| Err(crate::reads::refused(Refusal::Contract(code)));
-    let filter = OwnerFilter::new(OwnerFilterParts {
-        since_ms,
-        until_ms,
-        application: app,
-        capability,
-        outcome,
-        text,
-    })
-    .map_err(|e| CliError::usage(e.to_string()))?;
-    let request = match QueryRequest::parse(&Value::Object(arguments)) {
-        Ok(request) => request,
-        Err(code) => return refused(code),
-    };
-    match engine
-        .owner_query_async(request, filter, AccessOperation::LocalCli)
-        .await
-    {
-        Ok(response) => Ok(TypedPage::of(response.events)),
-        Err(QueryError::Refused(code)) => refused(code),
+    match owner_query(engine, arguments, filter).await {
+        Ok(ToolReply::Answer(response)) => Ok(TypedPage::of(response.events)),
+        Ok(ToolReply::Refusal(refusal)) => Err(crate::reads::refused(refusal)),
+        Err(error) if error.code == DaemonErrorCode::InvalidRequest => {
+            Err(CliError::usage(error.message))
+        }
         Err(error) => Err(CliError::unavailable(format!(
-            "the engine did not answer the read: {error}"
+            "the engine did not answer the read: {}",
+            error.message
         ))),
     }
 }
