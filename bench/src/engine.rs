@@ -53,12 +53,19 @@ impl EngineRig {
     /// [`BENCH_ROOT_KEY`] (in an in-memory credential store, so the history can be read back),
     /// and enables it.
     pub fn start() -> Result<Self, RigError> {
+        Self::start_with(|_| {})
+    }
+
+    /// [`EngineRig::start`] with the configuration changed by `tune` first (its telemetry,
+    /// say).
+    pub fn start_with(tune: impl FnOnce(&mut EngineConfig)) -> Result<Self, RigError> {
         let dir = tempfile::tempdir()?;
         let layout = StoreLayout::in_namespace_dir(&dir.path().join(NAMESPACE));
         let namespace = Namespace::new(NAMESPACE)?;
         let provider = InMemoryProvider::new(Box::new(OsEntropy))?;
         provider.put_raw(&namespace, &namespace.primary_reference(), &BENCH_ROOT_KEY)?;
-        let config = EngineConfig::new(layout.clone(), namespace);
+        let mut config = EngineConfig::new(layout.clone(), namespace);
+        tune(&mut config);
         let capacity_events = config.capture_capacity_events;
         let keys: Arc<dyn KeyProvider> = Arc::new(provider);
         let engine = Engine::start(config, keys)?;
@@ -260,7 +267,16 @@ fn produce(
 
 /// Starts a rig, runs one [`stream`] on it, and checks what was written.
 pub fn run_stream(events: usize, flusher: bool) -> Result<Stream, RigError> {
-    let rig = EngineRig::start()?;
+    run_stream_with(events, flusher, |_| {})
+}
+
+/// [`run_stream`] on a rig whose configuration `tune` changed.
+pub fn run_stream_with(
+    events: usize,
+    flusher: bool,
+    tune: impl FnOnce(&mut EngineConfig),
+) -> Result<Stream, RigError> {
+    let rig = EngineRig::start_with(tune)?;
     let measured = stream(&rig.engine, rig.capacity_events, events, flusher)?;
     rig.finish(events, 1)?;
     Ok(measured)
