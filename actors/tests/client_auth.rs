@@ -415,20 +415,32 @@ fn annal_mcp_serves_under_an_mcp_hosts_bare_environment() {
     assert_eq!(names, ["history_query", "history_status"]);
 }
 
-/// Every client of the socket: a request too large for one frame is refused at once, nothing
-/// is written, and the same connection answers the next request (it waited forever before).
-#[test]
-fn the_client_refuses_an_oversized_request_at_once_and_stays_usable() {
-    use annal_actors::daemon::{ClientError, DaemonClient, MAX_FRAME_BYTES, Request};
-    let sandbox = Sandbox::new();
-    sandbox.ok(&["enable"]);
+/// Runs `f` with a `DaemonClient` connected to the sandbox's daemon, on a runtime of its own.
+fn with_client<F: std::future::Future<Output = ()>>(
+    sandbox: &Sandbox,
+    f: impl FnOnce(annal_actors::daemon::DaemonClient) -> F,
+) {
     let socket = sandbox.socket();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async {
-        let mut client = DaemonClient::connect(&socket).await.unwrap();
+        let client = annal_actors::daemon::DaemonClient::connect(&socket)
+            .await
+            .unwrap();
+        f(client).await;
+    });
+}
+
+/// Every client of the socket: a request too large for one frame is refused at once, nothing
+/// is written, and the same connection answers the next request (it waited forever before).
+#[test]
+fn the_client_refuses_an_oversized_request_at_once_and_stays_usable() {
+    use annal_actors::daemon::{ClientError, MAX_FRAME_BYTES, Request};
+    let sandbox = Sandbox::new();
+    sandbox.ok(&["enable"]);
+    with_client(&sandbox, |mut client| async move {
         let mut arguments = serde_json::Map::new();
         arguments.insert("session_id".into(), json!("x".repeat(MAX_FRAME_BYTES)));
         let oversized = tokio::time::timeout(
@@ -452,7 +464,7 @@ fn the_client_refuses_an_oversized_request_at_once_and_stays_usable() {
 /// not that type is `BadReply`, never a wrong value.
 #[test]
 fn pipelined_requests_are_answered_in_order_and_read_typed() {
-    use annal_actors::daemon::{ClientError, DaemonClient, Request, ToolReply};
+    use annal_actors::daemon::{ClientError, Request, ToolReply};
     #[derive(Debug, serde::Deserialize)]
     struct Page {
         events: Vec<annal_schema::Event>,
@@ -460,13 +472,7 @@ fn pipelined_requests_are_answered_in_order_and_read_typed() {
     let sandbox = Sandbox::new();
     sandbox.ok(&["enable"]);
     sandbox.ok(&["flush"]);
-    let socket = sandbox.socket();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let mut client = DaemonClient::connect(&socket).await.unwrap();
+    with_client(&sandbox, |mut client| async move {
         let query = |limit: u64| {
             let mut arguments = serde_json::Map::new();
             arguments.insert("limit".into(), json!(limit));
