@@ -19,21 +19,22 @@
 //! ([`Telemetry::from_global`] by default: the process's global `MeterProvider`, a no-op until
 //! an embedder or `annal serve --metrics-listen` installs one). Counters and histograms are
 //! recorded where the thing happens, at most once per batch or tool call (capture is counted
-//! by the ingress per drained batch, never by the hook); the gauges (queue depth, bytes,
-//! health) are observed at collection from readings the engine keeps current ([`Readings`]):
-//! the ingress after each drain, the supervisor whenever it answers a status.
+//! by the ingress per drained batch, never by the hook); the gauges are recorded when their
+//! value is known: the queue depth by the ingress after each drain, bytes, quota and health by
+//! the supervisor whenever it answers a status. All are synchronous instruments, so an
+//! engine's instruments leave nothing registered behind them (observable ones would leave
+//! their callbacks in the provider for its life).
 //! Their attributes come from [`Attribute`] too.
 //!
 //! [`EngineConfig`]: crate::EngineConfig
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use annal_engine::health::Child;
 use annal_schema::HealthCategory;
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Histogram, Meter, ObservableGauge};
+use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
 
 /// The instrumentation scope annal's metrics carry (`otel_scope_name` in Prometheus).
 pub const METER_NAME: &str = "annal";
@@ -169,20 +170,9 @@ pub mod span {
     }
 }
 
-/// The gauges' readings, kept current by the engine and observed at collection.
-#[derive(Debug, Default)]
-pub struct Readings {
-    /// Captured events waiting for the ingress.
-    queue_depth: AtomicU64,
-    /// The contract's `bytes_used`.
-    bytes_used: AtomicU64,
-    /// The quota, in bytes.
-    quota_bytes: AtomicU64,
-    /// Index in [`HealthCategory::ALL`] of the last health answered, plus one (0: none yet).
-    health: AtomicU8,
-}
-
-/// annal's instruments: clone it freely (one `Arc`).
+/// annal's instruments: clone it freely (one `Arc`). Every instrument is a synchronous one,
+/// recorded where its value changes, so building many (an engine restarted again and again)
+/// registers nothing that outlives them: the SDK's instruments of one name are one.
 #[derive(Clone)]
 pub struct Telemetry {
     inner: Arc<Inner>,
@@ -191,21 +181,20 @@ pub struct Telemetry {
 struct Inner {
     capture_accepted: Counter<u64>,
     capture_dropped: Counter<u64>,
+    queue_depth: Gauge<u64>,
     events_durable: Counter<u64>,
     commit_seconds: Histogram<f64>,
     query_seconds: Histogram<f64>,
     restarts: Counter<u64>,
     tool_calls: Counter<u64>,
-    readings: Arc<Readings>,
-    /// Kept so the observed gauges stay registered as long as these instruments live.
-    _gauges: Vec<ObservableGauge<u64>>,
+    bytes_used: Gauge<u64>,
+    quota_bytes: Gauge<u64>,
+    health: Gauge<u64>,
 }
 
 impl std::fmt::Debug for Telemetry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Telemetry")
-            .field("readings", &self.inner.readings)
-            .finish_non_exhaustive()
+        f.debug_struct("Telemetry").finish_non_exhaustive()
     }
 }
 
@@ -224,69 +213,20 @@ impl Telemetry {
 
     /// Instruments made with `meter`.
     pub fn new(meter: &Meter) -> Self {
-        let readings = Arc::new(Readings::default());
-        let gauge = |name: &'static str,
-                     description: &'static str,
-                     unit: &'static str,
-                     read: fn(&Readings) -> u64| {
-            let readings = Arc::downgrade(&readings);
+        let counter = |name: &'static str, description: &'static str, unit: &'static str| {
             meter
-                .u64_observable_gauge(name)
+                .u64_counter(name)
                 .with_description(description)
                 .with_unit(unit)
-                .with_callback(move |observer| {
-                    if let Some(readings) = readings.upgrade() {
-                        observer.observe(read(&readings), &[]);
-                    }
-                })
                 .build()
         };
-        let health = {
-            let readings = Arc::downgrade(&readings);
+        let gauge = |name: &'static str, description: &'static str, unit: &'static str| {
             meter
-                .u64_observable_gauge("annal.health.category")
-                .with_description(
-                    "1 for the health category the engine last answered, 0 for every other",
-                )
-                .with_callback(move |observer| {
-                    let Some(readings) = readings.upgrade() else {
-                        return;
-                    };
-                    let current = readings.health.load(Ordering::Relaxed);
-                    if current == 0 {
-                        return;
-                    }
-                    for (index, category) in HealthCategory::ALL.iter().enumerate() {
-                        let value = u64::from(usize::from(current) == index + 1);
-                        observer.observe(
-                            value,
-                            &[KeyValue::new(Attribute::Health.key(), category.as_str())],
-                        );
-                    }
-                })
+                .u64_gauge(name)
+                .with_description(description)
+                .with_unit(unit)
                 .build()
         };
-        let gauges = vec![
-            gauge(
-                "annal.capture.queue_depth",
-                "Captured events waiting for the ingress",
-                "{event}",
-                |r| r.queue_depth.load(Ordering::Relaxed),
-            ),
-            gauge(
-                "annal.store.used",
-                "Encrypted bytes of the history's chunks (the contract's bytes_used)",
-                "By",
-                |r| r.bytes_used.load(Ordering::Relaxed),
-            ),
-            gauge(
-                "annal.store.quota",
-                "The owner's quota of encrypted bytes",
-                "By",
-                |r| r.quota_bytes.load(Ordering::Relaxed),
-            ),
-            health,
-        ];
         let histogram = |name: &'static str, description: &'static str| {
             meter
                 .f64_histogram(name)
@@ -297,23 +237,26 @@ impl Telemetry {
         };
         Self {
             inner: Arc::new(Inner {
-                capture_accepted: meter
-                    .u64_counter("annal.capture.accepted")
-                    .with_description("Captured events the ingress took from the queue")
-                    .with_unit("{event}")
-                    .build(),
-                capture_dropped: meter
-                    .u64_counter("annal.capture.dropped")
-                    .with_description("Events the non-blocking capture path dropped")
-                    .with_unit("{event}")
-                    .build(),
-                events_durable: meter
-                    .u64_counter("annal.history.durable")
-                    .with_description(
-                        "How far the history's durable sequence advanced (events made durable)",
-                    )
-                    .with_unit("{event}")
-                    .build(),
+                capture_accepted: counter(
+                    "annal.capture.accepted",
+                    "Captured events the ingress took from the queue",
+                    "{event}",
+                ),
+                capture_dropped: counter(
+                    "annal.capture.dropped",
+                    "Events the non-blocking capture path dropped",
+                    "{event}",
+                ),
+                queue_depth: gauge(
+                    "annal.capture.queue_depth",
+                    "Captured events waiting for the ingress",
+                    "{event}",
+                ),
+                events_durable: counter(
+                    "annal.history.durable",
+                    "How far the history's durable sequence advanced (events made durable)",
+                    "{event}",
+                ),
                 commit_seconds: histogram(
                     "annal.writer.commit.duration",
                     "One history batch appended, from the writer taking it to its append",
@@ -322,18 +265,32 @@ impl Telemetry {
                     "annal.tool.duration",
                     "One tool call through the policy gate, decision to answer",
                 ),
-                restarts: meter
-                    .u64_counter("annal.supervisor.restarts")
-                    .with_description("Restarts of a supervised child after a failure")
-                    .with_unit("{restart}")
-                    .build(),
-                tool_calls: meter
-                    .u64_counter("annal.tool.calls")
-                    .with_description("Tool calls by operation and decision")
-                    .with_unit("{call}")
-                    .build(),
-                readings,
-                _gauges: gauges,
+                restarts: counter(
+                    "annal.supervisor.restarts",
+                    "Restarts of a supervised child after a failure",
+                    "{restart}",
+                ),
+                tool_calls: counter(
+                    "annal.tool.calls",
+                    "Tool calls by operation and decision",
+                    "{call}",
+                ),
+                bytes_used: gauge(
+                    "annal.store.used",
+                    "Encrypted bytes of the history's chunks (the contract's bytes_used)",
+                    "By",
+                ),
+                quota_bytes: gauge(
+                    "annal.store.quota",
+                    "The owner's quota of encrypted bytes",
+                    "By",
+                ),
+                health: gauge(
+                    "annal.health.category",
+                    "1 for the health category the engine last answered, 0 for every other",
+                    // No unit: "1" would make Prometheus' name `annal_health_category_ratio`.
+                    "",
+                ),
             }),
         }
     }
@@ -346,9 +303,8 @@ impl Telemetry {
         }
         self.lost(dropped);
         self.inner
-            .readings
             .queue_depth
-            .store(u64::try_from(queued).unwrap_or(u64::MAX), Ordering::Relaxed);
+            .record(u64::try_from(queued).unwrap_or(u64::MAX), &[]);
     }
 
     /// `events` taken from the queue were lost before the history held them (counted dropped,
@@ -410,20 +366,15 @@ impl Telemetry {
             .record(took.as_secs_f64(), &[operation]);
     }
 
-    /// The engine answered a status: the gauges read it.
+    /// The engine answered a status: the gauges take its bytes, quota and health.
     pub(crate) fn status(&self, status: &annal_schema::tools::StatusResponse) {
-        let readings = &self.inner.readings;
-        readings
-            .bytes_used
-            .store(status.bytes_used, Ordering::Relaxed);
-        readings
-            .quota_bytes
-            .store(status.quota_bytes, Ordering::Relaxed);
-        let index = HealthCategory::ALL
-            .iter()
-            .position(|c| *c == status.health)
-            .and_then(|i| u8::try_from(i + 1).ok())
-            .unwrap_or(0);
-        readings.health.store(index, Ordering::Relaxed);
+        self.inner.bytes_used.record(status.bytes_used, &[]);
+        self.inner.quota_bytes.record(status.quota_bytes, &[]);
+        for category in HealthCategory::ALL {
+            self.inner.health.record(
+                u64::from(category == status.health),
+                &[KeyValue::new(Attribute::Health.key(), category.as_str())],
+            );
+        }
     }
 }
