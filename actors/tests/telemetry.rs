@@ -216,6 +216,18 @@ fn no_planted_value_reaches_a_span_or_a_metric() {
     let metrics = String::from_utf8(metrics).unwrap();
     assert_eq!(plants.found_in(&spans), Vec::<String>::new(), "{spans}");
     assert_eq!(plants.found_in(&metrics), Vec::<String>::new(), "{metrics}");
+    // Capture over the socket, as the hook, has no span.
+    for op in [
+        "session_started",
+        "session_ended",
+        "action_started",
+        "action_completed",
+    ] {
+        assert!(
+            !spans.contains(&format!("annal.operation={op}")),
+            "a capture request had a span:\n{spans}"
+        );
+    }
     for name in [
         "span annal.daemon.request",
         "span annal.gate.call",

@@ -270,6 +270,18 @@ impl Request {
         }
     }
 
+    /// Whether this is capture (a session's or an action's start or end): the hook's wire
+    /// form, which gets no span of its own, as the hook gets none.
+    pub fn is_capture(&self) -> bool {
+        matches!(
+            self,
+            Self::SessionStarted { .. }
+                | Self::SessionEnded { .. }
+                | Self::ActionStarted { .. }
+                | Self::ActionCompleted { .. }
+        )
+    }
+
     /// The request's `op`, one of [`KNOWN_OPS`] (what a span of it may name).
     pub fn op(&self) -> &'static str {
         match self {

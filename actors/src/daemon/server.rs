@@ -310,7 +310,11 @@ impl Dispatcher {
         connection: &mut ConnectionState,
         request: Request,
     ) -> Reply<Answer> {
-        let span = crate::telemetry::span::daemon_request(request.op());
+        let span = if request.is_capture() {
+            tracing::Span::none()
+        } else {
+            crate::telemetry::span::daemon_request(request.op())
+        };
         match self.answer(connection, request).instrument(span).await {
             Ok(answer) => Reply::Ok(answer),
             Err(error) => Reply::Error(error),
