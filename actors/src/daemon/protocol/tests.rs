@@ -1,6 +1,9 @@
 //! The protocol's unit tests: requests, refusals, replies and frames.
 
+use super::frame::check_frame_len;
 use super::*;
+use tokio_util::bytes::{Bytes, BytesMut};
+use tokio_util::codec::{Decoder, Encoder};
 
 #[test]
 fn every_known_op_is_a_request_and_requests_name_known_ops() {
