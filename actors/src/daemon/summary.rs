@@ -60,8 +60,9 @@ pub fn audit_reply(entries: &[AuditEntry]) -> Value {
 /// more were left out. About 100 bytes each: far inside a frame.
 pub const AUDIT_SUMMARY_ACTORS_MAX: usize = 2_000;
 
-/// One actor's calls in the audit trail.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One actor's calls in the audit trail: a row of the `audit_summary` answer, written by the
+/// daemon and read back by `annal report`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ActorAccess {
     /// The agent's id, or `owner`.
     pub actor: String,

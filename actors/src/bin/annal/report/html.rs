@@ -420,13 +420,13 @@ fn access(readers: &[Reader], journal_read: bool) -> Markup {
         table id="access" {
             tr { th { "actor" } th { "calls" } th { "denied" } th { "events returned" } th { "first" } th { "last" } th { "state" } }
             @for r in readers {
-                tr.reader data-actor=(r.actor) data-denied=(r.denied) data-revoked=(r.revoked) {
-                    td { (r.actor) }
-                    td.num { (r.calls) }
-                    td.num { (r.denied) }
-                    td.num { (r.returned_events) }
-                    td { @if r.calls > 0 { (utc(r.first_ms)) } @else { "-" } }
-                    td { @if r.calls > 0 { (utc(r.last_ms)) } @else { "-" } }
+                tr.reader data-actor=(r.access.actor) data-denied=(r.access.denied) data-revoked=(r.revoked) {
+                    td { (r.access.actor) }
+                    td.num { (r.access.calls) }
+                    td.num { (r.access.denied) }
+                    td.num { (r.access.returned_events) }
+                    td { @if r.access.calls > 0 { (utc(r.access.first_ms)) } @else { "-" } }
+                    td { @if r.access.calls > 0 { (utc(r.access.last_ms)) } @else { "-" } }
                     td { @if r.revoked { "revoked" } @else { "-" } }
                 }
             }
@@ -461,6 +461,7 @@ fn disk(facts: &Facts) -> Markup {
 mod tests {
     use super::*;
     use crate::report::model::{Row, summarize};
+    use annal_actors::daemon::summary::ActorAccess;
     use serde_json::json;
 
     fn page_of(events: &[serde_json::Value], facts: &Facts) -> String {
@@ -479,12 +480,14 @@ mod tests {
             "payload": {"kind": "action_completed", "effect": hostile}}});
         let facts = Facts {
             readers: vec![Reader {
-                actor: hostile.into(),
-                calls: 1,
-                denied: 0,
-                returned_events: 1,
-                first_ms: 0,
-                last_ms: 0,
+                access: ActorAccess {
+                    actor: hostile.into(),
+                    calls: 1,
+                    denied: 0,
+                    returned_events: 1,
+                    first_ms: 0,
+                    last_ms: 0,
+                },
                 revoked: false,
             }],
             scope: hostile.into(),

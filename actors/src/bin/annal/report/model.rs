@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use annal_actors::daemon::summary::ActorAccess;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -531,57 +532,42 @@ pub fn summarize(mut rows: Vec<Row>, whole_sequence: bool) -> Summary {
     }
 }
 
-/// One agent's reads, from the audit trail.
+/// One agent's reads, from the audit trail, and whether the owner revoked it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Reader {
-    /// The agent's id, or `owner`.
-    pub actor: String,
-    /// Gated calls.
-    pub calls: u64,
-    /// Calls the gate denied.
-    pub denied: u64,
-    /// Events its reads returned.
-    pub returned_events: u64,
-    /// Its first call, ms.
-    pub first_ms: u64,
-    /// Its last call, ms.
-    pub last_ms: u64,
+    /// Its row of the daemon's `audit_summary` (zero calls for a revoked agent that never
+    /// called).
+    #[serde(flatten)]
+    pub access: ActorAccess,
     /// The owner revoked it.
     pub revoked: bool,
 }
 
-/// Who read how much and when: the daemon's `audit_summary` rows (one per actor), with the
-/// `revoked` actors of the grants view marked (and listed even without a call), by id.
+/// Who read how much and when: the daemon's `audit_summary` rows (one per actor; a row that is
+/// not one is left out), with the `revoked` actors of the grants view marked (and listed even
+/// without a call), by id.
 pub fn readers(actors: &[Value], revoked: &[String]) -> Vec<Reader> {
-    let number = |row: &Value, field: &str| row[field].as_u64().unwrap_or(0);
     let mut by_actor: BTreeMap<String, Reader> = actors
         .iter()
-        .filter_map(|row| {
-            let actor = row["actor"].as_str()?.to_owned();
-            Some((
-                actor.clone(),
+        .filter_map(|row| serde_json::from_value::<ActorAccess>(row.clone()).ok())
+        .map(|access| {
+            (
+                access.actor.clone(),
                 Reader {
-                    actor,
-                    calls: number(row, "calls"),
-                    denied: number(row, "denied"),
-                    returned_events: number(row, "returned_events"),
-                    first_ms: number(row, "first_ms"),
-                    last_ms: number(row, "last_ms"),
+                    access,
                     revoked: false,
                 },
-            ))
+            )
         })
         .collect();
     for actor in revoked {
         by_actor
             .entry(actor.clone())
             .or_insert_with(|| Reader {
-                actor: actor.clone(),
-                calls: 0,
-                denied: 0,
-                returned_events: 0,
-                first_ms: 0,
-                last_ms: 0,
+                access: ActorAccess {
+                    actor: actor.clone(),
+                    ..ActorAccess::default()
+                },
                 revoked: true,
             })
             .revoked = true;
@@ -866,12 +852,12 @@ mod tests {
             .iter()
             .map(|r| {
                 (
-                    r.actor.as_str(),
-                    r.calls,
-                    r.denied,
-                    r.returned_events,
-                    r.first_ms,
-                    r.last_ms,
+                    r.access.actor.as_str(),
+                    r.access.calls,
+                    r.access.denied,
+                    r.access.returned_events,
+                    r.access.first_ms,
+                    r.access.last_ms,
                     r.revoked,
                 )
             })
