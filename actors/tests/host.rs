@@ -15,15 +15,13 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{ANSWER_TIMEOUT_SECS, REQUIRE_ENVS, Raw, Sandbox, env_is_one, python};
+use support::{ANSWER_TIMEOUT_SECS, REQUIRE_ENVS, Raw, Sandbox, env_is_one, flood, python};
 
 /// The scripted host.
 const HOST_SCRIPT: &str = concat!(
@@ -532,46 +530,6 @@ fn unhealthy_key_is_not_read_and_the_host_continues() {
     let history = host(&python, &sandbox, &config, &[]);
     assert_eq!(history["decision"], "continue_without_history", "{history}");
     assert!(history["evidence_card"].is_null(), "{history}");
-}
-
-/// Sends `count` captures on each of `connections` connections at once, without waiting for
-/// each reply (as a busy runtime would): more than the capture queue holds.
-fn flood(socket: &Path, connections: usize, count: usize) {
-    let frame = {
-        let body = json!({"op": "action_started", "capability": "input.pointer.click"})
-            .to_string()
-            .into_bytes();
-        let mut frame = u32::try_from(body.len()).unwrap().to_be_bytes().to_vec();
-        frame.extend(body);
-        frame
-    };
-    let threads: Vec<_> = (0..connections)
-        .map(|_| {
-            let socket = socket.to_path_buf();
-            let frame = frame.clone();
-            std::thread::spawn(move || {
-                let mut stream = UnixStream::connect(&socket).unwrap();
-                stream
-                    .set_read_timeout(Some(Duration::from_secs(ANSWER_TIMEOUT_SECS)))
-                    .unwrap();
-                let mut reader = stream.try_clone().unwrap();
-                let replies = std::thread::spawn(move || {
-                    for _ in 0..count {
-                        let mut header = [0u8; 4];
-                        reader.read_exact(&mut header).unwrap();
-                        let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
-                        reader.read_exact(&mut body).unwrap();
-                    }
-                });
-                let all: Vec<u8> = frame.repeat(count);
-                stream.write_all(&all).unwrap();
-                replies.join().unwrap();
-            })
-        })
-        .collect();
-    for thread in threads {
-        thread.join().unwrap();
-    }
 }
 
 #[test]

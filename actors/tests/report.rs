@@ -18,15 +18,14 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{ANSWER_TIMEOUT_SECS, Raw, Sandbox, env_is_one};
+use support::{Raw, Sandbox, env_is_one, flood};
 
 /// Set to `1` by `.ci/test`: no chromium fails the test instead of skipping its browser part.
 const REQUIRE_CHROMIUM: &str = "ANNAL_REQUIRE_CHROMIUM";
@@ -60,44 +59,6 @@ const DOCS_SCREENSHOT_SIZE: &str = "1060,1400";
 
 /// Longest chromium may take for one page, in seconds.
 const CHROMIUM_TIMEOUT_SECS: u64 = 60;
-
-/// Floods `connections` connections with `count` unanswered-until-written captures each.
-fn flood(socket: &Path, connections: usize, count: usize) {
-    let frame = {
-        let body = json!({"op": "action_started", "capability": "input.pointer.click"})
-            .to_string()
-            .into_bytes();
-        let mut frame = u32::try_from(body.len()).unwrap().to_be_bytes().to_vec();
-        frame.extend(body);
-        frame
-    };
-    let threads: Vec<_> = (0..connections)
-        .map(|_| {
-            let socket = socket.to_path_buf();
-            let frame = frame.clone();
-            std::thread::spawn(move || {
-                let mut stream = UnixStream::connect(&socket).unwrap();
-                stream
-                    .set_read_timeout(Some(Duration::from_secs(ANSWER_TIMEOUT_SECS)))
-                    .unwrap();
-                let mut reader = stream.try_clone().unwrap();
-                let replies = std::thread::spawn(move || {
-                    for _ in 0..count {
-                        let mut header = [0u8; 4];
-                        reader.read_exact(&mut header).unwrap();
-                        let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
-                        reader.read_exact(&mut body).unwrap();
-                    }
-                });
-                stream.write_all(&frame.repeat(count)).unwrap();
-                replies.join().unwrap();
-            })
-        })
-        .collect();
-    for thread in threads {
-        thread.join().unwrap();
-    }
-}
 
 /// The known store (its daemon running).
 fn known_store() -> Sandbox {

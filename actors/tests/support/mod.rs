@@ -489,3 +489,43 @@ pub fn wait_for(path: &Path) {
 pub fn copy_tree(from: &Path, to: &Path) {
     annal_engine::test_support::copy_tree(from, to).unwrap();
 }
+
+/// Sends `count` captures on each of `connections` connections at once, without waiting for
+/// each reply (as a busy runtime would): more than the capture queue holds.
+pub fn flood(socket: &Path, connections: usize, count: usize) {
+    let frame = {
+        let body = json!({"op": "action_started", "capability": "input.pointer.click"})
+            .to_string()
+            .into_bytes();
+        let mut frame = u32::try_from(body.len()).unwrap().to_be_bytes().to_vec();
+        frame.extend(body);
+        frame
+    };
+    let threads: Vec<_> = (0..connections)
+        .map(|_| {
+            let socket = socket.to_path_buf();
+            let frame = frame.clone();
+            std::thread::spawn(move || {
+                let mut stream = UnixStream::connect(&socket).unwrap();
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(ANSWER_TIMEOUT_SECS)))
+                    .unwrap();
+                let mut reader = stream.try_clone().unwrap();
+                let replies = std::thread::spawn(move || {
+                    for _ in 0..count {
+                        let mut header = [0u8; 4];
+                        reader.read_exact(&mut header).unwrap();
+                        let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
+                        reader.read_exact(&mut body).unwrap();
+                    }
+                });
+                let all: Vec<u8> = frame.repeat(count);
+                stream.write_all(&all).unwrap();
+                replies.join().unwrap();
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+}
