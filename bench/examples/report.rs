@@ -177,57 +177,25 @@ fn run() -> Result<(), Failure> {
     println!("FIGURE report.100mib.history_bytes {bytes} bytes");
     let out = temp.path().join("report.html");
     let out_text = out.display().to_string();
-    let mut times = Vec::new();
-    let mut result = Ok(());
-    for _ in 0..REPORT_RUNS {
-        let started = Instant::now();
-        let output = annal(&binary, &dir, &name, &["report", "--out", &out_text])
-            .output()
-            .map_err(|e| e.to_string())?;
-        times.push(started.elapsed().as_secs_f64());
-        if !output.status.success() {
-            result = Err(format!(
-                "annal report failed: {}",
-                String::from_utf8_lossy(&output.stderr)
-            ));
-            break;
-        }
-        eprint!("report bench: {}", String::from_utf8_lossy(&output.stdout));
-    }
-    if result.is_ok() {
-        times.sort_by(f64::total_cmp);
-        let median = times[times.len() / 2];
+    let report = ["report", "--out", out_text.as_str()];
+    let mut result = timed(|| annal(&binary, &dir, &name, &report), REPORT_RUNS, "").map(|times| {
         let page = std::fs::metadata(&out).map_or(0, |m| m.len());
-        println!("FIGURE report.100mib.seconds {median:.2} s");
+        println!("FIGURE report.100mib.seconds {:.2} s", median(times));
         println!("FIGURE report.100mib.page_bytes {page} bytes");
-    }
-    // The same through the store's daemon (started by the first run, stopped after).
+    });
+    // The same through the store's daemon: the first run also starts it (not counted), and
+    // it is stopped after.
     if result.is_ok() {
-        let mut times = Vec::new();
-        for _ in 0..=REPORT_RUNS {
-            let started = Instant::now();
-            let output = annal_daemon(&binary, &dir, &name, &["report", "--out", &out_text])
-                .output()
-                .map_err(|e| e.to_string())?;
-            times.push(started.elapsed().as_secs_f64());
-            if !output.status.success() {
-                result = Err(format!(
-                    "annal report (daemon) failed: {}",
-                    String::from_utf8_lossy(&output.stderr)
-                ));
-                break;
-            }
-        }
+        let times = timed(
+            || annal_daemon(&binary, &dir, &name, &report),
+            REPORT_RUNS + 1,
+            " (daemon)",
+        );
         let _ = annal_daemon(&binary, &dir, &name, &["stop"]).output();
-        if result.is_ok() {
-            // The first run also started the daemon: not counted.
-            let mut warm = times.split_off(1);
-            warm.sort_by(f64::total_cmp);
-            println!(
-                "FIGURE report.100mib.daemon_seconds {:.2} s",
-                warm[warm.len() / 2]
-            );
-        }
+        result = times.map(|mut times| {
+            let warm = times.split_off(1);
+            println!("FIGURE report.100mib.daemon_seconds {:.2} s", median(warm));
+        });
     }
     if keep.is_some() {
         println!(
@@ -240,6 +208,31 @@ fn run() -> Result<(), Failure> {
         let _ = annal(&binary, &dir, &name, &["delete", "--yes"]).output();
     }
     result
+}
+
+/// Runs `command()` `runs` times, each to its end: the seconds each took, or the first
+/// failure's stderr. Each run's stdout (the report's line) goes to stderr.
+fn timed(command: impl Fn() -> Command, runs: usize, what: &str) -> Result<Vec<f64>, Failure> {
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let started = Instant::now();
+        let output = command().output().map_err(|e| e.to_string())?;
+        times.push(started.elapsed().as_secs_f64());
+        if !output.status.success() {
+            return Err(format!(
+                "annal report{what} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        eprint!("report bench: {}", String::from_utf8_lossy(&output.stdout));
+    }
+    Ok(times)
+}
+
+/// The median of `times` (upper median for an even count; 0 for none).
+fn median(mut times: Vec<f64>) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times.get(times.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn main() -> ExitCode {
