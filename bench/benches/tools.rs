@@ -125,15 +125,28 @@ fn run(
             })
         })
         .collect();
+    Ok((
+        joined(threads, "a caller thread panicked")?,
+        started.elapsed(),
+    ))
+}
+
+/// Every latency the `threads` measured (each thread's own failure, or `panicked` when one
+/// panicked).
+fn joined(
+    threads: Vec<std::thread::JoinHandle<Result<Vec<u64>, String>>>,
+    panicked: &'static str,
+) -> Result<Vec<u64>, RigError> {
     let mut all = Vec::new();
     for thread in threads {
-        let latencies = thread
-            .join()
-            .map_err(|_| "a caller thread panicked")?
-            .map_err(RigError::from)?;
-        all.extend(latencies);
+        all.extend(
+            thread
+                .join()
+                .map_err(|_| panicked)?
+                .map_err(RigError::from)?,
+        );
     }
-    Ok((all, started.elapsed()))
+    Ok(all)
 }
 
 fn print_concurrency_figures() {
@@ -266,15 +279,10 @@ fn run_socket(socket: &Path, callers: usize) -> Result<(Vec<u64>, Duration), Rig
             })
         })
         .collect();
-    let mut all = Vec::new();
-    for thread in threads {
-        let latencies = thread
-            .join()
-            .map_err(|_| "a client thread panicked")?
-            .map_err(RigError::from)?;
-        all.extend(latencies);
-    }
-    Ok((all, started.elapsed()))
+    Ok((
+        joined(threads, "a client thread panicked")?,
+        started.elapsed(),
+    ))
 }
 
 /// The socket case: the daemon's server over `engine` on a socket in a private temporary
