@@ -189,11 +189,13 @@ impl IngressState {
                 },
             );
         }
-        let in_batch: u64 = items.iter().map(Drained::events).sum();
-        let captured = items
-            .iter()
-            .filter(|item| matches!(item, Drained::Captured(_)))
-            .count();
+        // One pass: the events the batch stands for, and its captured ones.
+        let (in_batch, captured) = items.iter().fold((0u64, 0u64), |(events, captured), item| {
+            (
+                events + item.events(),
+                captured + u64::from(matches!(item, Drained::Captured(_))),
+            )
+        });
         let acknowledged = ractor::call_t!(
             writer,
             |reply| WriterMsg::Batch { items, reply },
@@ -205,8 +207,7 @@ impl IngressState {
         } else {
             // Counted accepted when taken, lost now (the next marker reports them); the batch's
             // drop markers were counted when they were drained.
-            self.telemetry
-                .lost(u64::try_from(captured).unwrap_or(u64::MAX));
+            self.telemetry.lost(captured);
             // The marker carried the earlier losses; they are in this count again.
             self.lost_events = in_batch;
             self.writer = None;

@@ -263,6 +263,59 @@ fn no_planted_value_reaches_a_span_or_a_metric() {
     assert_eq!(plants.found_in(&spans), vec![planted]);
 }
 
+/// A supervised child's failure shows in the metrics: the writer panics, the supervisor
+/// restarts it, and `annal_supervisor_restarts_total{annal_child="writer"}` counts it; capture
+/// after the restart is counted as accepted.
+#[test]
+fn a_writer_restart_is_counted_and_capture_goes_on_counting() {
+    let registry = prometheus::Registry::new();
+    let exporter = opentelemetry_prometheus::exporter()
+        .with_registry(registry.clone())
+        .build()
+        .unwrap();
+    let provider = SdkMeterProvider::builder().with_reader(exporter).build();
+    let store = embedded::TestStore::new();
+    let mut config = store.config();
+    config.telemetry = Telemetry::new(&provider.meter("annal"));
+    let engine = store.start_with(config);
+    engine.enable().unwrap();
+    let text = || {
+        let mut text = Vec::new();
+        TextEncoder::new()
+            .encode(&registry.gather(), &mut text)
+            .unwrap();
+        String::from_utf8(text).unwrap()
+    };
+    assert!(
+        !text().contains("annal_supervisor_restarts_total"),
+        "{}",
+        text()
+    );
+    engine.inject_writer_panic();
+    let deadline = Instant::now() + Duration::from_secs(WAIT_SECS);
+    while engine
+        .restarts(annal_engine::health::Child::Writer)
+        .unwrap()
+        == 0
+    {
+        assert!(Instant::now() < deadline, "the writer was not restarted");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let capture = engine.capture();
+    let session = capture.session_started("after the restart");
+    capture.session_ended(session);
+    engine.flush().unwrap();
+    let text = text();
+    assert!(
+        text.contains(
+            "annal_supervisor_restarts_total{annal_child=\"writer\",otel_scope_name=\"annal\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("annal_capture_accepted_total"), "{text}");
+    assert!(engine.shutdown().drained);
+}
+
 /// `annal serve --metrics-listen 127.0.0.1:0`, its stderr read until the endpoint's line.
 struct Served {
     child: Child,
