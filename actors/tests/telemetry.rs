@@ -414,6 +414,38 @@ fn the_metrics_endpoint_serves_capture_and_health_and_nothing_planted() {
     assert_eq!(code, 404);
 }
 
+/// Hostile scrapers: connections that send nothing hold only the endpoint's own slots, each
+/// for at most its head deadline; the daemon's socket answers meanwhile, garbage gets an error
+/// answer, and a real scrape is answered once the stalled ones are cut off.
+#[test]
+fn stalled_and_garbage_scrapers_hold_nothing_but_the_endpoints_own_slots() {
+    let sandbox = Sandbox::new();
+    let served = Served::start(&sandbox);
+    sandbox.ok(&["enable"]);
+    // More idle connections than the endpoint serves at once.
+    let stalled: Vec<TcpStream> = (0..8)
+        .map(|_| TcpStream::connect(&served.endpoint).unwrap())
+        .collect();
+    let started = Instant::now();
+    sandbox.ok(&["status"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the socket waited on the scrapers"
+    );
+    let mut garbage = TcpStream::connect(&served.endpoint).unwrap();
+    garbage
+        .set_read_timeout(Some(Duration::from_secs(WAIT_SECS)))
+        .unwrap();
+    garbage
+        .write_all(b"\x00\x01 not http at all\r\n\r\n")
+        .unwrap();
+    let (code, text) = get(&served.endpoint, "/metrics");
+    assert_eq!(code, 200, "{text}");
+    assert!(text.contains("annal_health_category"), "{text}");
+    drop(stalled);
+    sandbox.ok(&["status"]);
+}
+
 /// A Prometheus server, killed and its data removed on drop.
 struct Prometheus {
     child: Child,
